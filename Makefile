@@ -1,0 +1,221 @@
+# mxop - one Makefile for the whole build.  Outputs go to build/.
+#
+#   make            daemon, worker, libmxop, example plugins, tests
+#   make demo       the main job: train a small network through mxop
+#   make check      every test (Criterion, then pytest)
+#   make bench      the benchmarks
+#   make install    PREFIX=/usr/local DESTDIR=
+#
+# User CFLAGS/LDFLAGS are left alone; the project's flags live apart.
+# SANITIZE=address,undefined builds everything with those sanitizers.
+# V=1 shows the commands.
+
+PREFIX     ?= /usr/local
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR     ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/libexec/mxop
+PLUGINDIR  ?= $(PREFIX)/lib/mxop/plugins
+DESTDIR    ?=
+PYTHON     ?= /usr/bin/python3
+
+CC       ?= cc
+CFLAGS   ?= -O2 -g
+LDFLAGS  ?=
+PROTOC_C ?= protoc-c
+PKG_CONFIG ?= pkg-config
+
+B := build
+VERSION := $(shell sed -n 's/^\#define MXOP_VERSION_STRING "\(.*\)"/\1/p' include/mxop/client.h)
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+SAN_FLAGS :=
+ifneq ($(SANITIZE),)
+SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+
+# Flags for our own code.  Generated protobuf-c code gets the same minus -Werror.
+WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -pthread -Iinclude -I. -I$(B)/gen \
+               -MMD -MP $(SAN_FLAGS) \
+               -DMXOP_LIBEXECDIR='"$(LIBEXECDIR)"'
+MX_CFLAGS := $(BASE_CFLAGS) $(WARN) -Werror
+GEN_CFLAGS := $(BASE_CFLAGS) -w
+MX_LDFLAGS := $(SAN_FLAGS) -pthread
+
+UV_LIBS   := -luv
+PB_LIBS   := -lprotobuf-c
+BLAS_LIBS := -lopenblas
+CRIT_LIBS := -lcriterion
+
+# ---------------------------------------------------------------------------
+# Sources
+PROTOS    := $(wildcard proto/*.proto)
+GEN_C     := $(patsubst proto/%.proto,$(B)/gen/%.pb-c.c,$(PROTOS))
+GEN_H     := $(GEN_C:.c=.h)
+COMMON_C  := $(wildcard common/*.c) $(wildcard proto/*.c) $(wildcard shm/*.c)
+DAEMON_C  := $(wildcard server/daemon/*.c)
+WORKER_C  := $(wildcard server/worker/*.c)
+CLIENT_C  := $(wildcard client/*.c)
+PLUGIN_C  := $(wildcard plugins/*.c)
+TPLUGIN_C := $(wildcard tests/plugins/*.c)
+TEST_C    := $(wildcard tests/test_*.c)
+TESTLIB_C := $(filter-out $(TEST_C),$(wildcard tests/*.c))
+DEMO_C    := $(wildcard demo/*.c)
+BENCH_C   := $(wildcard bench/*.c)
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+GEN_O    := $(patsubst $(B)/gen/%.c,$(B)/obj/gen/%.o,$(GEN_C))
+COMMON_O := $(call obj,$(COMMON_C)) $(GEN_O)
+DAEMON_O := $(call obj,$(DAEMON_C))
+WORKER_O := $(call obj,$(WORKER_C))
+CLIENT_O := $(call obj,$(CLIENT_C))
+
+DAEMON   := $(B)/bin/mxop-serverd
+WORKER   := $(B)/bin/mxop-worker
+LIB_SO   := $(B)/lib/libmxop.so
+LIB_A    := $(B)/lib/libmxop.a
+PLUGINS  := $(patsubst plugins/%.c,$(B)/plugins/%.so,$(PLUGIN_C))
+TPLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(TPLUGIN_C))
+TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_C))
+DEMOS    := $(patsubst demo/%.c,$(B)/bin/%,$(DEMO_C))
+BENCHES  := $(patsubst bench/%.c,$(B)/bin/%,$(BENCH_C))
+PCS      := $(B)/mxop.pc $(B)/mxop-plugin.pc
+DEPS_OK  := $(B)/.deps-ok
+
+.PHONY: all deps demo check check-c check-python test bench install uninstall clean \
+        format format-check
+.DEFAULT_GOAL := all
+
+all: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(TPLUGINS) $(TESTS) $(DEMOS) \
+     $(BENCHES) $(PCS)
+
+# Installs the Debian packages the build needs, once per build tree.
+deps: $(DEPS_OK)
+$(DEPS_OK): scripts/install-deps.sh
+	$(Q)sh scripts/install-deps.sh
+	$(Q)mkdir -p $(@D) && touch $@
+
+# Every object waits for the packages and the generated headers.
+$(B)/gen/%.pb-c.c $(B)/gen/%.pb-c.h: proto/%.proto | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PROTOC  $<")
+	$(Q)$(PROTOC_C) --c_out=$(B)/gen -Iproto $<
+
+$(B)/obj/gen/%.o: $(B)/gen/%.c $(GEN_H)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) $(GEN_CFLAGS) -c $< -o $@
+
+$(B)/obj/%.o: %.c $(GEN_H) | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) $(MX_CFLAGS) -c $< -o $@
+
+$(DAEMON): $(DAEMON_O) $(COMMON_O)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(UV_LIBS) $(PB_LIBS)
+
+$(WORKER): $(WORKER_O) $(COMMON_O)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -rdynamic $^ -o $@ $(PB_LIBS) $(BLAS_LIBS) -ldl -lm
+
+$(LIB_SO): $(CLIENT_O) $(COMMON_O)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libmxop.so.0 $^ -o $@ $(PB_LIBS)
+
+$(LIB_A): $(CLIENT_O) $(COMMON_O)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# Op libraries: the one-command build the op-author guide documents.
+$(B)/plugins/%.so: plugins/%.c include/mxop/op.h include/mxop/types.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PLUGIN  $@")
+	$(Q)$(CC) $(CFLAGS) -std=c11 -Iinclude $(WARN) -Werror -shared -fPIC $< -o $@ -lm
+
+$(B)/tests/plugins/%.so: tests/plugins/%.c include/mxop/op.h include/mxop/types.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PLUGIN  $@")
+	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude $(WARN) -Wno-error -shared -fPIC -pthread $< -o $@ -lm
+
+TESTLIB_O := $(call obj,$(TESTLIB_C))
+$(B)/obj/tests/%.o: MX_CFLAGS += -DMXOP_TEST_BUILD_DIR='"$(abspath $(B))"'
+$(B)/tests/test_%: $(B)/obj/tests/test_%.o $(TESTLIB_O) $(LIB_A)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(CRIT_LIBS) $(PB_LIBS) -lm
+
+$(B)/bin/%: $(B)/obj/demo/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(PB_LIBS) -lm
+
+$(B)/bin/%: $(B)/obj/bench/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(PB_LIBS) $(BLAS_LIBS) -ldl -lm
+
+$(B)/%.pc: scripts/%.pc.in include/mxop/client.h
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	        -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	        -e 's|@PLUGINDIR@|$(PLUGINDIR)|g' $< > $@
+
+# ---------------------------------------------------------------------------
+demo: all
+	$(Q)sh scripts/demo.sh $(abspath $(B))
+
+check: check-c check-python
+test: check
+
+check-c: all
+	$(Q)sh scripts/run-c-tests.sh $(abspath $(B))
+
+check-python: all
+	$(Q)if [ -d python/tests ]; then sh scripts/run-python-tests.sh $(abspath $(B)) $(PYTHON); fi
+
+bench: all
+	$(Q)sh scripts/bench.sh $(abspath $(B))
+
+install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(PCS)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+	           $(DESTDIR)$(INCLUDEDIR)/mxop $(DESTDIR)$(PLUGINDIR)
+	install -m 755 $(DAEMON) $(DESTDIR)$(BINDIR)/
+	install -m 755 $(WORKER) $(DESTDIR)$(LIBEXECDIR)/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libmxop.so.0
+	ln -sf libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.so
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 include/mxop/*.h $(DESTDIR)$(INCLUDEDIR)/mxop/
+	install -m 644 $(PCS) $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 755 $(PLUGINS) $(DESTDIR)$(PLUGINDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/mxop-serverd $(DESTDIR)$(LIBEXECDIR)/mxop-worker
+	rm -f $(DESTDIR)$(LIBDIR)/libmxop.so $(DESTDIR)$(LIBDIR)/libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.a
+	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/mxop.pc $(DESTDIR)$(LIBDIR)/pkgconfig/mxop-plugin.pc
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/mxop $(DESTDIR)$(PLUGINDIR)
+	-rmdir $(DESTDIR)$(LIBEXECDIR) 2>/dev/null
+
+FORMAT_SRC = $(filter-out $(B)/%,$(shell git ls-files '*.c' '*.h' 2>/dev/null))
+format:
+	clang-format -i $(FORMAT_SRC)
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_SRC)
+
+clean:
+	rm -rf $(B)
+
+# Keep the generated sources (make would otherwise delete them as intermediates).
+.SECONDARY:
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,271 @@
+/*
+ * mxop/client.h - the engine's API (libmxop).
+ *
+ * A client is one session with mxop-serverd: one control connection to the
+ * daemon, one worker process the daemon spawned for it, and a direct data
+ * channel to that worker.  Ops run in the worker; tensors live in shared
+ * memory regions mapped by both sides and travel as (region, offset, dtype,
+ * shape), never as bytes.
+ *
+ * Threads: every function on one client takes that client's lock, so a
+ * client may be shared between threads; its calls then run one at a time.
+ * For parallel calls open one client per thread (each gets its own worker).
+ *
+ * Errors: every function returns 0 or a negative MXOP_E* code
+ * (mxop_strerror names it); mxop_last_error() gives the detail of the last
+ * failure on that client ("op 'segv' (crash.so): worker killed by SIGSEGV").
+ * No call blocks forever: each waits at most its deadline plus a grace
+ * period, and a dead daemon or worker is noticed and reported.
+ *
+ * Includes only <stddef.h> and <stdint.h> (through types.h).
+ */
+#ifndef MXOP_CLIENT_H
+#define MXOP_CLIENT_H
+
+#include "types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The library's version. */
+#define MXOP_VERSION_MAJOR 0
+#define MXOP_VERSION_MINOR 1
+#define MXOP_VERSION_PATCH 0
+#define MXOP_VERSION_STRING "0.1.0"
+
+/** The wire protocol versions this client speaks. */
+#define MXOP_PROTOCOL_VERSION 1
+
+/** Region id meaning "data is a plain pointer: stage it through the arena". */
+#define MXOP_REGION_HEAP 0u
+
+typedef struct mxop_client mxop_client_t;
+
+/** An op of a loaded library.  Borrowed from the client; valid until mxop_close. */
+typedef struct mxop_op mxop_op_t;
+
+/** The name of an error code ("MXOP_ETIMEOUT"), or "MXOP_E?" if unknown. */
+const char *mxop_err_name(int code);
+
+/** A fixed message for an error code; never NULL. */
+const char *mxop_strerror(int code);
+
+/** Options for mxop_connect.  Zero-initialise, then set struct_size. */
+typedef struct mxop_connect_opts {
+    uint32_t struct_size;
+    int32_t timeout_ms;         /* default deadline of a call; 0: 30000 */
+    int32_t connect_timeout_ms; /* hello and session set-up; 0: 10000 */
+    const char *client_name;    /* borrowed; shown in the daemon's log */
+} mxop_connect_opts_t;
+
+/**
+ * Connects to the daemon at `socket_path` (borrowed), or at $MXOP_SOCKET
+ * when it is NULL, negotiates the protocol and opens a session (the daemon
+ * spawns its worker).  `opts` may be NULL.  On success *out is a client to
+ * be freed with mxop_close().
+ *
+ * Returns MXOP_EINVAL (no path and no $MXOP_SOCKET), MXOP_EDISCONNECTED (no
+ * daemon listening), MXOP_EDENIED (peer credentials refused), MXOP_EVERSION,
+ * MXOP_ETIMEOUT.  On failure *out is NULL; mxop_connect_error() has detail.
+ */
+int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_client_t **out);
+
+/** The detail of the last failed mxop_connect in this thread. */
+const char *mxop_connect_error(void);
+
+/**
+ * Ends the session (worker, regions, states) and frees the client and every
+ * array and op handle it gave out.  Accepts NULL.
+ */
+void mxop_close(mxop_client_t *c);
+
+/** Detail of the last failed call on `c`; "" if none.  Valid until the next call. */
+const char *mxop_last_error(const mxop_client_t *c);
+
+/** Sets the client's default call deadline in milliseconds (> 0). */
+int mxop_set_timeout(mxop_client_t *c, int32_t timeout_ms);
+
+/* ------------------------------------------------------------------------
+ * Libraries and ops
+ * ------------------------------------------------------------------------ */
+
+/**
+ * Loads the library `name` (borrowed), a path relative to the daemon's
+ * plugin directory (e.g. "relu.so"), into this session's worker.  Its ops
+ * become visible to mxop_op_find.  Loading the same library twice is a no-op.
+ *
+ * Returns MXOP_ELIB_NOT_FOUND, MXOP_ELIB_OUTSIDE (resolves outside the plugin
+ * directory), MXOP_EABI, MXOP_ELIB_INVALID (not a library, no entry point),
+ * MXOP_ELIB_INIT, MXOP_EDUPLICATE (an op name already loaded),
+ * MXOP_EWORKER_CRASHED (the library crashed its worker while loading).
+ */
+int mxop_load_library(mxop_client_t *c, const char *name);
+
+/** Finds a loaded op by name.  MXOP_EUNKNOWN_OP if there is none. */
+int mxop_op_find(mxop_client_t *c, const char *name, const mxop_op_t **op);
+
+/** Number of loaded ops, and the i-th of them (NULL when out of range). */
+int mxop_op_count(mxop_client_t *c);
+const mxop_op_t *mxop_op_at(mxop_client_t *c, int i);
+
+/** An op's signature, as its library registered it.  Strings borrowed from the client. */
+typedef struct mxop_op_info {
+    const char *name;
+    const char *description;
+    const char *library;
+    int32_t num_inputs; /* -1: variadic, at least min_inputs */
+    int32_t min_inputs;
+    int32_t num_outputs;
+    uint64_t mutated_inputs;
+    int has_backward;
+    int stateful;
+} mxop_op_info_t;
+
+/** Fills *info for `op`. */
+int mxop_op_info(const mxop_op_t *op, mxop_op_info_t *info);
+
+/* ------------------------------------------------------------------------
+ * Shared memory
+ * ------------------------------------------------------------------------ */
+
+/**
+ * An n-d array as the engine sees it.  For arrays from mxop_array_alloc or
+ * mxop_array_view, `data` points into a shared region (region != 0).  An
+ * array the caller fills in by hand with region = MXOP_REGION_HEAP and `data`
+ * pointing at ordinary memory is staged: copied into the arena before the
+ * call and, for outputs, back after it (counted in the stats).
+ * Contiguous row-major only.
+ */
+typedef struct mxop_array {
+    void *data;
+    int32_t dtype;
+    int32_t ndim;
+    int64_t shape[MXOP_MAX_DIMS];
+    uint32_t region;
+    uint64_t offset; /* bytes from the start of the region */
+    size_t nbytes;
+    int32_t req; /* as an output: enum mxop_req (default 0, write) */
+} mxop_array_t;
+
+/**
+ * Allocates an array in the client's arena (shared memory, 64-byte
+ * aligned, zero-filled on first use of its pages).  Free with mxop_array_free.
+ * Returns MXOP_EINVAL (bad dtype/shape), MXOP_ESHM (no shared memory left).
+ */
+int mxop_array_alloc(mxop_client_t *c, int32_t dtype, int32_t ndim, const int64_t *shape,
+                     mxop_array_t *out);
+
+/** Returns an array's memory to the arena.  Accepts an array with data NULL. */
+void mxop_array_free(mxop_client_t *c, mxop_array_t *a);
+
+/**
+ * Creates a region of `bytes` in a new memfd, maps it here and registers it
+ * with the session.  *region gets its id and *base its mapping (owned by the
+ * client until mxop_region_release).
+ */
+int mxop_region_create(mxop_client_t *c, size_t bytes, uint32_t *region, void **base);
+
+/**
+ * Registers memory the engine already shares: `fd` (borrowed; duplicated)
+ * must map at least `bytes` (a memfd or a /dev/shm file).  If base is not
+ * NULL it gets a read-write mapping made here (freed at release).
+ * Returns MXOP_EINVAL when the fd is smaller than `bytes` or not mappable.
+ */
+int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *region,
+                            void **base);
+
+/** Unregisters a region (the worker unmaps it).  MXOP_EUNKNOWN_REGION if unknown. */
+int mxop_region_release(mxop_client_t *c, uint32_t region);
+
+/**
+ * Describes memory inside a registered region as an array, without
+ * allocating: `offset` bytes into `region`.  Checked against the region's
+ * size here (MXOP_EBOUNDS) and again in the worker.
+ */
+int mxop_array_view(mxop_client_t *c, uint32_t region, uint64_t offset, int32_t dtype,
+                    int32_t ndim, const int64_t *shape, mxop_array_t *out);
+
+/* ------------------------------------------------------------------------
+ * Calls
+ * ------------------------------------------------------------------------ */
+
+/** Per-call options.  Zero-initialise, set struct_size; NULL means defaults. */
+typedef struct mxop_call {
+    uint32_t struct_size;
+    const char *const *attrs; /* borrowed; NULL or {"key", "value", ..., NULL} */
+    uint64_t state;           /* for stateful ops: from mxop_state_create */
+    int32_t timeout_ms;       /* 0: the client's default */
+    uint64_t seed;            /* 0: the session's random sequence */
+} mxop_call_t;
+
+/**
+ * Runs `op` forward: outputs computed from inputs, in the worker.
+ * Both arrays are borrowed; outputs must already have the shapes and dtypes
+ * the op infers (mxop_infer tells them).
+ *
+ * Returns MXOP_EARITY, MXOP_ESHAPE, MXOP_EDTYPE, MXOP_EATTR, MXOP_EBOUNDS,
+ * MXOP_EUNKNOWN_REGION, MXOP_EOP_FAILED (the op's own error, message kept),
+ * MXOP_EWORKER_CRASHED (the worker died: it has been restarted, the next
+ * call runs on the new one), MXOP_ETIMEOUT (deadline passed: the worker was
+ * killed and restarted), MXOP_ESTATE_LOST, MXOP_EDISCONNECTED.
+ */
+int mxop_forward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
+                 const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out);
+
+/**
+ * Runs `op` backward.  in = [output gradients, forward inputs, forward
+ * outputs], out = input gradients (each with its req: write or add).
+ * MXOP_ENOT_SUPPORTED if the op has no backward.
+ */
+int mxop_backward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
+                  const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out);
+
+/**
+ * Shape and type inference: from the inputs' dtypes and shapes (borrowed),
+ * fills out_dtypes[n_out] and out_shapes[n_out] (caller-owned).  `n_out`
+ * must equal the op's number of outputs.  `attrs` as in mxop_call_t.
+ */
+int mxop_infer(mxop_client_t *c, const mxop_op_t *op, const char *const *attrs, int n_in,
+               const int32_t *in_dtypes, const mxop_shape_t *in_shapes, int n_out,
+               int32_t *out_dtypes, mxop_shape_t *out_shapes);
+
+/**
+ * Creates an instance of a stateful op for inputs of these dtypes and shapes.
+ * *state gets its id; pass it in mxop_call_t.state.  After a worker crash
+ * the instance is gone: calls with it return MXOP_ESTATE_LOST until a new
+ * one is created.  MXOP_ENOT_SUPPORTED if the op is not stateful.
+ */
+int mxop_state_create(mxop_client_t *c, const mxop_op_t *op, const char *const *attrs, int n_in,
+                      const int32_t *in_dtypes, const mxop_shape_t *in_shapes, uint64_t *state);
+
+/** Destroys an op instance (the op's state_destroy runs in the worker). */
+int mxop_state_destroy(mxop_client_t *c, uint64_t state);
+
+/* ------------------------------------------------------------------------
+ * Statistics and administration
+ * ------------------------------------------------------------------------ */
+
+/** Counters of one client. */
+typedef struct mxop_stats {
+    uint64_t calls;           /* forward + backward calls sent */
+    uint64_t errors;          /* calls that returned an error */
+    uint64_t worker_restarts; /* workers of this session that died and were replaced */
+    uint64_t staged_bytes;    /* bytes copied to and from heap arrays */
+    uint64_t regions;         /* regions registered now */
+    uint64_t region_bytes;    /* their total size */
+    uint32_t worker_pid;      /* the current worker's pid */
+    uint32_t daemon_sessions; /* sessions the daemon serves now */
+} mxop_stats_t;
+
+/** Fills *st (asks the daemon for its part). */
+int mxop_stats(mxop_client_t *c, mxop_stats_t *st);
+
+/** Asks the daemon to shut down (allowed for its own user).  The client is then unusable. */
+int mxop_shutdown_daemon(mxop_client_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MXOP_CLIENT_H */

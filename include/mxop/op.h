@@ -1,0 +1,264 @@
+/*
+ * mxop/op.h - the plugin ABI: everything an op library needs, in one header.
+ *
+ * An op library links against nothing from mxop.  It is built with one line:
+ *
+ *     cc -shared -fPIC -O2 $(pkg-config --cflags mxop-plugin) myops.c -o myops.so
+ *
+ * and exports two symbols, both made by the macros at the end of this file:
+ *
+ *   - `mxop_plugin_info`, a struct naming the ABI version the library was
+ *     compiled against (checked before any of its code runs), and
+ *   - `mxop_plugin_init`, called once in the worker with the host table; it
+ *     registers the library's ops with host->register_op().
+ *
+ * Compatibility rules (the SQLite / Redis-module pattern):
+ *   - Every struct that crosses the boundary starts with `struct_size`.
+ *     The host reads a plugin's struct by the size the plugin compiled with;
+ *     fields the plugin does not know about read as zero.
+ *   - New members are added at the end only, marked with the ABI version
+ *     that brought them.  Nothing is ever removed or reordered.
+ *   - A library whose mxop_plugin_info.abi_version is newer than the
+ *     worker's is refused at load with MXOP_EABI and a message, never run.
+ *
+ * Ownership: every pointer an op receives is borrowed for the duration of
+ * that call only, unless its comment says otherwise.
+ *
+ * Includes only <stddef.h> and <stdint.h> (through types.h).
+ */
+#ifndef MXOP_OP_H
+#define MXOP_OP_H
+
+#include "types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The plugin ABI version this header describes. */
+#define MXOP_ABI_VERSION 1
+
+/**
+ * A tensor as an op sees it.  `data` points into shared memory mapped in the
+ * worker: inputs are mapped read-only (writing one faults, which ends only
+ * the worker), outputs and declared mutated inputs read-write.
+ * `strides` are in elements; for a contiguous row-major tensor (always the
+ * case unless the op sets MXOP_OP_STRIDED) they are the usual products.
+ */
+typedef struct mxop_tensor {
+    void *data;
+    int32_t dtype;
+    int32_t ndim;
+    int64_t shape[MXOP_MAX_DIMS];
+    int64_t strides[MXOP_MAX_DIMS];
+    int32_t req;    /* outputs: enum mxop_req; inputs: MXOP_REQ_WRITE */
+    int32_t device; /* -1: host memory; >= 0: GPU ordinal */
+    size_t size;    /* number of elements (product of shape) */
+} mxop_tensor_t;
+
+/**
+ * The per-call context, owned by the worker.  During mxop_plugin_init it is
+ * the registration context; during a call it carries the attributes, the
+ * workspace, the random generator and the error message of that call.
+ */
+typedef struct mxop_ctx mxop_ctx_t;
+
+/** Flags of an op definition. */
+enum mxop_op_flags {
+    /** The op accepts non-contiguous (strided) tensors. */
+    MXOP_OP_STRIDED = 1u << 0,
+};
+
+/**
+ * One op.  The library fills one with designated initialisers and passes it
+ * to host->register_op(); the worker copies it, so it may live on the stack.
+ *
+ * Forward:  in = the op's inputs,  out = its outputs.
+ * Backward: in = [gradients of the outputs (num_outputs),
+ *                 the forward inputs (num_inputs),
+ *                 the forward outputs (num_outputs)],
+ *           out = gradients of the inputs (num_inputs), each with its req.
+ *
+ * Every callback returns 0 or a negative MXOP_E* code; on failure it should
+ * say why with host->set_error(), which returns the code it was given.
+ *
+ * Before any callback runs, the worker has checked: the number of inputs
+ * and outputs, that every descriptor lies inside its region, and (through
+ * infer_type and infer_shape) that the outputs have the dtypes and shapes
+ * the op expects.  An op therefore needs to check only its attributes.
+ */
+typedef struct mxop_op_def {
+    uint32_t struct_size; /* sizeof(mxop_op_def_t) as compiled by the plugin */
+
+    /* ---- ABI version 1 ---- */
+    const char *name;        /* borrowed for the library's lifetime; [A-Za-z0-9_.]+ */
+    const char *description; /* borrowed; may be NULL */
+    int32_t num_inputs;      /* >= 0, or -1 for "any number >= min_inputs" */
+    int32_t min_inputs;      /* used when num_inputs == -1 */
+    int32_t num_outputs;     /* >= 0 */
+    uint32_t flags;          /* enum mxop_op_flags */
+    uint64_t mutated_inputs; /* bit i set: the op writes input i in place */
+
+    /**
+     * Validates the attributes (host->attr_*).  NULL: any attributes pass.
+     * Runs before every other callback of a call.
+     */
+    int (*check_attrs)(mxop_ctx_t *ctx);
+
+    /**
+     * Output shapes from input shapes.  NULL: each output takes the shape of
+     * input 0.  Return MXOP_ESHAPE with a message for incompatible inputs.
+     */
+    int (*infer_shape)(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, int n_out,
+                       mxop_shape_t *out);
+
+    /**
+     * Output dtypes from input dtypes.  NULL: every input must have the dtype
+     * of input 0 and every output gets it too.  Return MXOP_EDTYPE with a
+     * message for a dtype the op does not support.
+     */
+    int (*infer_type)(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out, int32_t *out);
+
+    /** Stateless forward and backward.  backward may be NULL. */
+    int (*forward)(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
+                   mxop_tensor_t *out);
+    int (*backward)(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
+                    mxop_tensor_t *out);
+
+    /**
+     * Stateful ops.  state_create makes an instance for inputs of the given
+     * shapes and dtypes (and the call's attributes) and stores it in *state
+     * (owned by the op until state_destroy).  The worker calls state_destroy
+     * when the client destroys the state or its session ends.
+     * state_forward / state_backward have the layout of forward / backward.
+     * An op is stateful when state_create is set; it then needs
+     * state_forward and state_destroy, and forward is not used.
+     */
+    int (*state_create)(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in_shapes,
+                        const int32_t *in_dtypes, void **state);
+    int (*state_forward)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in,
+                         int n_out, mxop_tensor_t *out);
+    int (*state_backward)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in,
+                          int n_out, mxop_tensor_t *out);
+    void (*state_destroy)(void *state);
+} mxop_op_def_t;
+
+/**
+ * The host table: what the worker offers an op.  Passed to mxop_plugin_init;
+ * the pointer stays valid for the library's lifetime, so a library may keep
+ * it in a static.  Read members only if struct_size covers them.
+ */
+typedef struct mxop_host {
+    uint32_t struct_size; /* sizeof(mxop_host_t) of the worker */
+    uint32_t abi_version; /* MXOP_ABI_VERSION of the worker */
+
+    /* ---- ABI version 1 ---- */
+
+    /** Registers an op (during mxop_plugin_init only).  The def is copied. */
+    int (*register_op)(mxop_ctx_t *ctx, const mxop_op_def_t *def);
+
+    /**
+     * Records a printf-style message for the current call (or init) and
+     * returns `code`, so that `return host->set_error(ctx, MXOP_EATTR, ...)`
+     * reads naturally.  The message reaches the engine's caller.
+     */
+    int (*set_error)(mxop_ctx_t *ctx, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 3, 4)))
+#endif
+        ;
+
+    /** The call's attributes as strings.  NULL if the key is absent. */
+    const char *(*attr_get)(mxop_ctx_t *ctx, const char *key);
+    int (*attr_count)(mxop_ctx_t *ctx);
+    const char *(*attr_key)(mxop_ctx_t *ctx, int i);
+    const char *(*attr_value)(mxop_ctx_t *ctx, int i);
+
+    /**
+     * Typed attribute readers: *out gets the parsed value, or `dflt` when
+     * the key is absent.  A present value that does not parse returns
+     * MXOP_EATTR with a message naming the key (already recorded).
+     * Booleans accept 1/0/true/false.
+     */
+    int (*attr_int)(mxop_ctx_t *ctx, const char *key, int64_t dflt, int64_t *out);
+    int (*attr_float)(mxop_ctx_t *ctx, const char *key, double dflt, double *out);
+    int (*attr_bool)(mxop_ctx_t *ctx, const char *key, int dflt, int *out);
+
+    /**
+     * Temporary host memory for this call, 64-byte aligned, valid until the
+     * callback returns (the worker reuses it).  NULL if it cannot be had.
+     */
+    void *(*workspace)(mxop_ctx_t *ctx, size_t bytes);
+
+    /**
+     * The call's random generator.  Seeded per call: by the caller's seed
+     * when it gave one (reproducible), else from the session's sequence.
+     */
+    uint64_t (*rng_u64)(mxop_ctx_t *ctx);
+    double (*rng_uniform)(mxop_ctx_t *ctx); /* [0, 1) */
+    double (*rng_normal)(mxop_ctx_t *ctx);  /* mean 0, variance 1 */
+
+    /** The CUDA stream to launch on (a cudaStream_t), NULL for CPU calls. */
+    void *(*cuda_stream)(mxop_ctx_t *ctx);
+
+    /*
+     * Core tensor routines, for MXOP_F32 and MXOP_F64 (MXOP_EDTYPE otherwise).
+     * Pointers are borrowed; n counts elements.
+     */
+
+    /** C = alpha * op(A) op(B) + beta * C, row-major, through BLAS. */
+    int (*gemm)(mxop_ctx_t *ctx, int32_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
+                int64_t k, double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                double beta, void *c, int64_t ldc);
+    /** out = a + b, out = a * b (out may alias a or b). */
+    int (*add)(mxop_ctx_t *ctx, int32_t dtype, int64_t n, const void *a, const void *b, void *out);
+    int (*mul)(mxop_ctx_t *ctx, int32_t dtype, int64_t n, const void *a, const void *b, void *out);
+    /** y += alpha * x. */
+    int (*axpy)(mxop_ctx_t *ctx, int32_t dtype, int64_t n, double alpha, const void *x, void *y);
+    /** out[i] = value. */
+    int (*fill)(mxop_ctx_t *ctx, int32_t dtype, int64_t n, double value, void *out);
+    /** dst = src (no overlap). */
+    int (*copy)(mxop_ctx_t *ctx, int32_t dtype, int64_t n, const void *src, void *dst);
+    /** *out = sum of x (accumulated in double). */
+    int (*sum)(mxop_ctx_t *ctx, int32_t dtype, int64_t n, const void *x, double *out);
+} mxop_host_t;
+
+/** What a library says about itself; checked before its init runs. */
+typedef struct mxop_plugin_info {
+    uint32_t struct_size;
+    uint32_t abi_version; /* MXOP_ABI_VERSION the library was built with */
+    const char *name;     /* a short name for messages */
+    const char *version;  /* the library's own version string */
+} mxop_plugin_info_t;
+
+/** The signature of the exported init function. */
+typedef int (*mxop_plugin_init_fn)(mxop_ctx_t *ctx, const mxop_host_t *host);
+
+#if defined(__GNUC__)
+#define MXOP_EXPORT __attribute__((visibility("default")))
+#else
+#define MXOP_EXPORT
+#endif
+
+/**
+ * Declares the library.  Use once, at file scope:
+ *     MXOP_PLUGIN("myops", "1.0");
+ */
+#define MXOP_PLUGIN(name_, version_)                                                    \
+    MXOP_EXPORT extern const mxop_plugin_info_t mxop_plugin_info;                       \
+    const mxop_plugin_info_t mxop_plugin_info = {sizeof(mxop_plugin_info_t),             \
+                                                 MXOP_ABI_VERSION, (name_), (version_)}
+
+/**
+ * Defines the init function:
+ *     MXOP_PLUGIN_INIT(ctx, host) { return host->register_op(ctx, &def); }
+ */
+#define MXOP_PLUGIN_INIT(ctx_, host_)                                                   \
+    MXOP_EXPORT int mxop_plugin_init(mxop_ctx_t *ctx_, const mxop_host_t *host_);        \
+    int mxop_plugin_init(mxop_ctx_t *ctx_, const mxop_host_t *host_)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MXOP_OP_H */

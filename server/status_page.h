@@ -1,0 +1,36 @@
+/*
+ * server/status_page.h - the page a worker shares with the daemon.
+ *
+ * The worker publishes the call it is running (id, op, start, deadline);
+ * the daemon's watchdog reads it to enforce deadlines even when the client
+ * is gone, and to name the op in flight when the worker dies.  The worker
+ * also leaves a fault note here from its signal handler (e.g. "op wrote
+ * into input 0") so the daemon can report more than a signal number.
+ *
+ * Writes follow a seqlock: seq is odd while the worker updates the call
+ * fields; a reader retries until it sees the same even seq twice.
+ */
+#ifndef MXOP_SERVER_STATUS_PAGE_H
+#define MXOP_SERVER_STATUS_PAGE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define MXOP__STATUS_MAGIC 0x4D585354u /* "MXST" */
+#define MXOP__STATUS_OP_MAX 64
+#define MXOP__STATUS_MSG_MAX 256
+
+typedef struct mxop__status_page {
+    uint32_t magic;
+    _Atomic uint32_t seq;
+    _Atomic uint32_t busy;       /* 1 while a call runs */
+    uint32_t pad;
+    uint64_t call_id;
+    int64_t start_ns;            /* CLOCK_MONOTONIC */
+    int64_t deadline_ns;         /* CLOCK_MONOTONIC; 0: none */
+    char op[MXOP__STATUS_OP_MAX];
+    _Atomic int32_t fault_code;  /* MXOP_E* set by the worker's fault handler */
+    char fault_msg[MXOP__STATUS_MSG_MAX];
+} mxop__status_page_t;
+
+#endif /* MXOP_SERVER_STATUS_PAGE_H */

@@ -1,0 +1,46 @@
+/*
+ * shm/region.h - shared memory regions: memfds sealed against shrinking.
+ *
+ * A region is created by the client (or is an fd the engine already has),
+ * registered with the daemon over SCM_RIGHTS, and mapped by the worker:
+ * twice, read-only for inputs and read-write for outputs, so an op that
+ * writes into an input faults instead of corrupting the engine's data.
+ */
+#ifndef MXOP_SHM_REGION_H
+#define MXOP_SHM_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/**
+ * Creates a memfd of `size` bytes (named `name`), sized with
+ * posix_fallocate so that a full /dev/shm fails here and not with SIGBUS
+ * later, and sealed against shrinking.  *fd_out is close-on-exec.
+ * Returns 0, MXOP_EINVAL (size 0), MXOP_ESHM (with errno kept).
+ */
+int mxop__region_create_fd(const char *name, size_t size, int *fd_out);
+
+/**
+ * Checks that `fd` can back a region of `size` bytes: a regular file (or
+ * memfd) at least that large.  Writes a reason into err[errlen] on failure.
+ * Returns 0 or MXOP_EINVAL.
+ */
+int mxop__region_check_fd(int fd, uint64_t size, char *err, size_t errlen);
+
+/**
+ * mmap(MAP_SHARED) of the first `size` bytes of `fd`, with `writable`
+ * choosing PROT_READ|PROT_WRITE or PROT_READ.  Returns 0 or MXOP_ESHM.
+ */
+int mxop__region_map(int fd, size_t size, int writable, void **base);
+
+/** munmap; accepts base NULL. */
+void mxop__region_unmap(void *base, size_t size);
+
+/**
+ * Faults every page of a mapping in now, so that the first op that touches
+ * the region runs at full speed.  Uses MADV_POPULATE_READ/WRITE where the
+ * kernel has it, else touches each page.  Returns 0.
+ */
+int mxop__region_prefault(void *base, size_t size, int writable);
+
+#endif /* MXOP_SHM_REGION_H */
