@@ -1,0 +1,310 @@
+/*
+ * tests/harness.c - see harness.h.
+ */
+#include "harness.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MXOP_TEST_BUILD_DIR
+#define MXOP_TEST_BUILD_DIR "build"
+#endif
+
+const char *mxt_build_dir(void)
+{
+    const char *env = getenv("MXOP_BUILD_DIR");
+    return env && *env ? env : MXOP_TEST_BUILD_DIR;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void copy_file(const char *src, const char *dst)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    cr_assert(in >= 0, "cannot open %s: %s", src, strerror(errno));
+    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+    cr_assert(out >= 0, "cannot create %s: %s", dst, strerror(errno));
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        cr_assert(write(out, buf, (size_t)n) == n);
+    close(in);
+    close(out);
+}
+
+/* Copies every .so of `from` into `to` (copies, not links: links out of the
+ * plugin directory are refused by the daemon, which is one of the tests). */
+static void copy_plugins(const char *from, const char *to)
+{
+    DIR *dir = opendir(from);
+    if (dir == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0)
+            continue;
+        char src[512], dst[512];
+        snprintf(src, sizeof(src), "%s/%s", from, e->d_name);
+        snprintf(dst, sizeof(dst), "%s/%s", to, e->d_name);
+        copy_file(src, dst);
+    }
+    closedir(dir);
+}
+
+void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->dir, sizeof(d->dir), "/tmp/mxop-test-XXXXXX");
+    cr_assert(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
+    snprintf(d->sock, sizeof(d->sock), "%s/mxop.sock", d->dir);
+    snprintf(d->plugins, sizeof(d->plugins), "%s/plugins", d->dir);
+    cr_assert(mkdir(d->plugins, 0700) == 0);
+
+    char path[512];
+    snprintf(path, sizeof(path), "%s/plugins", mxt_build_dir());
+    copy_plugins(path, d->plugins);
+    snprintf(path, sizeof(path), "%s/tests/plugins", mxt_build_dir());
+    copy_plugins(path, d->plugins);
+
+    char daemon[512];
+    snprintf(daemon, sizeof(daemon), "%s/bin/mxop-serverd", mxt_build_dir());
+    const char *argv[32] = {daemon, "--socket", d->sock, "--plugin-dir", d->plugins,
+                            "--log-level", getenv("MXOP_TEST_LOG") ? "debug" : "warn"};
+    int argc = 7;
+    for (int i = 0; extra_args != NULL && extra_args[i] != NULL && argc < 31; i++)
+        argv[argc++] = extra_args[i];
+    argv[argc] = NULL;
+
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        /* The daemon ends (cleanly, by SIGTERM) when the test process dies. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        /* Crash fixtures must die by their signal, not by a sanitizer's report. */
+        setenv("ASAN_OPTIONS", "handle_segv=0:handle_sigbus=0:handle_abort=0:detect_leaks=1", 0);
+        execv(daemon, (char *const *)argv);
+        _exit(127);
+    }
+    d->pid = pid;
+    for (int i = 0; i < 500; i++) {
+        if (access(d->sock, F_OK) == 0)
+            return;
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            d->pid = 0;
+            cr_assert_fail("mxop-serverd exited at start (status %d)", status);
+        }
+        sleep_ms(10);
+    }
+    cr_assert_fail("mxop-serverd did not create %s within 5 s", d->sock);
+}
+
+static void remove_tree(const char *path)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "harness: could not remove %s\n", path);
+}
+
+void mxt_daemon_stop(mxt_daemon_t *d)
+{
+    if (d->pid > 0) {
+        kill(d->pid, SIGTERM);
+        int status = 0;
+        pid_t r = 0;
+        for (int i = 0; i < 1000; i++) {
+            r = waitpid(d->pid, &status, WNOHANG);
+            if (r == d->pid)
+                break;
+            sleep_ms(10);
+        }
+        if (r != d->pid) {
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, &status, 0);
+            d->pid = 0;
+            cr_assert_fail("mxop-serverd did not stop within 10 s of SIGTERM");
+        }
+        d->pid = 0;
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "mxop-serverd did not exit cleanly (status 0x%x)", status);
+        cr_expect(access(d->sock, F_OK) != 0, "mxop-serverd left its socket behind");
+    }
+    if (d->dir[0])
+        remove_tree(d->dir);
+    d->dir[0] = '\0';
+}
+
+void mxt_daemon_kill(mxt_daemon_t *d, int sig)
+{
+    if (d->pid > 0) {
+        kill(d->pid, sig);
+        waitpid(d->pid, NULL, 0);
+        d->pid = 0;
+    }
+}
+
+int mxt_daemon_alive(const mxt_daemon_t *d)
+{
+    return d->pid > 0 && kill(d->pid, 0) == 0 && waitpid(d->pid, NULL, WNOHANG) == 0;
+}
+
+mxop_client_t *mxt_connect(const mxt_daemon_t *d)
+{
+    mxop_client_t *c = NULL;
+    mxop_connect_opts_t opts = {.struct_size = sizeof(opts), .timeout_ms = 20000};
+    int rc = mxop_connect(d->sock, &opts, &c);
+    cr_assert_eq(rc, 0, "mxop_connect: %s: %s", mxop_err_name(rc), mxop_connect_error());
+    return c;
+}
+
+mxop_client_t *mxt_connect_with(const mxt_daemon_t *d, const char *const *libs)
+{
+    mxop_client_t *c = mxt_connect(d);
+    for (int i = 0; libs != NULL && libs[i] != NULL; i++) {
+        int rc = mxop_load_library(c, libs[i]);
+        cr_assert_eq(rc, 0, "load %s: %s: %s", libs[i], mxop_err_name(rc), mxop_last_error(c));
+    }
+    return c;
+}
+
+const mxop_op_t *mxt_op(mxop_client_t *c, const char *name)
+{
+    const mxop_op_t *op = NULL;
+    int rc = mxop_op_find(c, name, &op);
+    cr_assert_eq(rc, 0, "op %s: %s: %s", name, mxop_err_name(rc), mxop_last_error(c));
+    return op;
+}
+
+static int count_fds(pid_t pid, int memfd_only)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    if (dir == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        if (memfd_only) {
+            char link[128], target[256];
+            snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+            ssize_t len = readlink(link, target, sizeof(target) - 1);
+            if (len <= 0)
+                continue;
+            target[len] = '\0';
+            if (strncmp(target, "/memfd:", 7) != 0)
+                continue;
+        }
+        n++;
+    }
+    closedir(dir);
+    /* opendir's own descriptor is counted when we look at ourselves. */
+    return pid == getpid() ? n - (memfd_only ? 0 : 1) : n;
+}
+
+int mxt_fd_count(pid_t pid)
+{
+    return count_fds(pid, 0);
+}
+
+int mxt_memfd_count(pid_t pid)
+{
+    return count_fds(pid, 1);
+}
+
+int mxt_children(pid_t pid, pid_t *out, int max)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    int n = 0, child;
+    while (n < max && fscanf(f, "%d", &child) == 1)
+        out[n++] = child;
+    fclose(f);
+    return n;
+}
+
+int mxt_wait_until(int (*fn)(void *), void *arg, int timeout_ms)
+{
+    int v = 0;
+    for (int waited = 0; waited <= timeout_ms; waited += 10) {
+        if ((v = fn(arg)) != 0)
+            return v;
+        sleep_ms(10);
+    }
+    return v;
+}
+
+size_t mxt_elems(const mxop_array_t *a)
+{
+    size_t n = 1;
+    for (int i = 0; i < a->ndim; i++)
+        n *= (size_t)a->shape[i];
+    return n;
+}
+
+double mxt_get(const mxop_array_t *a, size_t i)
+{
+    if (a->dtype == MXOP_F64)
+        return ((const double *)a->data)[i];
+    return ((const float *)a->data)[i];
+}
+
+void mxt_set(mxop_array_t *a, size_t i, double v)
+{
+    if (a->dtype == MXOP_F64)
+        ((double *)a->data)[i] = v;
+    else
+        ((float *)a->data)[i] = (float)v;
+}
+
+void mxt_array(mxop_client_t *c, int32_t dtype, int ndim, const int64_t *shape, unsigned seed,
+               mxop_array_t *out)
+{
+    int rc = mxop_array_alloc(c, dtype, ndim, shape, out);
+    cr_assert_eq(rc, 0, "mxop_array_alloc: %s: %s", mxop_err_name(rc), mxop_last_error(c));
+    /* A fixed LCG: values in [-1, 1), different per seed, the same every run. */
+    uint32_t s = seed * 2654435761u + 12345u;
+    size_t n = mxt_elems(out);
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        mxt_set(out, i, ((double)(s >> 8) / (double)(1u << 24)) * 2.0 - 1.0);
+    }
+}
+
+void mxt_assert_close(const mxop_array_t *got, const double *want, size_t n, double rtol,
+                      double atol)
+{
+    cr_assert_eq(mxt_elems(got), n, "element count %zu, expected %zu", mxt_elems(got), n);
+    for (size_t i = 0; i < n; i++) {
+        double g = mxt_get(got, i);
+        double tol = atol + rtol * fabs(want[i]);
+        cr_assert(fabs(g - want[i]) <= tol, "element %zu: got %.17g, expected %.17g", i, g,
+                  want[i]);
+    }
+}

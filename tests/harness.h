@@ -1,0 +1,73 @@
+/*
+ * tests/harness.h - starting and stopping a real mxop-serverd for a test.
+ *
+ * Every integration test runs the real daemon and worker: the harness makes
+ * a private directory with a socket path and a plugin directory holding
+ * copies of the example and fixture plugins, starts build/bin/mxop-serverd
+ * there and waits for its socket.  The daemon is told to die with the test
+ * process (PR_SET_PDEATHSIG), so a test that times out leaves nothing
+ * running.
+ */
+#ifndef MXOP_TESTS_HARNESS_H
+#define MXOP_TESTS_HARNESS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "mxop/client.h"
+
+typedef struct mxt_daemon {
+    pid_t pid;
+    char dir[256];     /* private temporary directory */
+    char sock[320];    /* control socket path */
+    char plugins[320]; /* plugin directory */
+} mxt_daemon_t;
+
+/** The build directory (MXOP_BUILD_DIR or the one the tests were built in). */
+const char *mxt_build_dir(void);
+
+/** Starts a daemon; extra_args is NULL or a NULL-terminated list of further arguments. */
+void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args);
+
+/** SIGTERM, wait (asserting a clean exit 0 and that the socket is gone), remove the directory. */
+void mxt_daemon_stop(mxt_daemon_t *d);
+
+/** Kills the daemon with `sig` and reaps it (no cleanliness asserted). */
+void mxt_daemon_kill(mxt_daemon_t *d, int sig);
+
+/** 1 if the daemon process still runs. */
+int mxt_daemon_alive(const mxt_daemon_t *d);
+
+/** Connects a client to the daemon, asserting success. */
+mxop_client_t *mxt_connect(const mxt_daemon_t *d);
+
+/** Connects and loads each library of the NULL-terminated list, asserting success. */
+mxop_client_t *mxt_connect_with(const mxt_daemon_t *d, const char *const *libs);
+
+/** Finds an op, asserting success. */
+const mxop_op_t *mxt_op(mxop_client_t *c, const char *name);
+
+/** Number of open fds of a process, and how many of them are memfds. */
+int mxt_fd_count(pid_t pid);
+int mxt_memfd_count(pid_t pid);
+
+/** The pids of the daemon's live children (workers), up to max; returns the count. */
+int mxt_children(pid_t pid, pid_t *out, int max);
+
+/** Waits until fn(arg) is true or timeout_ms passes; returns the last value. */
+int mxt_wait_until(int (*fn)(void *), void *arg, int timeout_ms);
+
+/** Allocates an f64/f32 array and fills it with a deterministic pattern from `seed`. */
+void mxt_array(mxop_client_t *c, int32_t dtype, int ndim, const int64_t *shape, unsigned seed,
+               mxop_array_t *out);
+
+/** Element i of an f32 or f64 array, as double; and setter. */
+double mxt_get(const mxop_array_t *a, size_t i);
+void mxt_set(mxop_array_t *a, size_t i, double v);
+size_t mxt_elems(const mxop_array_t *a);
+
+/** Asserts two arrays match element-wise within rtol/atol. */
+void mxt_assert_close(const mxop_array_t *got, const double *want, size_t n, double rtol,
+                      double atol);
+
+#endif /* MXOP_TESTS_HARNESS_H */
