@@ -209,7 +209,7 @@ static int count_fds(pid_t pid, int memfd_only)
         if (e->d_name[0] == '.')
             continue;
         if (memfd_only) {
-            char link[128], target[256];
+            char link[400], target[256];
             snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
             ssize_t len = readlink(link, target, sizeof(target) - 1);
             if (len <= 0)

@@ -256,7 +256,8 @@ static int raw_connect(void)
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     cr_assert(s >= 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", daemon_.sock);
+    cr_assert(strlen(daemon_.sock) < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, daemon_.sock, strlen(daemon_.sock) + 1);
     cr_assert_eq(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s", strerror(errno));
     return s;
 }

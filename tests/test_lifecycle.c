@@ -4,6 +4,8 @@
  */
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

@@ -1,0 +1,376 @@
+/*
+ * server/worker/host.c - the context of plugin callbacks and the host table.
+ *
+ * One context serves the whole process (calls run one at a time): it is the
+ * registration context during mxop_plugin_init and the call context during
+ * an op's callbacks.  The tensor routines of the table live in host_math.c.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/util.h"
+#include "server/worker/host_math.h"
+#include "server/worker/worker.h"
+
+struct mxop_ctx mxop__ctx;
+
+/* The session's random sequence: each unseeded call draws its seed here. */
+static uint64_t session_seq;
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers: xoshiro256**, seeded through splitmix64. */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static void rng_seed(struct mxop_ctx *c, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++)
+        c->rng[i] = splitmix64(&x);
+    c->have_spare = 0;
+}
+
+void mxop__ctx_seed_session(uint64_t session, uint32_t generation)
+{
+    /*
+     * Unseeded calls need only differ from each other, not be reproducible;
+     * mixing in the clock keeps a restarted worker from replaying the
+     * numbers its predecessor drew.
+     */
+    session_seq = session ^ ((uint64_t)generation << 40) ^ (uint64_t)mxop__now_ns();
+    rng_seed(&mxop__ctx, splitmix64(&session_seq));
+}
+
+static uint64_t host_rng_u64(mxop_ctx_t *ctx)
+{
+    uint64_t *s = mxop__ctx.rng;
+    (void)ctx;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+static double host_rng_uniform(mxop_ctx_t *ctx)
+{
+    return (double)(host_rng_u64(ctx) >> 11) * 0x1.0p-53;
+}
+
+static double host_rng_normal(mxop_ctx_t *ctx)
+{
+    struct mxop_ctx *c = &mxop__ctx;
+    if (c->have_spare) {
+        c->have_spare = 0;
+        return c->spare;
+    }
+    /* Box-Muller; 1 - u keeps the logarithm's argument in (0, 1]. */
+    double u1 = 1.0 - host_rng_uniform(ctx);
+    double u2 = host_rng_uniform(ctx);
+    double r = sqrt(-2.0 * log(u1));
+    double theta = 6.283185307179586476925 * u2;
+    c->spare = r * sin(theta);
+    c->have_spare = 1;
+    return r * cos(theta);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Errors. */
+
+static int host_set_error_v(mxop_ctx_t *ctx, int code, const char *fmt, va_list ap)
+{
+    /* A library that passes something else than its ctx gets no write. */
+    if (ctx != &mxop__ctx)
+        return code;
+    if (ctx->err_code == 0)
+        ctx->err_code = code;
+    if (!ctx->has_msg && fmt != NULL) {
+        vsnprintf(ctx->msg, sizeof(ctx->msg), fmt, ap);
+        ctx->has_msg = 1;
+    }
+    return code;
+}
+
+static int host_set_error(mxop_ctx_t *ctx, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    host_set_error_v(ctx, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attributes. */
+
+static const char *host_attr_get(mxop_ctx_t *ctx, const char *key)
+{
+    if (ctx != &mxop__ctx || key == NULL)
+        return NULL;
+    for (int i = 0; i < ctx->n_attrs; i++)
+        if (strcmp(ctx->attr_keys[i], key) == 0)
+            return ctx->attr_vals[i];
+    return NULL;
+}
+
+static int host_attr_count(mxop_ctx_t *ctx)
+{
+    return ctx == &mxop__ctx ? ctx->n_attrs : 0;
+}
+
+static const char *host_attr_key(mxop_ctx_t *ctx, int i)
+{
+    if (ctx != &mxop__ctx || i < 0 || i >= ctx->n_attrs)
+        return NULL;
+    return ctx->attr_keys[i];
+}
+
+static const char *host_attr_value(mxop_ctx_t *ctx, int i)
+{
+    if (ctx != &mxop__ctx || i < 0 || i >= ctx->n_attrs)
+        return NULL;
+    return ctx->attr_vals[i];
+}
+
+/* strtoll and strtod skip leading blanks; a strict parse must not. */
+static int starts_badly(const char *v)
+{
+    return v[0] == '\0' || isspace((unsigned char)v[0]);
+}
+
+static int host_attr_int(mxop_ctx_t *ctx, const char *key, int64_t dflt, int64_t *out)
+{
+    if (out == NULL)
+        return host_set_error(ctx, MXOP_EINVAL, "attr_int: out is NULL");
+    const char *v = host_attr_get(ctx, key);
+    if (v == NULL) {
+        *out = dflt;
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long x = starts_badly(v) ? 0 : strtoll(v, &end, 10);
+    if (starts_badly(v) || *end != '\0')
+        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' is not an integer", key, v);
+    if (errno == ERANGE)
+        return host_set_error(ctx, MXOP_EATTR,
+                              "attribute '%s' = '%s' is out of range for a 64-bit integer", key, v);
+    *out = (int64_t)x;
+    return 0;
+}
+
+static int host_attr_float(mxop_ctx_t *ctx, const char *key, double dflt, double *out)
+{
+    if (out == NULL)
+        return host_set_error(ctx, MXOP_EINVAL, "attr_float: out is NULL");
+    const char *v = host_attr_get(ctx, key);
+    if (v == NULL) {
+        *out = dflt;
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    double x = starts_badly(v) ? 0 : strtod(v, &end);
+    if (starts_badly(v) || *end != '\0')
+        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' is not a number", key, v);
+    /* Underflow (a tiny value rounded) is fine; overflow is not a value. */
+    if (errno == ERANGE && isinf(x))
+        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' is out of range", key, v);
+    *out = x;
+    return 0;
+}
+
+static int host_attr_bool(mxop_ctx_t *ctx, const char *key, int dflt, int *out)
+{
+    if (out == NULL)
+        return host_set_error(ctx, MXOP_EINVAL, "attr_bool: out is NULL");
+    const char *v = host_attr_get(ctx, key);
+    if (v == NULL) {
+        *out = dflt;
+        return 0;
+    }
+    /* Case-insensitive, so that Python's str(True) passes too. */
+    if (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0) {
+        *out = 1;
+        return 0;
+    }
+    if (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0) {
+        *out = 0;
+        return 0;
+    }
+    return host_set_error(ctx, MXOP_EATTR,
+                          "attribute '%s' = '%s' is not a boolean (1, 0, true or false)", key, v);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Workspace. */
+
+#define WS_ALIGN 64
+
+static void ws_free_extra(struct mxop_ctx *c)
+{
+    while (c->ws_extra != NULL) {
+        struct mxop__ws_block *b = c->ws_extra;
+        c->ws_extra = b->next;
+        free(b);
+    }
+}
+
+/*
+ * Called between calls: forgets the extra blocks and grows the main buffer
+ * to what the last call wanted in all, so that a steady stream of the same
+ * calls allocates nothing.
+ */
+static void ws_reset(struct mxop_ctx *c)
+{
+    ws_free_extra(c);
+    if (c->ws_want > c->ws_cap) {
+        void *p = NULL;
+        free(c->ws);
+        c->ws = NULL;
+        c->ws_cap = 0;
+        if (posix_memalign(&p, WS_ALIGN, c->ws_want) == 0) {
+            c->ws = p;
+            c->ws_cap = c->ws_want;
+        }
+    }
+    c->ws_used = 0;
+    c->ws_want = 0;
+}
+
+static void *host_workspace(mxop_ctx_t *ctx, size_t bytes)
+{
+    if (ctx != &mxop__ctx)
+        return NULL;
+    if (bytes > SIZE_MAX - 2 * WS_ALIGN)
+        return NULL;
+    /* Every request gets its own 64-byte-aligned, non-empty piece. */
+    size_t r = bytes == 0 ? WS_ALIGN : (bytes + WS_ALIGN - 1) & ~(size_t)(WS_ALIGN - 1);
+    if (ctx->ws_want <= SIZE_MAX - r)
+        ctx->ws_want += r;
+    if (ctx->ws != NULL && r <= ctx->ws_cap - ctx->ws_used) {
+        void *p = ctx->ws + ctx->ws_used;
+        ctx->ws_used += r;
+        return p;
+    }
+    /* The block's header takes the first 64 bytes so the rest stays aligned. */
+    void *b = NULL;
+    if (posix_memalign(&b, WS_ALIGN, WS_ALIGN + r) != 0)
+        return NULL;
+    ((struct mxop__ws_block *)b)->next = ctx->ws_extra;
+    ctx->ws_extra = b;
+    return (uint8_t *)b + WS_ALIGN;
+}
+
+void mxop__ctx_free(void)
+{
+    ws_free_extra(&mxop__ctx);
+    free(mxop__ctx.ws);
+    mxop__ctx.ws = NULL;
+    mxop__ctx.ws_cap = 0;
+}
+
+static void *host_cuda_stream(mxop_ctx_t *ctx)
+{
+    (void)ctx;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Call set-up. */
+
+int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr **attrs,
+                         uint64_t seed, char *msg, size_t msglen)
+{
+    struct mxop_ctx *c = &mxop__ctx;
+    c->mode = MXOP__CTX_CALL;
+    c->err_code = 0;
+    c->has_msg = 0;
+    c->msg[0] = '\0';
+    c->op = op;
+    c->n_attrs = 0;
+    ws_reset(c);
+    rng_seed(c, seed != 0 ? seed : splitmix64(&session_seq));
+
+    if (n_attrs > MXOP__W_MAX_ATTRS) {
+        mxop__fmt(msg, msglen, "op '%s': %zu attributes, at most %d", op->name, n_attrs,
+                  MXOP__W_MAX_ATTRS);
+        return MXOP_EATTR;
+    }
+    for (size_t i = 0; i < n_attrs; i++) {
+        const char *k = attrs[i]->key != NULL ? attrs[i]->key : "";
+        const char *v = attrs[i]->value != NULL ? attrs[i]->value : "";
+        if (k[0] == '\0') {
+            mxop__fmt(msg, msglen, "op '%s': attribute %zu has an empty key", op->name, i);
+            return MXOP_EATTR;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(c->attr_keys[j], k) == 0) {
+                mxop__fmt(msg, msglen, "op '%s': attribute '%s' is given twice", op->name, k);
+                return MXOP_EATTR;
+            }
+        }
+        c->attr_keys[i] = k;
+        c->attr_vals[i] = v;
+        c->n_attrs = (int)i + 1;
+    }
+    return 0;
+}
+
+void mxop__ctx_end(void)
+{
+    struct mxop_ctx *c = &mxop__ctx;
+    c->mode = MXOP__CTX_IDLE;
+    c->n_attrs = 0;
+    c->op = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The table.  Members are only ever appended (see op.h). */
+
+const mxop_host_t mxop__host = {
+    .struct_size = sizeof(mxop_host_t),
+    .abi_version = MXOP_ABI_VERSION,
+    .register_op = mxop__register_op,
+    .set_error = host_set_error,
+    .attr_get = host_attr_get,
+    .attr_count = host_attr_count,
+    .attr_key = host_attr_key,
+    .attr_value = host_attr_value,
+    .attr_int = host_attr_int,
+    .attr_float = host_attr_float,
+    .attr_bool = host_attr_bool,
+    .workspace = host_workspace,
+    .rng_u64 = host_rng_u64,
+    .rng_uniform = host_rng_uniform,
+    .rng_normal = host_rng_normal,
+    .cuda_stream = host_cuda_stream,
+    .gemm = mxop__host_gemm,
+    .add = mxop__host_add,
+    .mul = mxop__host_mul,
+    .axpy = mxop__host_axpy,
+    .fill = mxop__host_fill,
+    .copy = mxop__host_copy,
+    .sum = mxop__host_sum,
+};

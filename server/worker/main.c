@@ -1,0 +1,328 @@
+/*
+ * server/worker/main.c - mxop-worker: start-up, sandbox basics, the serving loop.
+ *
+ *     mxop-worker --session N --generation G
+ *
+ * started by mxop-serverd with fd 3 = supervisor socket, fd 4 = the data
+ * channel to the client, fd 5 = the status page memfd.  The worker never
+ * logs: a start-up problem is one line on stderr and exit status 2; after
+ * that, every problem is an answer on the channel it came from.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/client.h"
+#include "proto/frame.h"
+#include "server/worker/worker.h"
+
+#define SUP_FD 3
+#define DATA_FD 4
+#define STATUS_FD 5
+
+/*
+ * Once poll says a call has begun to arrive, the rest must follow within
+ * this time; a client that stalls mid-frame would otherwise keep the
+ * supervisor waiting.
+ */
+#define DATA_FRAME_TIMEOUT_MS 10000
+
+/* Bytes of unpacked messages served without malloc. */
+#define ARENA_BYTES (256 * 1024)
+
+static mxop__framebuf_t rx;
+static mxop__framebuf_t tx;
+static mxop__pbarena_t arena;
+static int data_open = 1;
+
+_Noreturn __attribute__((format(printf, 1, 2))) static void die(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("mxop-worker: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(2);
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    if (s == NULL || s[0] < '0' || s[0] > '9')
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void parse_args(int argc, char **argv, uint64_t *session, uint32_t *generation)
+{
+    int have_s = 0, have_g = 0;
+    for (int i = 1; i < argc; i++) {
+        uint64_t v;
+        if (strcmp(argv[i], "--session") == 0 && i + 1 < argc) {
+            if (parse_u64(argv[++i], &v) != 0)
+                die("--session '%s' is not a number", argv[i]);
+            *session = v;
+            have_s = 1;
+        } else if (strcmp(argv[i], "--generation") == 0 && i + 1 < argc) {
+            if (parse_u64(argv[++i], &v) != 0 || v == 0 || v > UINT32_MAX)
+                die("--generation '%s' is not a number in [1, %u]", argv[i], UINT32_MAX);
+            *generation = (uint32_t)v;
+            have_g = 1;
+        } else {
+            die("unexpected argument '%s' (usage: mxop-worker --session N --generation G; "
+                "started by mxop-serverd)",
+                argv[i]);
+        }
+    }
+    if (!have_s || !have_g)
+        die("usage: mxop-worker --session N --generation G (started by mxop-serverd)");
+}
+
+/* Closes every descriptor above the three the worker was given. */
+static void close_other_fds(void)
+{
+    if (close_range(STATUS_FD + 1, ~0u, 0) == 0)
+        return;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        die("cannot close inherited descriptors: %s", strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end == '\0' && e->d_name[0] != '\0' && fd > STATUS_FD && fd != dirfd(d))
+            close((int)fd);
+    }
+    closedir(d);
+}
+
+static mxop__status_page_t *map_status_page(void)
+{
+    struct stat st;
+    if (fstat(STATUS_FD, &st) != 0)
+        die("fd %d (the status page): %s", STATUS_FD, strerror(errno));
+    if (st.st_size < (off_t)sizeof(mxop__status_page_t))
+        die("fd %d (the status page) has %lld bytes, needs %zu", STATUS_FD, (long long)st.st_size,
+            sizeof(mxop__status_page_t));
+    void *p =
+        mmap(NULL, sizeof(mxop__status_page_t), PROT_READ | PROT_WRITE, MAP_SHARED, STATUS_FD, 0);
+    if (p == MAP_FAILED)
+        die("cannot map the status page (fd %d): %s", STATUS_FD, strerror(errno));
+    mxop__status_page_t *page = p;
+    if (page->magic != MXOP__STATUS_MAGIC)
+        die("fd %d is not an initialised status page (magic 0x%08x)", STATUS_FD, page->magic);
+    return page;
+}
+
+static void start_up(int argc, char **argv)
+{
+    uint64_t session = 0;
+    uint32_t generation = 0;
+    parse_args(argc, argv, &session, &generation);
+
+    for (int fd = SUP_FD; fd <= STATUS_FD; fd++)
+        if (fcntl(fd, F_GETFD) == -1)
+            die("fd %d is not open: the worker is started by mxop-serverd with fds 3 "
+                "(supervisor), 4 (data channel) and 5 (status page)",
+                fd);
+
+    /* Die with the daemon; if it is already gone, there is no one to serve. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        die("prctl(PR_SET_PDEATHSIG): %s", strerror(errno));
+    if (getppid() == 1)
+        exit(0);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        die("prctl(PR_SET_NO_NEW_PRIVS): %s", strerror(errno));
+    close_other_fds();
+    signal(SIGPIPE, SIG_IGN);
+
+    /* Nothing an op runs (system(), exec) inherits the worker's channels. */
+    for (int fd = SUP_FD; fd <= STATUS_FD; fd++)
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+
+    mxop__status_page_t *page = map_status_page();
+    close(STATUS_FD);
+    mxop__status_set(page);
+    int rc = mxop__fault_install();
+    if (rc != 0)
+        die("cannot install the fault handler: %s", strerror(-rc));
+
+    mxop__states_init(generation);
+    mxop__ctx_seed_session(session, generation);
+    if (mxop__pbarena_init(&arena, ARENA_BYTES) != 0)
+        die("out of memory");
+}
+
+_Noreturn static void finish(void)
+{
+    /* The daemon is gone or ends the session: the states' owners get their destroy. */
+    mxop__states_destroy_all();
+    mxop__ctx_free();
+    mxop__pbarena_destroy(&arena);
+    mxop__framebuf_free(&rx);
+    mxop__framebuf_free(&tx);
+    exit(0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Supervisor channel */
+
+static void sup_send(Mxop__SupReply *reply)
+{
+    if (mxop__frame_send(SUP_FD, &tx, MXOP__KIND_SUP_REPLY, &reply->base, NULL, 0) != 0)
+        finish();
+}
+
+static void sup_fail(uint64_t id, int code, const char *message)
+{
+    Mxop__SupReply reply = MXOP__SUP_REPLY__INIT;
+    reply.id = id;
+    reply.status = code;
+    reply.message = (char *)message;
+    sup_send(&reply);
+}
+
+static void serve_sup(void)
+{
+    int fds[MXOP__FRAME_MAX_FDS];
+    int nfds = 0;
+    uint16_t kind;
+    uint32_t len;
+    char m[160];
+
+    /* The daemon is trusted to finish a frame it began; it kills us if it must. */
+    int rc = mxop__frame_recv(SUP_FD, &rx, &kind, &len, fds, MXOP__FRAME_MAX_FDS, &nfds, -1);
+    if (rc != 0)
+        finish();
+    if (kind != MXOP__KIND_SUP_REQUEST) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        mxop__fmt(m, sizeof(m), "the supervisor channel carries SUP_REQUEST frames, not kind %u",
+                  kind);
+        sup_fail(0, MXOP_EPROTOCOL, m);
+        return;
+    }
+    mxop__pbarena_reset(&arena);
+    Mxop__SupRequest *req = mxop__sup_request__unpack(&arena.allocator, len, rx.data);
+    if (req == NULL) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        mxop__fmt(m, sizeof(m), "a SUP_REQUEST frame of %u bytes does not decode", len);
+        sup_fail(0, MXOP_EPROTOCOL, m);
+        return;
+    }
+    Mxop__SupReply reply = MXOP__SUP_REPLY__INIT;
+    mxop__sup_handle(req, fds, nfds, &reply);
+    sup_send(&reply);
+    mxop__sup_reply_done(&reply);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Data channel */
+
+static void close_data(void)
+{
+    shutdown(DATA_FD, SHUT_RDWR);
+    data_open = 0;
+}
+
+static void data_send(Mxop__CallResult *res)
+{
+    /* The client is gone: the daemon will end this worker; until then serve it. */
+    if (mxop__frame_send(DATA_FD, &tx, MXOP__KIND_CALL_RESULT, &res->base, NULL, 0) != 0)
+        close_data();
+}
+
+static void data_fail(int code, const char *message)
+{
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    res.status = code;
+    res.message = (char *)message;
+    data_send(&res);
+}
+
+static void serve_data(void)
+{
+    int nfds = 0;
+    uint16_t kind;
+    uint32_t len;
+    char m[160];
+
+    int rc = mxop__frame_recv(DATA_FD, &rx, &kind, &len, NULL, 0, &nfds, DATA_FRAME_TIMEOUT_MS);
+    if (rc == MXOP_EDISCONNECTED) {
+        data_open = 0;
+        return;
+    }
+    if (rc != 0) {
+        /* The stream has lost its framing: say why, then close it. */
+        if (rc == MXOP_ETIMEOUT)
+            mxop__fmt(m, sizeof(m), "a call frame began but did not complete within %d ms",
+                      DATA_FRAME_TIMEOUT_MS);
+        else
+            mxop__fmt(m, sizeof(m), "bad frame on the data channel (%s)", mxop_err_name(rc));
+        data_fail(rc == MXOP_ETIMEOUT ? MXOP_EPROTOCOL : rc, m);
+        close_data();
+        return;
+    }
+    if (kind != MXOP__KIND_CALL) {
+        mxop__fmt(m, sizeof(m), "the data channel carries CALL frames, not kind %u", kind);
+        data_fail(MXOP_EPROTOCOL, m);
+        return;
+    }
+    mxop__pbarena_reset(&arena);
+    Mxop__Call *call = mxop__call__unpack(&arena.allocator, len, rx.data);
+    if (call == NULL) {
+        mxop__fmt(m, sizeof(m), "a CALL frame of %u bytes does not decode as mxop.Call", len);
+        data_fail(MXOP_EPROTOCOL, m);
+        return;
+    }
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    mxop__run_call(call, &res);
+    data_send(&res);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    start_up(argc, argv);
+
+    for (;;) {
+        struct pollfd pfd[2] = {{SUP_FD, POLLIN, 0}, {DATA_FD, POLLIN, 0}};
+        int n = poll(pfd, data_open ? 2 : 1, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            finish();
+        }
+        /* Supervisor first: after a restart, replayed loads and maps precede any call. */
+        if (pfd[0].revents != 0) {
+            serve_sup();
+            continue;
+        }
+        if (data_open && pfd[1].revents != 0) {
+            if (pfd[1].revents & POLLNVAL)
+                data_open = 0;
+            else
+                serve_data();
+        }
+    }
+}

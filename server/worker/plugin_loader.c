@@ -1,0 +1,310 @@
+/*
+ * server/worker/plugin_loader.c - dlopen an op library, check it, register its ops.
+ *
+ * This is the only code in mxop that loads a plugin.  The library's
+ * mxop_plugin_info is checked before any of its code other than its
+ * constructors runs; its init then registers ops through register_op,
+ * whose every definition is copied and validated here.  A library that
+ * fails anywhere is unloaded and leaves no op behind.
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "server/worker/worker.h"
+
+/* An op definition bigger than this is garbage, not a newer ABI. */
+#define DEF_SIZE_MAX 65536u
+
+static mxop__worker_lib_t *libs;
+static uint32_t n_libs;
+static uint32_t cap_libs;
+
+const mxop__worker_lib_t *mxop__lib_get(uint32_t i)
+{
+    return i < n_libs ? &libs[i] : NULL;
+}
+
+uint32_t mxop__lib_count(void)
+{
+    return n_libs;
+}
+
+/* ------------------------------------------------------------------------ */
+/* register_op */
+
+/* Records the first registration failure of the library and returns `code`. */
+__attribute__((format(printf, 3, 4))) static int reg_fail(struct mxop_ctx *c, int code,
+                                                          const char *fmt, ...)
+{
+    if (c->reg_code == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->reg_msg, sizeof(c->reg_msg), fmt, ap);
+        va_end(ap);
+        c->reg_code = code;
+    }
+    return code;
+}
+
+static int valid_name_char(char ch)
+{
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+           ch == '_' || ch == '.';
+}
+
+static int check_def(struct mxop_ctx *c, const mxop_op_def_t *d, const char *name)
+{
+    if (d->num_outputs < 0 || d->num_outputs > MXOP_MAX_TENSORS)
+        return reg_fail(c, MXOP_EINVAL, "op '%s': num_outputs %d is outside [0, %d]", name,
+                        d->num_outputs, MXOP_MAX_TENSORS);
+    if (d->num_inputs < -1 || d->num_inputs > MXOP_MAX_TENSORS)
+        return reg_fail(c, MXOP_EINVAL,
+                        "op '%s': num_inputs %d is outside [0, %d] (or -1 for variadic)", name,
+                        d->num_inputs, MXOP_MAX_TENSORS);
+    if (d->num_inputs == -1 && (d->min_inputs < 0 || d->min_inputs > MXOP_MAX_TENSORS))
+        return reg_fail(c, MXOP_EINVAL, "op '%s': min_inputs %d is outside [0, %d]", name,
+                        d->min_inputs, MXOP_MAX_TENSORS);
+    if (d->num_inputs >= 0 && d->num_inputs < 64 && (d->mutated_inputs >> d->num_inputs) != 0)
+        return reg_fail(c, MXOP_EINVAL,
+                        "op '%s': mutated_inputs 0x%llx names an input beyond its %d", name,
+                        (unsigned long long)d->mutated_inputs, d->num_inputs);
+    if (d->forward == NULL && d->state_create == NULL)
+        return reg_fail(c, MXOP_EINVAL, "op '%s' has neither forward nor state_create", name);
+    if (d->state_create != NULL && (d->state_forward == NULL || d->state_destroy == NULL))
+        return reg_fail(c, MXOP_EINVAL, "op '%s' is stateful (it has state_create) but lacks %s",
+                        name, d->state_forward == NULL ? "state_forward" : "state_destroy");
+    return 0;
+}
+
+int mxop__register_op(mxop_ctx_t *ctx, const mxop_op_def_t *def)
+{
+    struct mxop_ctx *c = &mxop__ctx;
+    if (ctx != c)
+        return MXOP_EINVAL;
+    if (c->mode != MXOP__CTX_INIT)
+        return mxop__host.set_error(ctx, MXOP_EINVAL,
+                                    "register_op may be called only during mxop_plugin_init");
+    if (def == NULL)
+        return reg_fail(c, MXOP_EINVAL, "register_op was given a NULL definition");
+    if (def->struct_size == 0 || def->struct_size > DEF_SIZE_MAX)
+        return reg_fail(c, MXOP_EABI,
+                        "op definition has struct_size %u (this worker's is %zu): not an "
+                        "mxop_op_def_t",
+                        def->struct_size, sizeof(mxop_op_def_t));
+
+    /* Read the plugin's struct by its own size; what it lacks stays zero. */
+    mxop__worker_op_t op;
+    memset(&op, 0, sizeof(op));
+    size_t n = def->struct_size < sizeof(op.def) ? def->struct_size : sizeof(op.def);
+    memcpy(&op.def, def, n);
+
+    const char *name = op.def.name;
+    if (name == NULL || name[0] == '\0')
+        return reg_fail(c, MXOP_EINVAL, "an op definition has no name");
+    size_t len = strnlen(name, MXOP__W_NAME_MAX + 1);
+    if (len > MXOP__W_NAME_MAX)
+        return reg_fail(c, MXOP_EINVAL, "op name '%.*s...' is longer than %d characters",
+                        MXOP__W_NAME_MAX, name, MXOP__W_NAME_MAX);
+    for (size_t i = 0; i < len; i++)
+        if (!valid_name_char(name[i]))
+            return reg_fail(c, MXOP_EINVAL,
+                            "op name '%s' has a character outside [A-Za-z0-9_.] at %zu", name, i);
+    memcpy(op.name, name, len + 1);
+
+    int rc = check_def(c, &op.def, op.name);
+    if (rc != 0)
+        return rc;
+
+    const mxop__worker_op_t *dup = mxop__op_find(op.name);
+    if (dup != NULL) {
+        if (dup->lib == c->reg_lib)
+            return reg_fail(c, MXOP_EDUPLICATE, "op '%s' is registered twice", op.name);
+        return reg_fail(c, MXOP_EDUPLICATE, "op '%s' is already registered by library '%s'",
+                        op.name, mxop__lib_get(dup->lib)->name);
+    }
+
+    const char *desc = op.def.description != NULL ? op.def.description : "";
+    op.description = strndup(desc, MXOP__W_DESC_MAX);
+    if (op.description == NULL)
+        return reg_fail(c, MXOP_ENOMEM, "out of memory registering op '%s'", op.name);
+    /* The copies outlive any trick the library plays with its own strings. */
+    op.def.name = op.name;
+    op.def.description = op.description;
+    op.lib = c->reg_lib;
+    rc = mxop__op_append(&op);
+    if (rc != 0) {
+        free(op.description);
+        if (rc == MXOP_ELIMIT)
+            return reg_fail(c, rc, "op '%s': this session already has %d ops, the most it may",
+                            op.name, MXOP__W_MAX_OPS);
+        return reg_fail(c, rc, "out of memory registering op '%s'", op.name);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loading */
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s != NULL ? s + 1 : path;
+}
+
+static int grow_libs(void)
+{
+    if (n_libs < cap_libs)
+        return 0;
+    uint32_t cap = cap_libs ? cap_libs * 2 : 8;
+    mxop__worker_lib_t *p = realloc(libs, (size_t)cap * sizeof(*p));
+    if (p == NULL)
+        return MXOP_ENOMEM;
+    libs = p;
+    cap_libs = cap;
+    return 0;
+}
+
+/* Runs the library's init with the registration context; see mxop__plugin_load. */
+static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size_t msglen)
+{
+    struct mxop_ctx *c = &mxop__ctx;
+    c->mode = MXOP__CTX_INIT;
+    c->err_code = 0;
+    c->has_msg = 0;
+    c->msg[0] = '\0';
+    c->n_attrs = 0;
+    c->op = NULL;
+    c->reg_lib = n_libs;
+    c->reg_code = 0;
+    c->reg_msg[0] = '\0';
+
+    int rc = init(c, &mxop__host);
+    mxop__ctx_end();
+
+    /*
+     * A definition that was refused fails the whole library even when init
+     * ignored register_op's answer: a library that loads with an op
+     * silently missing would only fail later, and less clearly.
+     */
+    if (c->reg_code != 0) {
+        mxop__fmt(msg, msglen, "library '%s': %s", lname, c->reg_msg);
+        return c->reg_code;
+    }
+    if (rc != 0) {
+        if (c->has_msg)
+            mxop__fmt(msg, msglen, "library '%s' failed to initialise: %s", lname, c->msg);
+        else
+            mxop__fmt(msg, msglen, "library '%s' failed to initialise: init returned %d", lname,
+                      rc);
+        return MXOP_ELIB_INIT;
+    }
+    return 0;
+}
+
+int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *msg, size_t msglen)
+{
+    if (path == NULL || path[0] == '\0') {
+        mxop__fmt(msg, msglen, "WorkerLoad has an empty path");
+        return MXOP_EINVAL;
+    }
+    const char *lname = name != NULL && name[0] != '\0' ? name : base_name(path);
+
+    /* Loading a library twice is a no-op that answers its ops. */
+    for (uint32_t i = 0; i < n_libs; i++) {
+        if (strcmp(libs[i].path, path) == 0) {
+            *lib = i;
+            return 0;
+        }
+    }
+
+    int rc;
+    dlerror();
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        mxop__fmt(msg, msglen, "library '%s' cannot be loaded: %s", lname,
+                  e != NULL ? e : "dlopen failed");
+        return MXOP_ELIB_INVALID;
+    }
+    /* The same file under another path: dlopen handed back the same handle. */
+    for (uint32_t i = 0; i < n_libs; i++) {
+        if (libs[i].handle == h) {
+            dlclose(h);
+            *lib = i;
+            return 0;
+        }
+    }
+
+    const mxop_plugin_info_t *info = dlsym(h, "mxop_plugin_info");
+    if (info == NULL) {
+        mxop__fmt(msg, msglen,
+                  "library '%s' exports no mxop_plugin_info: not an mxop op library (declare it "
+                  "with MXOP_PLUGIN)",
+                  lname);
+        rc = MXOP_ELIB_INVALID;
+        goto err_close;
+    }
+    size_t need = offsetof(mxop_plugin_info_t, abi_version) + sizeof(info->abi_version);
+    if (info->struct_size < need) {
+        mxop__fmt(msg, msglen,
+                  "library '%s': mxop_plugin_info has struct_size %u, too small to be one "
+                  "(declare it with MXOP_PLUGIN)",
+                  lname, info->struct_size);
+        rc = MXOP_ELIB_INVALID;
+        goto err_close;
+    }
+    if (info->abi_version < 1 || info->abi_version > MXOP_ABI_VERSION) {
+        mxop__fmt(msg, msglen, "library '%s' was built for plugin ABI %u; this worker speaks %d",
+                  lname, info->abi_version, MXOP_ABI_VERSION);
+        rc = MXOP_EABI;
+        goto err_close;
+    }
+    mxop_plugin_init_fn init;
+    void *sym = dlsym(h, "mxop_plugin_init");
+    if (sym == NULL) {
+        mxop__fmt(msg, msglen,
+                  "library '%s' exports no mxop_plugin_init (define it with MXOP_PLUGIN_INIT)",
+                  lname);
+        rc = MXOP_ELIB_INVALID;
+        goto err_close;
+    }
+    /* POSIX guarantees a data pointer from dlsym converts to a function pointer. */
+    memcpy(&init, &sym, sizeof(init));
+
+    if (grow_libs() != 0) {
+        mxop__fmt(msg, msglen, "out of memory loading library '%s'", lname);
+        rc = MXOP_ENOMEM;
+        goto err_close;
+    }
+    char *path_copy = strdup(path);
+    char *name_copy = strdup(lname);
+    if (path_copy == NULL || name_copy == NULL) {
+        mxop__fmt(msg, msglen, "out of memory loading library '%s'", lname);
+        rc = MXOP_ENOMEM;
+        goto err_free;
+    }
+
+    uint32_t first = mxop__op_count();
+    /* The op messages name the library being registered, so it is in place first. */
+    libs[n_libs] = (mxop__worker_lib_t){h, path_copy, name_copy, first, 0};
+    rc = run_init(init, lname, msg, msglen);
+    if (rc != 0)
+        goto err_ops;
+    libs[n_libs].n_ops = mxop__op_count() - first;
+    *lib = n_libs++;
+    return 0;
+
+err_ops:
+    mxop__op_truncate(first);
+err_free:
+    free(path_copy);
+    free(name_copy);
+err_close:
+    dlclose(h);
+    return rc;
+}

@@ -1,0 +1,140 @@
+/*
+ * server/worker/regions.c - the session's mapped regions, by id.
+ *
+ * Every descriptor of every call is looked up here, so lookup is a probe
+ * of an open-addressed table (linear probing, at most half full) with no
+ * syscall and no allocation.  Removal shifts the following entries back,
+ * so the table needs no tombstones.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "shm/region.h"
+#include "server/worker/worker.h"
+
+static mxop__region_t *slots;
+static uint32_t cap; /* a power of two, or 0 */
+static uint32_t count;
+
+static inline uint32_t hash(uint32_t id)
+{
+    /* Ids are small consecutive numbers; a multiplicative hash spreads them. */
+    return (id * 2654435761u) & (cap - 1);
+}
+
+const mxop__region_t *mxop__region_find(uint32_t id)
+{
+    if (cap == 0 || id == 0)
+        return NULL;
+    for (uint32_t i = hash(id);; i = (i + 1) & (cap - 1)) {
+        if (slots[i].id == id)
+            return &slots[i];
+        if (slots[i].id == 0)
+            return NULL;
+    }
+}
+
+static void insert(mxop__region_t *tab, uint32_t tcap, const mxop__region_t *r)
+{
+    uint32_t i = (r->id * 2654435761u) & (tcap - 1);
+    while (tab[i].id != 0)
+        i = (i + 1) & (tcap - 1);
+    tab[i] = *r;
+}
+
+static int grow(void)
+{
+    if (cap != 0 && (count + 1) * 2 <= cap)
+        return 0;
+    uint32_t ncap = cap ? cap * 2 : 16;
+    if (ncap == 0)
+        return MXOP_ENOMEM;
+    mxop__region_t *tab = calloc(ncap, sizeof(*tab));
+    if (tab == NULL)
+        return MXOP_ENOMEM;
+    for (uint32_t i = 0; i < cap; i++)
+        if (slots[i].id != 0)
+            insert(tab, ncap, &slots[i]);
+    free(slots);
+    slots = tab;
+    cap = ncap;
+    return 0;
+}
+
+int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msglen)
+{
+    if (id == 0) {
+        mxop__fmt(msg, msglen, "region id 0 is reserved (it never names a region)");
+        return MXOP_EINVAL;
+    }
+    if (size == 0 || size > SIZE_MAX / 2) {
+        mxop__fmt(msg, msglen, "region %u: size %llu is not a mappable size", id,
+                  (unsigned long long)size);
+        return MXOP_EINVAL;
+    }
+    if (mxop__region_find(id) != NULL) {
+        mxop__fmt(msg, msglen, "region %u is already mapped", id);
+        return MXOP_EINVAL;
+    }
+    /* A file shorter than the region would SIGBUS on the first touch: refuse it now. */
+    char why[256];
+    if (mxop__region_check_fd(fd, size, why, sizeof(why)) != 0) {
+        mxop__fmt(msg, msglen, "region %u: %s", id, why);
+        return MXOP_ESHM;
+    }
+    if (grow() != 0) {
+        mxop__fmt(msg, msglen, "region %u: out of memory for the region table", id);
+        return MXOP_ENOMEM;
+    }
+
+    void *ro = NULL, *rw = NULL;
+    if (mxop__region_map(fd, (size_t)size, 0, &ro) != 0) {
+        mxop__fmt(msg, msglen, "region %u: cannot map %llu bytes read-only", id,
+                  (unsigned long long)size);
+        return MXOP_ESHM;
+    }
+    if (mxop__region_map(fd, (size_t)size, 1, &rw) != 0) {
+        mxop__fmt(msg, msglen, "region %u: cannot map %llu bytes read-write", id,
+                  (unsigned long long)size);
+        goto err_ro;
+    }
+    mxop__region_prefault(ro, (size_t)size, 0);
+    mxop__region_prefault(rw, (size_t)size, 1);
+
+    mxop__region_t r = {id, ro, rw, (size_t)size};
+    insert(slots, cap, &r);
+    count++;
+    return 0;
+
+err_ro:
+    mxop__region_unmap(ro, (size_t)size);
+    return MXOP_ESHM;
+}
+
+int mxop__region_remove(uint32_t id, char *msg, size_t msglen)
+{
+    mxop__region_t *r = (mxop__region_t *)mxop__region_find(id);
+    if (r == NULL) {
+        mxop__fmt(msg, msglen, "region %u is not registered", id);
+        return MXOP_EUNKNOWN_REGION;
+    }
+    mxop__region_unmap(r->ro, r->size);
+    mxop__region_unmap(r->rw, r->size);
+
+    /* Backward-shift deletion: pull later members of the probe run into the hole. */
+    uint32_t hole = (uint32_t)(r - slots);
+    slots[hole].id = 0;
+    for (uint32_t j = (hole + 1) & (cap - 1); slots[j].id != 0; j = (j + 1) & (cap - 1)) {
+        uint32_t home = hash(slots[j].id);
+        /* Does home lie cyclically in (hole, j]?  Then the entry stays. */
+        int stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!stays) {
+            slots[hole] = slots[j];
+            slots[j].id = 0;
+            hole = j;
+        }
+    }
+    count--;
+    return 0;
+}

@@ -1,0 +1,113 @@
+/*
+ * server/worker/sup.c - the supervisor channel's requests: load, map, unmap.
+ *
+ * The daemon has already checked what it forwards (library paths inside
+ * the plugin directory, region fds that can back their size); the worker
+ * checks again what would crash it if wrong, and answers every request
+ * with a status and, on failure, a sentence.
+ */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "server/worker/worker.h"
+
+static char msg[MXOP__W_MSG_MAX];
+
+static void close_fds(int *fds, int nfds)
+{
+    for (int i = 0; i < nfds; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+static void fill_info(Mxop__OpInfo *info, const mxop__worker_op_t *op)
+{
+    mxop__op_info__init(info);
+    info->index = op->index;
+    info->name = (char *)op->name;
+    info->description = op->description != NULL ? op->description : "";
+    info->library = mxop__lib_get(op->lib)->name;
+    info->num_inputs = op->def.num_inputs;
+    info->min_inputs = op->def.min_inputs;
+    info->num_outputs = op->def.num_outputs;
+    info->mutated_inputs = op->def.mutated_inputs;
+    info->has_backward = mxop__op_has_backward(op);
+    info->stateful = mxop__op_stateful(op);
+}
+
+static int load(const Mxop__WorkerLoad *wl, Mxop__SupReply *reply)
+{
+    uint32_t li;
+    int rc = mxop__plugin_load(wl->path, wl->name, &li, msg, sizeof(msg));
+    if (rc != 0)
+        return rc;
+    const mxop__worker_lib_t *lib = mxop__lib_get(li);
+    if (lib->n_ops == 0)
+        return 0;
+    /* Loads are rare and off the hot path: the list may be allocated. */
+    Mxop__OpInfo **ptrs = calloc(lib->n_ops, sizeof(*ptrs));
+    Mxop__OpInfo *infos = calloc(lib->n_ops, sizeof(*infos));
+    if (ptrs == NULL || infos == NULL) {
+        free(ptrs);
+        free(infos);
+        mxop__fmt(msg, sizeof(msg), "library '%s' loaded, but its op list is out of memory",
+                  lib->name);
+        return MXOP_ENOMEM;
+    }
+    for (uint32_t i = 0; i < lib->n_ops; i++) {
+        fill_info(&infos[i], mxop__op_get(lib->first_op + i));
+        ptrs[i] = &infos[i];
+    }
+    reply->n_ops = lib->n_ops;
+    reply->ops = ptrs;
+    return 0;
+}
+
+static int map(const Mxop__WorkerMap *wm, int *fds, int nfds)
+{
+    if (nfds != 1) {
+        mxop__fmt(msg, sizeof(msg), "WorkerMap of region %u came with %d descriptors, not 1",
+                  wm->region, nfds);
+        return MXOP_EINVAL;
+    }
+    int rc = mxop__region_add(wm->region, wm->size, fds[0], msg, sizeof(msg));
+    /* The mappings keep the memory; the descriptor is no longer needed. */
+    close(fds[0]);
+    fds[0] = -1;
+    return rc;
+}
+
+void mxop__sup_handle(const Mxop__SupRequest *req, int *fds, int nfds, Mxop__SupReply *reply)
+{
+    int rc;
+    msg[0] = '\0';
+    reply->id = req->id;
+    switch (req->body_case) {
+    case MXOP__SUP_REQUEST__BODY_LOAD: rc = load(req->load, reply); break;
+    case MXOP__SUP_REQUEST__BODY_MAP: rc = map(req->map, fds, nfds); break;
+    case MXOP__SUP_REQUEST__BODY_UNMAP:
+        rc = mxop__region_remove(req->unmap->region, msg, sizeof(msg));
+        break;
+    default:
+        mxop__fmt(msg, sizeof(msg), "supervisor request %llu carries no load, map or unmap",
+                  (unsigned long long)req->id);
+        rc = MXOP_EPROTOCOL;
+        break;
+    }
+    close_fds(fds, nfds);
+    reply->status = rc;
+    if (rc != 0 && msg[0] == '\0')
+        mxop__fmt(msg, sizeof(msg), "supervisor request %llu failed", (unsigned long long)req->id);
+    reply->message = rc != 0 ? msg : "";
+}
+
+void mxop__sup_reply_done(Mxop__SupReply *reply)
+{
+    if (reply->n_ops > 0) {
+        free(reply->ops[0]);
+        free(reply->ops);
+    }
+    reply->n_ops = 0;
+    reply->ops = NULL;
+}

@@ -1,0 +1,338 @@
+/*
+ * server/worker/worker.h - the private header of mxop-worker.
+ *
+ * The worker is one process per client session.  It serves two channels
+ * (fd 3: the daemon's supervisor requests, fd 4: the client's calls), loads
+ * op libraries, maps the session's regions and runs ops on them.  Everything
+ * here is single-threaded: one request is handled at a time, so the tables
+ * below are plain globals owned by their files, reached through the
+ * functions declared here.
+ */
+#ifndef MXOP_SERVER_WORKER_WORKER_H
+#define MXOP_SERVER_WORKER_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mxop/op.h"
+#include "server/status_page.h"
+
+#include "common.pb-c.h"
+#include "data.pb-c.h"
+#include "supervisor.pb-c.h"
+
+/* The longest detail message a reply carries (set_error truncates to it). */
+#define MXOP__W_MSG_MAX 1024
+
+/* The most attributes one call may carry. */
+#define MXOP__W_MAX_ATTRS 64
+
+/* The longest op name (without the NUL); fits the status page's op field. */
+#define MXOP__W_NAME_MAX 63
+
+/* Descriptions longer than this are cut, so that op lists stay small. */
+#define MXOP__W_DESC_MAX 1024
+
+/* A call's input count bound: backward takes ograds, inputs and outputs. */
+#define MXOP__W_MAX_IN (3 * MXOP_MAX_TENSORS)
+#define MXOP__W_MAX_OUT MXOP_MAX_TENSORS
+
+/* The most ops one session may hold, across all its libraries. */
+#define MXOP__W_MAX_OPS 4096
+
+/* ------------------------------------------------------------------------ */
+/* The context handed to every plugin callback (host.c). */
+
+enum mxop__ctx_mode {
+    MXOP__CTX_IDLE = 0, /* between calls: nothing may be registered */
+    MXOP__CTX_INIT = 1, /* inside mxop_plugin_init */
+    MXOP__CTX_CALL = 2, /* inside an op callback */
+};
+
+struct mxop__worker_op;
+
+/* An extra workspace block handed out when the main buffer was too small. */
+struct mxop__ws_block {
+    struct mxop__ws_block *next;
+};
+
+struct mxop_ctx {
+    int mode; /* enum mxop__ctx_mode */
+
+    /* The first error recorded with set_error (0: none) and its message. */
+    int err_code;
+    int has_msg;
+    char msg[MXOP__W_MSG_MAX];
+
+    /* The call's attributes, borrowed from the unpacked Call message. */
+    int n_attrs;
+    const char *attr_keys[MXOP__W_MAX_ATTRS];
+    const char *attr_vals[MXOP__W_MAX_ATTRS];
+
+    /*
+     * Workspace: a grow-only 64-byte-aligned buffer, handed out bump-style
+     * within a call.  What does not fit goes into extra blocks, freed at
+     * the next call, when the main buffer grows to the high-water mark.
+     */
+    uint8_t *ws;
+    size_t ws_cap;
+    size_t ws_used;
+    size_t ws_want; /* total asked for during the current call */
+    struct mxop__ws_block *ws_extra;
+
+    /* xoshiro256** state, and the second Box-Muller deviate if any. */
+    uint64_t rng[4];
+    int have_spare;
+    double spare;
+
+    /* The op of the current call (NULL during init). */
+    const struct mxop__worker_op *op;
+
+    /* During init: the library being registered, and its first failure. */
+    uint32_t reg_lib;
+    int reg_code;
+    char reg_msg[MXOP__W_MSG_MAX];
+};
+
+/* The one context of this process. */
+extern struct mxop_ctx mxop__ctx;
+
+/* The host table given to every library. */
+extern const mxop_host_t mxop__host;
+
+/** Seeds the session's random sequence (main.c, once). */
+void mxop__ctx_seed_session(uint64_t session, uint32_t generation);
+
+/**
+ * Prepares the context for a call of `op` with the given attributes
+ * (borrowed until mxop__ctx_end) and seed (0: the session's sequence).
+ * Returns 0, or MXOP_EATTR (too many or repeated attributes) with the
+ * reason in msg[msglen].
+ */
+int mxop__ctx_begin_call(const struct mxop__worker_op *op, size_t n_attrs, Mxop__Attr **attrs,
+                         uint64_t seed, char *msg, size_t msglen);
+
+/**
+ * Forgets an error a callback recorded but did not return, so that it is
+ * not reported as the reason for a later callback's failure.
+ */
+static inline void mxop__ctx_clear_error(void)
+{
+    mxop__ctx.err_code = 0;
+    mxop__ctx.has_msg = 0;
+    mxop__ctx.msg[0] = '\0';
+}
+
+/** Back to idle after a call or an init; forgets attributes and errors. */
+void mxop__ctx_end(void);
+
+/** Frees the workspace (at exit). */
+void mxop__ctx_free(void);
+
+/* ------------------------------------------------------------------------ */
+/* Ops and libraries (ops.c, plugin_loader.c). */
+
+typedef struct mxop__worker_op {
+    mxop_op_def_t def; /* the plugin's def, zero beyond its struct_size */
+    char name[MXOP__W_NAME_MAX + 1];
+    char *description; /* owned; "" when the op gave none */
+    uint32_t lib;      /* index into the library table */
+    uint32_t index;    /* OpInfo.index */
+} mxop__worker_op_t;
+
+typedef struct mxop__worker_lib {
+    void *handle; /* dlopen handle */
+    char *path;   /* owned */
+    char *name;   /* owned; as the client named it */
+    uint32_t first_op;
+    uint32_t n_ops;
+} mxop__worker_lib_t;
+
+/** The op with index `i`, or NULL. */
+const mxop__worker_op_t *mxop__op_get(uint32_t i);
+uint32_t mxop__op_count(void);
+
+/** The op named `name`, or NULL. */
+const mxop__worker_op_t *mxop__op_find(const char *name);
+
+/** Appends a copy of `op` (description taken).  Returns 0 or MXOP_ENOMEM/ELIMIT. */
+int mxop__op_append(mxop__worker_op_t *op);
+
+/** Drops every op from index `n` on (a failed load's ops). */
+void mxop__op_truncate(uint32_t n);
+
+const mxop__worker_lib_t *mxop__lib_get(uint32_t i);
+uint32_t mxop__lib_count(void);
+
+/** Whether the op is stateful (state_create set). */
+static inline int mxop__op_stateful(const mxop__worker_op_t *op)
+{
+    return op->def.state_create != NULL;
+}
+
+/** Whether the op has a backward for its kind (stateless or stateful). */
+static inline int mxop__op_has_backward(const mxop__worker_op_t *op)
+{
+    return mxop__op_stateful(op) ? op->def.state_backward != NULL : op->def.backward != NULL;
+}
+
+/**
+ * Loads the library at `path` (named `name` in messages), runs its init
+ * and registers its ops.  On success *lib is its index (an already loaded
+ * library answers its existing index).  Returns 0 or MXOP_ELIB_INVALID,
+ * MXOP_EABI, MXOP_ELIB_INIT, MXOP_EDUPLICATE, MXOP_EINVAL, MXOP_ENOMEM, with
+ * the reason in msg[msglen]; a failed library leaves nothing behind.
+ */
+int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *msg, size_t msglen);
+
+/** The host's register_op (plugin_loader.c). */
+int mxop__register_op(mxop_ctx_t *ctx, const mxop_op_def_t *def);
+
+/* ------------------------------------------------------------------------ */
+/* Regions (regions.c). */
+
+typedef struct mxop__region {
+    uint32_t id; /* 0: free slot */
+    uint8_t *ro; /* read-only mapping */
+    uint8_t *rw; /* read-write mapping */
+    size_t size;
+} mxop__region_t;
+
+/** The region with id `id`, or NULL.  No syscalls. */
+const mxop__region_t *mxop__region_find(uint32_t id);
+
+/**
+ * Maps `fd` (borrowed; the caller closes it) as region `id` of `size`
+ * bytes.  Returns 0, MXOP_EINVAL (id 0, size 0, duplicate id), MXOP_ESHM,
+ * MXOP_ENOMEM, with the reason in msg.
+ */
+int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msglen);
+
+/** Unmaps region `id`.  Returns 0 or MXOP_EUNKNOWN_REGION. */
+int mxop__region_remove(uint32_t id, char *msg, size_t msglen);
+
+/* ------------------------------------------------------------------------ */
+/* Op states (states.c). */
+
+/** Sets the generation whose ids this worker hands out. */
+void mxop__states_init(uint32_t generation);
+
+/**
+ * Keeps `state` of op `op` under a fresh id.  Returns 0 or MXOP_ELIMIT /
+ * MXOP_ENOMEM (the caller then destroys the state).
+ */
+int mxop__state_add(uint32_t op, void *state, uint64_t *id);
+
+/**
+ * Finds state `id`: 0 with *op and *state set, MXOP_ESTATE_LOST (an id of
+ * an earlier generation) or MXOP_EUNKNOWN_STATE, with the reason in msg.
+ */
+int mxop__state_find(uint64_t id, uint32_t *op, void **state, char *msg, size_t msglen);
+
+/** Forgets state `id` (which must exist). */
+void mxop__state_remove(uint64_t id);
+
+/** Calls state_destroy for every live state (at exit). */
+void mxop__states_destroy_all(void);
+
+/* ------------------------------------------------------------------------ */
+/* The status page (status.c) and the fault handler (fault.c). */
+
+/** Remembers the mapped status page. */
+void mxop__status_set(mxop__status_page_t *page);
+
+/** Publishes a call in flight (seqlock); deadline_ms 0: none. */
+void mxop__status_begin(uint64_t call_id, const char *op, uint32_t deadline_ms);
+
+/** Marks the worker idle. */
+void mxop__status_end(void);
+
+/** The status page, for the fault handler (NULL before start-up). */
+mxop__status_page_t *mxop__status_page(void);
+
+/** Installs the SIGSEGV/SIGBUS handler on an alternate stack.  Returns 0 or -errno. */
+int mxop__fault_install(void);
+
+/* One read-only input of the call in flight, for the fault handler. */
+typedef struct mxop__fault_range {
+    uintptr_t tensor; /* the tensor's bytes in the read-only mapping */
+    size_t tensor_len;
+    uintptr_t region; /* the whole read-only mapping of its region */
+    size_t region_len;
+    int input; /* the input's index in the call */
+} mxop__fault_range_t;
+
+/**
+ * Arms the handler for a call of `op` (name borrowed) with `n` read-only
+ * inputs (borrowed; the array must stay until mxop__fault_disarm).
+ */
+void mxop__fault_arm(const char *op, int n, const mxop__fault_range_t *ranges);
+void mxop__fault_disarm(void);
+
+/* ------------------------------------------------------------------------ */
+/* Request handlers. */
+
+/**
+ * Serves one supervisor request, filling `reply` (whose strings and ops
+ * point into worker storage valid until the next request).  `fds` are the
+ * descriptors that came with the frame (taken: closed here).
+ */
+void mxop__sup_handle(const Mxop__SupRequest *req, int *fds, int nfds, Mxop__SupReply *reply);
+
+/** Frees what the last mxop__sup_handle reply pointed to. */
+void mxop__sup_reply_done(Mxop__SupReply *reply);
+
+/** Serves one call, filling `res` (storage valid until the next call). */
+void mxop__run_call(const Mxop__Call *call, Mxop__CallResult *res);
+
+/* ------------------------------------------------------------------------ */
+/* Call checks (checks.c).  Each returns 0 or a code with the reason in msg. */
+
+/**
+ * Checks the tensor counts of a call of `op`: forward (backward 0) or
+ * backward.  check_out 0 skips the outputs (StateCreate has none).  For
+ * backward, *k gets the number of forward inputs.  MXOP_EARITY.
+ */
+int mxop__check_arity(const mxop__worker_op_t *op, int backward, size_t n_in, size_t n_out,
+                      int check_out, int *k, char *msg, size_t msglen);
+
+/**
+ * Checks descriptor `d` (`role` "input"/"output" number `index`) of a call
+ * of `op` and fills `t` with its pointer into the read-only or (writable)
+ * read-write mapping of its region, *reg with the region.
+ * MXOP_EUNKNOWN_REGION, MXOP_EDTYPE, MXOP_EINVAL, MXOP_EBOUNDS.
+ */
+int mxop__check_desc(const Mxop__TensorDesc *d, const char *role, int index,
+                     const mxop__worker_op_t *op, int writable, mxop_tensor_t *t,
+                     const mxop__region_t **reg, char *msg, size_t msglen);
+
+/** Checks a (dtype, shape) pair of Infer / StateCreate input `index`. */
+int mxop__check_shape(int32_t dtype, const Mxop__Shape *s, int index, mxop_shape_t *out, char *msg,
+                      size_t msglen);
+
+/**
+ * Runs the op's type and shape inference (or the defaults) on n_in inputs.
+ * Outputs the op leaves open (the defaults with no input) come back as
+ * dtype -1 and ndim -1: anything goes.
+ */
+int mxop__infer(const mxop__worker_op_t *op, int n_in, const int32_t *dt, const mxop_shape_t *sh,
+                int n_out, int32_t *odt, mxop_shape_t *osh, char *msg, size_t msglen);
+
+/**
+ * Turns a callback's non-zero return into the reply: the code if it is a
+ * known MXOP_E* code, else MXOP_EOP_FAILED; the op's message, else one
+ * naming the op and the callback.
+ */
+int mxop__op_error(const mxop__worker_op_t *op, int rc, const char *callback, char *msg,
+                   size_t msglen);
+
+/** "[2,3]" into buf. */
+void mxop__fmt_shape(char *buf, size_t len, const mxop_shape_t *s);
+
+/** "f32", "f64", ...; "dtype N" for others (into buf). */
+const char *mxop__dtype_name(int32_t dtype, char *buf, size_t len);
+
+/** Whether `code` is one of the negative MXOP_E* codes. */
+int mxop__is_known_error(int code);
+
+#endif /* MXOP_SERVER_WORKER_WORKER_H */
