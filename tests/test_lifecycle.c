@@ -100,11 +100,11 @@ Test(lifecycle, daemon_killed_mid_session_is_reported)
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     mxop_stats_t st;
     cr_assert_eq(mxop_stats(c, &st), 0);
-    mxt_daemon_kill(&daemon_, SIGKILL);
     int64_t s[] = {4};
     mxop_array_t x, y;
     mxt_array(c, MXOP_F32, 1, s, 1, &x);
     mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    mxt_daemon_kill(&daemon_, SIGKILL);
     const char *attrs[] = {"ms", "200", NULL};
     mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs, .timeout_ms = 5000};
     /* The worker dies with its daemon; the call fails promptly, it does not hang. */

@@ -1,0 +1,259 @@
+/*
+ * client/client_internal.h - the state of one libmxop client, shared by the
+ * files of client/.  Not installed.
+ *
+ * Locking: every public function takes c->lock on entry and releases it on
+ * return; the mxop__ functions declared here expect the caller to hold it
+ * and never take it themselves, so they may call each other freely.
+ */
+#ifndef MXOP_CLIENT_INTERNAL_H
+#define MXOP_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mxop/client.h"
+#include "proto/frame.h"
+
+#include "common.pb-c.h"
+#include "control.pb-c.h"
+#include "data.pb-c.h"
+
+#define MXOP__ERR_MAX 512
+
+/* The most attributes one call may carry (key/value pairs). */
+#define MXOP__MAX_ATTRS 64
+
+/* How long the client waits, beyond a call's deadline, for its result. */
+#define MXOP__CALL_GRACE_MS 5000
+
+/* How long the client waits for the daemon's WorkerEvent after the data
+ * channel closed under a call. */
+#define MXOP__EVENT_WAIT_MS 10000
+
+/* Defaults of mxop_connect_opts_t. */
+#define MXOP__DEFAULT_TIMEOUT_MS 30000
+#define MXOP__DEFAULT_CONNECT_TIMEOUT_MS 10000
+
+/* Arena chunks: at least 16 MiB, else the request rounded up to 2 MiB. */
+#define MXOP__ARENA_CHUNK_MIN ((size_t)16 << 20)
+#define MXOP__ARENA_CHUNK_ROUND ((size_t)2 << 20)
+#define MXOP__ARENA_ALIGN 64
+
+/* What a region of the table is for; only user regions may be released. */
+enum mxop__region_kind {
+    MXOP__REGION_USER = 0,  /* mxop_region_create / mxop_region_register_fd */
+    MXOP__REGION_ARENA = 1, /* a chunk of the array arena */
+    MXOP__REGION_STAGE = 2, /* the staging area of heap arrays */
+};
+
+typedef struct mxop__region {
+    uint32_t id;
+    int fd;     /* ours to close, or -1 (register_fd borrows the caller's) */
+    void *base; /* our read-write mapping, or NULL */
+    size_t size;
+    int owned; /* 1: base was mapped here and is unmapped at release */
+    int kind;  /* enum mxop__region_kind */
+} mxop__region_t;
+
+/* One piece of an arena chunk: the pieces tile the chunk in offset order. */
+typedef struct mxop__seg {
+    uint64_t off;
+    uint64_t size;
+    int used;
+} mxop__seg_t;
+
+typedef struct mxop__chunk {
+    uint32_t region;
+    uint8_t *base;
+    uint64_t size;
+    mxop__seg_t *segs;
+    size_t nsegs, capsegs;
+} mxop__chunk_t;
+
+struct mxop_op {
+    mxop_client_t *client; /* the client that handed this op out */
+    uint32_t index;        /* OpInfo.index: Invoke.op */
+    int present;           /* listed in the session's latest OpList */
+    char *name;
+    char *description;
+    char *library;
+    int32_t num_inputs;
+    int32_t min_inputs;
+    int32_t num_outputs;
+    uint64_t mutated_inputs;
+    int has_backward;
+    int stateful;
+};
+
+/* Preallocated protobuf-c structures of the data plane: a call of up to
+ * MXOP_MAX_TENSORS inputs and outputs and MXOP__MAX_ATTRS attributes is
+ * built in these without touching malloc. */
+typedef struct mxop__callbufs {
+    Mxop__Call call;
+    Mxop__Invoke invoke;
+    Mxop__Infer infer;
+    Mxop__StateCreate state_create;
+    Mxop__StateDestroy state_destroy;
+    Mxop__TensorDesc in_desc[MXOP_MAX_TENSORS];
+    Mxop__TensorDesc out_desc[MXOP_MAX_TENSORS];
+    Mxop__TensorDesc *in_ptr[MXOP_MAX_TENSORS];
+    Mxop__TensorDesc *out_ptr[MXOP_MAX_TENSORS];
+    Mxop__Attr attrs[MXOP__MAX_ATTRS];
+    Mxop__Attr *attr_ptr[MXOP__MAX_ATTRS];
+    Mxop__Shape shapes[MXOP_MAX_TENSORS];
+    Mxop__Shape *shape_ptr[MXOP_MAX_TENSORS];
+    int32_t dtypes[MXOP_MAX_TENSORS];
+    /* Where each heap array of the call sits in the staging region. */
+    uint64_t in_stage[MXOP_MAX_TENSORS];
+    uint64_t out_stage[MXOP_MAX_TENSORS];
+    uint64_t in_span[MXOP_MAX_TENSORS];
+    uint64_t out_span[MXOP_MAX_TENSORS];
+} mxop__callbufs_t;
+
+struct mxop_client {
+    pthread_mutex_t lock;
+
+    int ctl_fd;  /* the control socket to mxop-serverd */
+    int data_fd; /* the data channel to the current worker, or -1 */
+    mxop__framebuf_t ctl_fb;
+    mxop__framebuf_t data_fb;
+    mxop__pbarena_t pba;
+
+    uint64_t next_req_id;
+    uint64_t next_call_id;
+    int32_t timeout_ms;         /* default call deadline */
+    int32_t connect_timeout_ms; /* hello and session set-up */
+
+    /* Set once the control connection is unusable (closed, fatal error
+     * from the daemon, shut down): every later request fails with it. */
+    int ctl_dead;
+    char ctl_dead_msg[MXOP__ERR_MAX];
+
+    /* Set when the worker died and the daemon did not replace it. */
+    int worker_gone;
+    char worker_gone_msg[MXOP__ERR_MAX];
+
+    /* The last WorkerEvent handled, for the call it ended. */
+    int ev_code;
+    uint64_t ev_call_id;
+    int ev_has_op;
+    char ev_msg[MXOP__ERR_MAX];
+
+    char err[MXOP__ERR_MAX];
+
+    /* Ops: an array that only grows, so handles stay valid until close. */
+    mxop_op_t **ops;
+    size_t nops, capops;
+
+    mxop__region_t *regions;
+    size_t nregions, capregions;
+
+    mxop__chunk_t *chunks;
+    size_t nchunks, capchunks;
+
+    /* The staging region of heap arrays (0: none yet). */
+    uint32_t stage_region;
+    uint8_t *stage_base;
+    size_t stage_size;
+
+    mxop_stats_t stats;
+    uint64_t session;
+    uint32_t generation;
+    uint32_t worker_pid;
+
+    mxop__callbufs_t cb;
+};
+
+/* ---- errors (stats.c) ---- */
+
+/** Writes the detail of a failure into c->err and returns `code`. */
+int mxop__fail(mxop_client_t *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- control plane (control.c) ---- */
+
+/* mxop__ctl_next's result when the frame was a WorkerEvent it handled. */
+#define MXOP__CTL_EVENT 1
+
+/**
+ * Sends `req` (its id is set here) with `nfds` descriptors (borrowed) and
+ * waits at most timeout_ms for its Reply, handling WorkerEvents that come
+ * first.  On 0 *reply points into c->pba (valid until the next unpack);
+ * `fd_out`, if not NULL, takes the descriptor the reply carried (-1: none).
+ * A non-zero status is returned with the daemon's message in c->err.
+ */
+int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds,
+                      int timeout_ms, Mxop__Reply **reply, int *fd_out);
+
+/** The timeout of control requests after connect. */
+int mxop__ctl_timeout(const mxop_client_t *c);
+
+/**
+ * Reads one control frame, waiting until end_ns (CLOCK_MONOTONIC).  A WorkerEvent is
+ * handled here and reported as MXOP__CTL_EVENT; any other Reply is returned
+ * in *reply (with its descriptor in *fd_out, or closed when fd_out is
+ * NULL).  Errors (EOF, a fatal Reply from the daemon) mark the control
+ * connection dead.
+ */
+int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *fd_out);
+
+/**
+ * Handles the WorkerEvents already waiting on the control socket, without
+ * blocking.  Returns 0 or a control-connection error.
+ */
+int mxop__ctl_poll_events(mxop_client_t *c);
+
+/* ---- regions (regions.c) ---- */
+
+mxop__region_t *mxop__region_find(mxop_client_t *c, uint32_t id);
+
+/**
+ * Creates, maps and registers a region of `bytes` of the given kind.
+ * *out gets the table entry (valid until the table changes).
+ */
+int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **out);
+
+/** Unregisters a region with the daemon and drops it from the table. */
+int mxop__region_drop(mxop_client_t *c, uint32_t id);
+
+/** Unmaps and closes every region (at close). */
+void mxop__regions_free(mxop_client_t *c);
+
+/* ---- arena (arena.c) ---- */
+
+void mxop__arena_free_all(mxop_client_t *c);
+
+/* ---- data plane (invoke.c) ---- */
+
+/** Initialises the preallocated call structures (once, at connect). */
+void mxop__callbufs_init(mxop_client_t *c);
+
+/* ---- data plane transport (call.c) ---- */
+
+/**
+ * Before a call: takes in a WorkerEvent already sent (a worker that died
+ * while idle), so that the call goes to its replacement.  Returns 0, or the
+ * error that keeps any call from being made (no daemon, no worker).
+ */
+int mxop__call_ready(mxop_client_t *c);
+
+/**
+ * Sends c->cb.call (its id is set here) and waits for its CallResult, at
+ * most wait_ms plus MXOP__CALL_GRACE_MS.  `op` (may be NULL) names the call
+ * in errors.  On 0 *res points into c->pba.  A non-zero status is returned
+ * with the worker's message; a dead worker gives the daemon's WorkerEvent
+ * code (MXOP_EWORKER_CRASHED, MXOP_ETIMEOUT, ...).
+ */
+int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
+                        Mxop__CallResult **res);
+
+/* ---- library (library.c) ---- */
+
+/** Replaces the op table with an OpList from the daemon. */
+int mxop__ops_update(mxop_client_t *c, const Mxop__OpList *list);
+
+void mxop__ops_free(mxop_client_t *c);
+
+#endif /* MXOP_CLIENT_INTERNAL_H */

@@ -1,0 +1,214 @@
+/*
+ * client/control.c - the control plane: requests to mxop-serverd and the
+ * WorkerEvents it sends unasked.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+#include "common/util.h"
+
+static void close_fds(int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+int mxop__ctl_timeout(const mxop_client_t *c)
+{
+    /* A control request may make the worker load a library or pre-fault a
+     * big region, so it gets at least a call's deadline, plus the grace. */
+    int t = c->connect_timeout_ms > c->timeout_ms ? c->connect_timeout_ms : c->timeout_ms;
+    return t > INT32_MAX - MXOP__CALL_GRACE_MS ? INT32_MAX : t + MXOP__CALL_GRACE_MS;
+}
+
+static int ctl_kill(mxop_client_t *c, int code, const char *msg)
+{
+    if (!c->ctl_dead) {
+        c->ctl_dead = code;
+        mxop__fmt(c->ctl_dead_msg, sizeof c->ctl_dead_msg, "%s", msg);
+    }
+    return mxop__fail(c, code, "%s", msg);
+}
+
+/*
+ * The worker died: the daemon has spawned its replacement (when `restarted`)
+ * and sent its data channel end.  The old channel is useless from now on.
+ */
+static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
+{
+    if (c->data_fd >= 0)
+        close(c->data_fd);
+    c->data_fd = -1;
+
+    c->ev_code = ev->code < 0 ? ev->code : MXOP_EWORKER_CRASHED;
+    c->ev_call_id = ev->call_id;
+    c->ev_has_op = ev->op != NULL && ev->op[0] != '\0';
+    if (ev->message != NULL && ev->message[0] != '\0')
+        mxop__fmt(c->ev_msg, sizeof c->ev_msg, "%s", ev->message);
+    else if (ev->signal > 0)
+        mxop__fmt(c->ev_msg, sizeof c->ev_msg, "worker killed by %s",
+                  mxop__signal_name(ev->signal));
+    else
+        mxop__fmt(c->ev_msg, sizeof c->ev_msg, "worker exited with status %d",
+                  (int)ev->exit_status);
+
+    if (ev->restarted && fd >= 0) {
+        c->data_fd = fd;
+        c->generation = ev->generation;
+        c->worker_pid = ev->worker_pid;
+        c->stats.worker_restarts++;
+        c->worker_gone = 0;
+    } else {
+        if (fd >= 0)
+            close(fd);
+        c->worker_gone = c->ev_code;
+        mxop__fmt(c->worker_gone_msg, sizeof c->worker_gone_msg,
+                  "the session's worker died and was not restarted: %s", c->ev_msg);
+    }
+}
+
+int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *fd_out)
+{
+    int fds[MXOP__FRAME_MAX_FDS];
+    int nfds = 0;
+    uint16_t kind;
+    uint32_t len;
+    int rc;
+
+    if (fd_out != NULL)
+        *fd_out = -1;
+    *reply = NULL;
+    if (c->ctl_dead)
+        return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
+
+    int64_t left = end_ns - mxop__now_ns();
+    if (left < 0)
+        left = 0;
+    left = (left + 999999) / 1000000;
+    int timeout_ms = left > INT32_MAX ? INT32_MAX : (int)left;
+    rc = mxop__frame_recv(c->ctl_fd, &c->ctl_fb, &kind, &len, fds, MXOP__FRAME_MAX_FDS, &nfds,
+                          timeout_ms);
+    if (rc == MXOP_ETIMEOUT)
+        return mxop__fail(c, rc, "no reply from mxop-serverd in time");
+    if (rc == MXOP_EDISCONNECTED)
+        return ctl_kill(c, rc, "mxop-serverd closed the connection");
+    if (rc < 0)
+        return ctl_kill(c, rc, "bad frame from mxop-serverd on the control socket");
+    if (kind != MXOP__KIND_CTL_REPLY) {
+        close_fds(fds, nfds);
+        return ctl_kill(c, MXOP_EPROTOCOL, "unexpected frame kind from mxop-serverd");
+    }
+
+    mxop__pbarena_reset(&c->pba);
+    Mxop__Reply *r = mxop__reply__unpack(&c->pba.allocator, len, c->ctl_fb.data);
+    if (r == NULL) {
+        close_fds(fds, nfds);
+        return ctl_kill(c, MXOP_EPROTOCOL, "undecodable reply from mxop-serverd");
+    }
+
+    if (r->id == 0) {
+        if (r->body_case == MXOP__REPLY__BODY_EVENT && r->event != NULL) {
+            handle_event(c, r->event, nfds > 0 ? fds[0] : -1);
+            if (nfds > 1)
+                close_fds(fds + 1, nfds - 1);
+            return MXOP__CTL_EVENT;
+        }
+        /* An unasked reply without an event is the daemon's last word. */
+        close_fds(fds, nfds);
+        char msg[MXOP__ERR_MAX];
+        mxop__fmt(msg, sizeof msg, "mxop-serverd: %s",
+                  r->message != NULL && r->message[0] != '\0' ? r->message
+                                                              : mxop_strerror(r->status));
+        return ctl_kill(c, r->status < 0 ? r->status : MXOP_EPROTOCOL, msg);
+    }
+
+    if (fd_out != NULL && nfds > 0) {
+        *fd_out = fds[0];
+        close_fds(fds + 1, nfds - 1);
+    } else {
+        close_fds(fds, nfds);
+    }
+    *reply = r;
+    return 0;
+}
+
+int mxop__ctl_poll_events(mxop_client_t *c)
+{
+    for (;;) {
+        if (c->ctl_dead)
+            return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
+        struct pollfd p = {.fd = c->ctl_fd, .events = POLLIN};
+        int n = poll(&p, 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return 0;
+        /* A frame has begun; give it a moment to arrive whole. */
+        Mxop__Reply *r;
+        int rc = mxop__ctl_next(c, mxop__now_ns() + 1000 * 1000000LL, &r, NULL);
+        if (rc < 0)
+            return rc;
+        /* A reply nobody waits for (its request timed out) is dropped. */
+    }
+}
+
+int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds,
+                      int timeout_ms, Mxop__Reply **reply, int *fd_out)
+{
+    int rc;
+
+    *reply = NULL;
+    if (fd_out != NULL)
+        *fd_out = -1;
+    if (c->ctl_dead)
+        return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
+
+    req->id = c->next_req_id++;
+    rc = mxop__frame_send(c->ctl_fd, &c->ctl_fb, MXOP__KIND_CTL_REQUEST,
+                          (const ProtobufCMessage *)req, fds, nfds);
+    if (rc == MXOP_EDISCONNECTED) {
+        /* The daemon may have said why before it closed: read that first. */
+        Mxop__Reply *r;
+        rc = mxop__ctl_next(c, mxop__now_ns() + 1000 * 1000000LL, &r, NULL);
+        if (rc < 0)
+            return rc;
+        return ctl_kill(c, MXOP_EDISCONNECTED, "mxop-serverd closed the connection");
+    }
+    if (rc < 0)
+        return mxop__fail(c, rc, "cannot send a request to mxop-serverd");
+
+    int64_t end = mxop__now_ns() + (int64_t)timeout_ms * 1000000;
+    for (;;) {
+        Mxop__Reply *r;
+        int fd = -1;
+        rc = mxop__ctl_next(c, end, &r, &fd);
+        if (rc == MXOP__CTL_EVENT)
+            continue;
+        if (rc < 0)
+            return rc;
+        if (r->id != req->id) {
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        if (r->status != 0) {
+            if (fd >= 0)
+                close(fd);
+            *reply = r;
+            return mxop__fail(c, r->status < 0 ? r->status : MXOP_EPROTOCOL, "%s",
+                              r->message != NULL && r->message[0] != '\0'
+                                  ? r->message
+                                  : mxop_strerror(r->status));
+        }
+        if (fd_out != NULL)
+            *fd_out = fd;
+        else if (fd >= 0)
+            close(fd);
+        *reply = r;
+        return 0;
+    }
+}

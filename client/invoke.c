@@ -1,0 +1,516 @@
+/*
+ * client/invoke.c - the data plane's calls: forward, backward, inference
+ * and op state, straight to the session's worker (call.c carries them).
+ *
+ * A call is built in the client's preallocated protobuf-c structures,
+ * packed into a reused frame buffer and its result unpacked into the
+ * client's arena, so the invoke path does not touch malloc.  Heap arrays
+ * are staged through a region kept across calls.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "client/client_internal.h"
+#include "common/util.h"
+#include "shm/desc.h"
+
+/* Options of one call, read from a caller's mxop_call_t of any size. */
+typedef struct callopts {
+    const char *const *attrs;
+    uint64_t state;
+    int32_t timeout_ms;
+    uint64_t seed;
+} callopts_t;
+
+#define CALL_HAS(o, field) ((o)->struct_size >= offsetof(mxop_call_t, field) + sizeof((o)->field))
+
+static uint64_t round_up(uint64_t v, uint64_t to)
+{
+    return (v + to - 1) / to * to;
+}
+
+void mxop__callbufs_init(mxop_client_t *c)
+{
+    mxop__callbufs_t *b = &c->cb;
+    mxop__call__init(&b->call);
+    mxop__invoke__init(&b->invoke);
+    mxop__infer__init(&b->infer);
+    mxop__state_create__init(&b->state_create);
+    mxop__state_destroy__init(&b->state_destroy);
+    for (int i = 0; i < MXOP_MAX_TENSORS; i++) {
+        mxop__tensor_desc__init(&b->in_desc[i]);
+        mxop__tensor_desc__init(&b->out_desc[i]);
+        b->in_ptr[i] = &b->in_desc[i];
+        b->out_ptr[i] = &b->out_desc[i];
+        mxop__shape__init(&b->shapes[i]);
+        b->shape_ptr[i] = &b->shapes[i];
+    }
+    for (int i = 0; i < MXOP__MAX_ATTRS; i++) {
+        mxop__attr__init(&b->attrs[i]);
+        b->attr_ptr[i] = &b->attrs[i];
+    }
+}
+
+static int get_opts(mxop_client_t *c, const mxop_call_t *call, callopts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->timeout_ms = c->timeout_ms;
+    if (call == NULL)
+        return 0;
+    if (call->struct_size < sizeof call->struct_size)
+        return mxop__fail(c, MXOP_EINVAL, "call->struct_size is %u; set it to sizeof(mxop_call_t)",
+                          call->struct_size);
+    if (CALL_HAS(call, attrs))
+        o->attrs = call->attrs;
+    if (CALL_HAS(call, state))
+        o->state = call->state;
+    if (CALL_HAS(call, timeout_ms) && call->timeout_ms != 0) {
+        if (call->timeout_ms < 0)
+            return mxop__fail(c, MXOP_EINVAL, "call->timeout_ms is negative (%d)",
+                              (int)call->timeout_ms);
+        o->timeout_ms = call->timeout_ms;
+    }
+    if (CALL_HAS(call, seed))
+        o->seed = call->seed;
+    return 0;
+}
+
+/* Points the preallocated Attr structs at a {"k", "v", ..., NULL} list. */
+static int set_attrs(mxop_client_t *c, const char *const *attrs, size_t *n_out)
+{
+    size_t n = 0;
+    *n_out = 0;
+    if (attrs == NULL)
+        return 0;
+    for (size_t i = 0; attrs[i] != NULL; i += 2) {
+        if (attrs[i + 1] == NULL)
+            return mxop__fail(c, MXOP_EINVAL, "attrs: key '%s' has no value", attrs[i]);
+        if (n == MXOP__MAX_ATTRS)
+            return mxop__fail(c, MXOP_EINVAL, "attrs: more than %d attributes", MXOP__MAX_ATTRS);
+        c->cb.attrs[n].key = (char *)attrs[i];
+        c->cb.attrs[n].value = (char *)attrs[i + 1];
+        n++;
+    }
+    *n_out = n;
+    return 0;
+}
+
+static int check_op(mxop_client_t *c, const mxop_op_t *op)
+{
+    if (op == NULL)
+        return mxop__fail(c, MXOP_EINVAL, "op is NULL");
+    if (op->client != c)
+        return mxop__fail(c, MXOP_EINVAL, "op belongs to another client");
+    if (!op->present)
+        return mxop__fail(c, MXOP_EUNKNOWN_OP, "op '%s' is no longer loaded in this session",
+                          op->name != NULL ? op->name : "?");
+    return 0;
+}
+
+/*
+ * Checks one array here, before anything is sent, and gives its span.
+ * The worker checks again; this catches the engine's own mistakes with a
+ * message naming the argument.
+ */
+static int check_array(mxop_client_t *c, const char *what, int i, const mxop_array_t *a, int is_out,
+                       uint64_t *span)
+{
+    char why[256];
+    uint64_t elems;
+
+    if (mxop_dtype_size(a->dtype) == 0)
+        return mxop__fail(c, MXOP_EINVAL, "%s[%d]: unknown dtype %d", what, i, (int)a->dtype);
+    if (a->ndim < 0 || a->ndim > MXOP_MAX_DIMS)
+        return mxop__fail(c, MXOP_EINVAL, "%s[%d]: ndim %d is outside [0, %d]", what, i,
+                          (int)a->ndim, MXOP_MAX_DIMS);
+    if (is_out && (a->req < MXOP_REQ_WRITE || a->req > MXOP_REQ_NULL))
+        return mxop__fail(c, MXOP_EINVAL, "%s[%d]: req %d is not write, add or null", what, i,
+                          (int)a->req);
+    why[0] = '\0';
+    if (mxop__desc_span(a->dtype, a->ndim, a->shape, NULL, span, &elems, why, sizeof why) < 0)
+        return mxop__fail(c, MXOP_EINVAL, "%s[%d]: %s", what, i, why);
+    if (a->region == MXOP_REGION_HEAP) {
+        if (a->data == NULL && *span > 0)
+            return mxop__fail(c, MXOP_EINVAL, "%s[%d]: heap array (region 0) with data NULL", what,
+                              i);
+        return 0;
+    }
+    const mxop__region_t *r = mxop__region_find(c, a->region);
+    if (r == NULL)
+        return mxop__fail(c, MXOP_EUNKNOWN_REGION, "%s[%d]: no region %u in this session", what, i,
+                          a->region);
+    why[0] = '\0';
+    if (mxop__desc_check_bounds(a->offset, *span, mxop_dtype_size(a->dtype), r->size, why,
+                                sizeof why) < 0)
+        return mxop__fail(c, MXOP_EBOUNDS, "%s[%d]: %s", what, i, why);
+    return 0;
+}
+
+/* Makes the staging region at least `need` bytes (kept across calls). */
+static int stage_ensure(mxop_client_t *c, uint64_t need)
+{
+    if (c->stage_region != 0 && c->stage_size >= need)
+        return 0;
+    uint64_t size = need > 2 * (uint64_t)c->stage_size ? need : 2 * (uint64_t)c->stage_size;
+    size = round_up(size ? size : 1, MXOP__ARENA_CHUNK_ROUND);
+    if (size > SIZE_MAX)
+        return mxop__fail(c, MXOP_ESHM, "heap arrays of %llu bytes cannot be staged",
+                          (unsigned long long)need);
+    mxop__region_t *e;
+    int rc = mxop__region_new(c, (size_t)size, MXOP__REGION_STAGE, &e);
+    if (rc < 0)
+        return rc;
+    uint32_t old = c->stage_region;
+    c->stage_region = e->id;
+    c->stage_base = e->base;
+    c->stage_size = e->size;
+    /* The old area is not needed any more; if it cannot be released now,
+     * it is freed with the session. */
+    if (old != 0)
+        (void)mxop__region_drop(c, old);
+    return 0;
+}
+
+static void fill_desc(Mxop__TensorDesc *d, const mxop_array_t *a, uint32_t region, uint64_t offset,
+                      int32_t req)
+{
+    d->region = region;
+    d->offset = offset;
+    d->dtype = a->dtype;
+    d->n_shape = (size_t)a->ndim;
+    d->shape = (int64_t *)a->shape;
+    d->n_strides = 0;
+    d->strides = NULL;
+    d->req = req;
+}
+
+static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
+                      const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    mxop__callbufs_t *b = &c->cb;
+    callopts_t o;
+    size_t nattrs;
+    int rc;
+
+    rc = check_op(c, op);
+    if (rc < 0)
+        return rc;
+    if (backward && !op->has_backward)
+        return mxop__fail(c, MXOP_ENOT_SUPPORTED, "op '%s' (%s) has no backward", op->name,
+                          op->library);
+    if (n_in < 0 || n_in > MXOP_MAX_TENSORS)
+        return mxop__fail(c, MXOP_EINVAL, "n_in %d is outside [0, %d]", n_in, MXOP_MAX_TENSORS);
+    if (n_out < 0 || n_out > MXOP_MAX_TENSORS)
+        return mxop__fail(c, MXOP_EINVAL, "n_out %d is outside [0, %d]", n_out, MXOP_MAX_TENSORS);
+    if (n_in > 0 && in == NULL)
+        return mxop__fail(c, MXOP_EINVAL, "in is NULL with n_in %d", n_in);
+    if (n_out > 0 && out == NULL)
+        return mxop__fail(c, MXOP_EINVAL, "out is NULL with n_out %d", n_out);
+    rc = get_opts(c, call, &o);
+    if (rc < 0)
+        return rc;
+    rc = set_attrs(c, o.attrs, &nattrs);
+    if (rc < 0)
+        return rc;
+
+    /* Check every array and lay the heap ones out in the staging area. */
+    uint64_t stage = 0;
+    int heap = 0;
+    for (int i = 0; i < n_in; i++) {
+        rc = check_array(c, "in", i, &in[i], 0, &b->in_span[i]);
+        if (rc < 0)
+            return rc;
+        if (in[i].region == MXOP_REGION_HEAP) {
+            heap = 1;
+            b->in_stage[i] = round_up(stage, MXOP__ARENA_ALIGN);
+            stage = b->in_stage[i] + b->in_span[i];
+        }
+    }
+    for (int i = 0; i < n_out; i++) {
+        rc = check_array(c, "out", i, &out[i], 1, &b->out_span[i]);
+        if (rc < 0)
+            return rc;
+        if (out[i].region == MXOP_REGION_HEAP) {
+            heap = 1;
+            b->out_stage[i] = round_up(stage, MXOP__ARENA_ALIGN);
+            stage = b->out_stage[i] + b->out_span[i];
+        }
+    }
+
+    rc = mxop__call_ready(c);
+    if (rc < 0)
+        return rc;
+    if (heap) {
+        rc = stage_ensure(c, stage);
+        if (rc < 0)
+            return rc;
+    }
+
+    for (int i = 0; i < n_in; i++) {
+        if (in[i].region == MXOP_REGION_HEAP) {
+            if (b->in_span[i] > 0)
+                memcpy(c->stage_base + b->in_stage[i], in[i].data, b->in_span[i]);
+            c->stats.staged_bytes += b->in_span[i];
+            fill_desc(&b->in_desc[i], &in[i], c->stage_region, b->in_stage[i], 0);
+        } else {
+            fill_desc(&b->in_desc[i], &in[i], in[i].region, in[i].offset, 0);
+        }
+    }
+    for (int i = 0; i < n_out; i++) {
+        if (out[i].region == MXOP_REGION_HEAP) {
+            /* An output that accumulates needs what is there now. */
+            if (out[i].req == MXOP_REQ_ADD) {
+                if (b->out_span[i] > 0)
+                    memcpy(c->stage_base + b->out_stage[i], out[i].data, b->out_span[i]);
+                c->stats.staged_bytes += b->out_span[i];
+            }
+            fill_desc(&b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req);
+        } else {
+            fill_desc(&b->out_desc[i], &out[i], out[i].region, out[i].offset, out[i].req);
+        }
+    }
+
+    Mxop__Invoke *inv = &b->invoke;
+    inv->op = op->index;
+    inv->backward = backward ? 1 : 0;
+    inv->n_attrs = nattrs;
+    inv->attrs = nattrs ? b->attr_ptr : NULL;
+    inv->state = o.state;
+    inv->n_inputs = (size_t)n_in;
+    inv->inputs = n_in ? b->in_ptr : NULL;
+    inv->n_outputs = (size_t)n_out;
+    inv->outputs = n_out ? b->out_ptr : NULL;
+    inv->deadline_ms = (uint32_t)o.timeout_ms;
+    inv->seed = o.seed;
+    b->call.body_case = MXOP__CALL__BODY_INVOKE;
+    b->call.invoke = inv;
+
+    Mxop__CallResult *r;
+    rc = mxop__call_transact(c, op, o.timeout_ms, &r);
+    if (rc < 0)
+        return rc;
+
+    if (heap) {
+        for (int i = 0; i < n_out; i++) {
+            if (out[i].region != MXOP_REGION_HEAP || out[i].req == MXOP_REQ_NULL)
+                continue;
+            if (b->out_span[i] > 0)
+                memcpy(out[i].data, c->stage_base + b->out_stage[i], b->out_span[i]);
+            c->stats.staged_bytes += b->out_span[i];
+        }
+        /* Inputs the op declares it mutates come back too (forward only:
+         * the mask is about the forward inputs). */
+        for (int i = 0; !backward && i < n_in && i < 64; i++) {
+            if (in[i].region != MXOP_REGION_HEAP || !((op->mutated_inputs >> i) & 1))
+                continue;
+            if (b->in_span[i] > 0)
+                memcpy(in[i].data, c->stage_base + b->in_stage[i], b->in_span[i]);
+            c->stats.staged_bytes += b->in_span[i];
+        }
+    }
+    return 0;
+}
+
+static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
+                  const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    /* Every forward or backward the engine makes counts, including those
+     * refused here, so that errors never exceed calls. */
+    c->stats.calls++;
+    int rc = run_invoke(c, op, backward, call, in, n_in, out, n_out);
+    if (rc < 0)
+        c->stats.errors++;
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_forward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
+                 const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    return invoke(c, op, 0, call, in, n_in, out, n_out);
+}
+
+int mxop_backward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
+                  const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    return invoke(c, op, 1, call, in, n_in, out, n_out);
+}
+
+/* Fills the preallocated shapes from dtypes and shapes the caller gave. */
+static int set_sigs(mxop_client_t *c, int n_in, const int32_t *in_dtypes,
+                    const mxop_shape_t *in_shapes)
+{
+    if (n_in < 0 || n_in > MXOP_MAX_TENSORS)
+        return mxop__fail(c, MXOP_EINVAL, "n_in %d is outside [0, %d]", n_in, MXOP_MAX_TENSORS);
+    if (n_in > 0 && (in_dtypes == NULL || in_shapes == NULL))
+        return mxop__fail(c, MXOP_EINVAL, "%s is NULL with n_in %d",
+                          in_dtypes == NULL ? "in_dtypes" : "in_shapes", n_in);
+    for (int i = 0; i < n_in; i++) {
+        if (mxop_dtype_size(in_dtypes[i]) == 0)
+            return mxop__fail(c, MXOP_EINVAL, "in_dtypes[%d]: unknown dtype %d", i,
+                              (int)in_dtypes[i]);
+        if (in_shapes[i].ndim < 0 || in_shapes[i].ndim > MXOP_MAX_DIMS)
+            return mxop__fail(c, MXOP_EINVAL, "in_shapes[%d]: ndim %d is outside [0, %d]", i,
+                              (int)in_shapes[i].ndim, MXOP_MAX_DIMS);
+        for (int d = 0; d < in_shapes[i].ndim; d++)
+            if (in_shapes[i].dims[d] < 0)
+                return mxop__fail(c, MXOP_EINVAL, "in_shapes[%d]: dimension %d is negative", i, d);
+        c->cb.dtypes[i] = in_dtypes[i];
+        c->cb.shapes[i].n_dims = (size_t)in_shapes[i].ndim;
+        c->cb.shapes[i].dims = (int64_t *)in_shapes[i].dims;
+    }
+    return 0;
+}
+
+static int run_infer(mxop_client_t *c, const mxop_op_t *op, const char *const *attrs, int n_in,
+                     const int32_t *in_dtypes, const mxop_shape_t *in_shapes, int n_out,
+                     int32_t *out_dtypes, mxop_shape_t *out_shapes)
+{
+    size_t nattrs;
+    int rc = check_op(c, op);
+    if (rc < 0)
+        return rc;
+    if (n_out != op->num_outputs)
+        return mxop__fail(c, MXOP_EARITY, "op '%s' (%s) has %d output%s, n_out is %d", op->name,
+                          op->library, (int)op->num_outputs, op->num_outputs == 1 ? "" : "s",
+                          n_out);
+    if (n_out > MXOP_MAX_TENSORS || n_out < 0)
+        return mxop__fail(c, MXOP_EINVAL, "n_out %d is outside [0, %d]", n_out, MXOP_MAX_TENSORS);
+    if (n_out > 0 && (out_dtypes == NULL || out_shapes == NULL))
+        return mxop__fail(c, MXOP_EINVAL, "%s is NULL with n_out %d",
+                          out_dtypes == NULL ? "out_dtypes" : "out_shapes", n_out);
+    rc = set_sigs(c, n_in, in_dtypes, in_shapes);
+    if (rc < 0)
+        return rc;
+    rc = set_attrs(c, attrs, &nattrs);
+    if (rc < 0)
+        return rc;
+    rc = mxop__call_ready(c);
+    if (rc < 0)
+        return rc;
+
+    Mxop__Infer *m = &c->cb.infer;
+    m->op = op->index;
+    m->n_attrs = nattrs;
+    m->attrs = nattrs ? c->cb.attr_ptr : NULL;
+    m->n_in_dtypes = (size_t)n_in;
+    m->in_dtypes = n_in ? c->cb.dtypes : NULL;
+    m->n_in_shapes = (size_t)n_in;
+    m->in_shapes = n_in ? c->cb.shape_ptr : NULL;
+    c->cb.call.body_case = MXOP__CALL__BODY_INFER;
+    c->cb.call.infer = m;
+
+    Mxop__CallResult *r;
+    rc = mxop__call_transact(c, op, c->timeout_ms, &r);
+    if (rc < 0)
+        return rc;
+    if (r->n_out_dtypes != (size_t)n_out || r->n_out_shapes != (size_t)n_out)
+        return mxop__fail(c, MXOP_EPROTOCOL,
+                          "op '%s' (%s): the worker inferred %zu dtypes and %zu shapes for %d "
+                          "outputs",
+                          op->name, op->library, r->n_out_dtypes, r->n_out_shapes, n_out);
+    for (int i = 0; i < n_out; i++) {
+        const Mxop__Shape *s = r->out_shapes[i];
+        if (s == NULL || s->n_dims > MXOP_MAX_DIMS)
+            return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): bad inferred shape of output %d",
+                              op->name, op->library, i);
+    }
+    for (int i = 0; i < n_out; i++) {
+        const Mxop__Shape *s = r->out_shapes[i];
+        out_dtypes[i] = r->out_dtypes[i];
+        memset(&out_shapes[i], 0, sizeof out_shapes[i]);
+        out_shapes[i].ndim = (int32_t)s->n_dims;
+        for (size_t d = 0; d < s->n_dims; d++)
+            out_shapes[i].dims[d] = s->dims[d];
+    }
+    return 0;
+}
+
+int mxop_infer(mxop_client_t *c, const mxop_op_t *op, const char *const *attrs, int n_in,
+               const int32_t *in_dtypes, const mxop_shape_t *in_shapes, int n_out,
+               int32_t *out_dtypes, mxop_shape_t *out_shapes)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc = run_infer(c, op, attrs, n_in, in_dtypes, in_shapes, n_out, out_dtypes, out_shapes);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+static int run_state_create(mxop_client_t *c, const mxop_op_t *op, const char *const *attrs,
+                            int n_in, const int32_t *in_dtypes, const mxop_shape_t *in_shapes,
+                            uint64_t *state)
+{
+    size_t nattrs;
+    int rc = check_op(c, op);
+    if (rc < 0)
+        return rc;
+    if (state == NULL)
+        return mxop__fail(c, MXOP_EINVAL, "state is NULL");
+    *state = 0;
+    if (!op->stateful)
+        return mxop__fail(c, MXOP_ENOT_SUPPORTED, "op '%s' (%s) is not stateful", op->name,
+                          op->library);
+    rc = set_sigs(c, n_in, in_dtypes, in_shapes);
+    if (rc < 0)
+        return rc;
+    rc = set_attrs(c, attrs, &nattrs);
+    if (rc < 0)
+        return rc;
+    rc = mxop__call_ready(c);
+    if (rc < 0)
+        return rc;
+
+    Mxop__StateCreate *m = &c->cb.state_create;
+    m->op = op->index;
+    m->n_attrs = nattrs;
+    m->attrs = nattrs ? c->cb.attr_ptr : NULL;
+    m->n_in_dtypes = (size_t)n_in;
+    m->in_dtypes = n_in ? c->cb.dtypes : NULL;
+    m->n_in_shapes = (size_t)n_in;
+    m->in_shapes = n_in ? c->cb.shape_ptr : NULL;
+    c->cb.call.body_case = MXOP__CALL__BODY_STATE_CREATE;
+    c->cb.call.state_create = m;
+
+    Mxop__CallResult *r;
+    rc = mxop__call_transact(c, op, c->timeout_ms, &r);
+    if (rc < 0)
+        return rc;
+    if (r->state == 0)
+        return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): the worker created state 0", op->name,
+                          op->library);
+    *state = r->state;
+    return 0;
+}
+
+int mxop_state_create(mxop_client_t *c, const mxop_op_t *op, const char *const *attrs, int n_in,
+                      const int32_t *in_dtypes, const mxop_shape_t *in_shapes, uint64_t *state)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc = run_state_create(c, op, attrs, n_in, in_dtypes, in_shapes, state);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_state_destroy(mxop_client_t *c, uint64_t state)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc = mxop__call_ready(c);
+    if (rc == 0) {
+        c->cb.state_destroy.state = state;
+        c->cb.call.body_case = MXOP__CALL__BODY_STATE_DESTROY;
+        c->cb.call.state_destroy = &c->cb.state_destroy;
+        Mxop__CallResult *r;
+        rc = mxop__call_transact(c, NULL, c->timeout_ms, &r);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}

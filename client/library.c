@@ -1,0 +1,203 @@
+/*
+ * client/library.c - loading op libraries and the session's op table.
+ *
+ * The table is indexed by OpInfo.index and only grows: an op handle is a
+ * pointer to one entry, updated in place when a new OpList arrives, so
+ * handles the engine holds stay valid until mxop_close.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client_internal.h"
+#include "common/util.h"
+
+/* A sanity bound on op indices from the daemon, far above any real session. */
+#define MAX_OP_INDEX 65536
+
+/* Replaces *dst with a copy of src, unless they are equal (so strings the
+ * engine borrowed through mxop_op_info stay valid as long as they can). */
+static int set_str(char **dst, const char *src)
+{
+    if (src == NULL)
+        src = "";
+    if (*dst != NULL && strcmp(*dst, src) == 0)
+        return 0;
+    char *s = strdup(src);
+    if (s == NULL)
+        return MXOP_ENOMEM;
+    free(*dst);
+    *dst = s;
+    return 0;
+}
+
+int mxop__ops_update(mxop_client_t *c, const Mxop__OpList *list)
+{
+    size_t n = list != NULL ? list->n_ops : 0;
+    size_t need = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (list->ops[i] == NULL || list->ops[i]->index >= MAX_OP_INDEX)
+            return mxop__fail(c, MXOP_EPROTOCOL, "mxop-serverd sent an op with a bad index");
+        if (list->ops[i]->index + 1 > need)
+            need = list->ops[i]->index + 1;
+    }
+    if (need > c->capops) {
+        mxop_op_t **a = realloc(c->ops, need * sizeof *a);
+        if (a == NULL)
+            return mxop__fail(c, MXOP_ENOMEM, "out of memory growing the op table");
+        c->ops = a;
+        c->capops = need;
+    }
+    for (size_t i = c->nops; i < need; i++) {
+        c->ops[i] = calloc(1, sizeof *c->ops[i]);
+        if (c->ops[i] == NULL)
+            return mxop__fail(c, MXOP_ENOMEM, "out of memory growing the op table");
+        c->ops[i]->client = c;
+        c->ops[i]->index = (uint32_t)i;
+        c->nops = i + 1;
+    }
+
+    for (size_t i = 0; i < c->nops; i++)
+        c->ops[i]->present = 0;
+    for (size_t i = 0; i < n; i++) {
+        const Mxop__OpInfo *in = list->ops[i];
+        mxop_op_t *op = c->ops[in->index];
+        if (set_str(&op->name, in->name) < 0 || set_str(&op->description, in->description) < 0 ||
+            set_str(&op->library, in->library) < 0)
+            return mxop__fail(c, MXOP_ENOMEM, "out of memory copying the op table");
+        op->num_inputs = in->num_inputs;
+        op->min_inputs = in->min_inputs;
+        op->num_outputs = in->num_outputs;
+        op->mutated_inputs = in->mutated_inputs;
+        op->has_backward = in->has_backward ? 1 : 0;
+        op->stateful = in->stateful ? 1 : 0;
+        op->present = 1;
+    }
+    return 0;
+}
+
+void mxop__ops_free(mxop_client_t *c)
+{
+    for (size_t i = 0; i < c->nops; i++) {
+        free(c->ops[i]->name);
+        free(c->ops[i]->description);
+        free(c->ops[i]->library);
+        free(c->ops[i]);
+    }
+    free(c->ops);
+    c->ops = NULL;
+    c->nops = c->capops = 0;
+}
+
+int mxop_load_library(mxop_client_t *c, const char *name)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc;
+    if (name == NULL || name[0] == '\0') {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_load_library: %s library name",
+                        name == NULL ? "NULL" : "empty");
+        goto out;
+    }
+    Mxop__LoadLibrary body = MXOP__LOAD_LIBRARY__INIT;
+    body.path = (char *)name;
+    Mxop__Request req = MXOP__REQUEST__INIT;
+    req.body_case = MXOP__REQUEST__BODY_LOAD_LIBRARY;
+    req.load_library = &body;
+    Mxop__Reply *r;
+    rc = mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &r, NULL);
+    if (rc < 0)
+        goto out;
+    if (r->body_case != MXOP__REPLY__BODY_OPS) {
+        rc = mxop__fail(c, MXOP_EPROTOCOL, "mxop-serverd answered LoadLibrary without an op list");
+        goto out;
+    }
+    rc = mxop__ops_update(c, r->ops);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_op_find(mxop_client_t *c, const char *name, const mxop_op_t **op)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc;
+    if (op != NULL)
+        *op = NULL;
+    if (name == NULL || op == NULL) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_op_find: %s is NULL", name == NULL ? "name" : "op");
+        goto out;
+    }
+    for (size_t i = 0; i < c->nops; i++) {
+        if (c->ops[i]->present && strcmp(c->ops[i]->name, name) == 0) {
+            *op = c->ops[i];
+            rc = 0;
+            goto out;
+        }
+    }
+
+    /* Name what there is: the usual mistake is a library not loaded. */
+    char list[MXOP__ERR_MAX];
+    size_t len = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < c->nops && len < sizeof list; i++) {
+        if (!c->ops[i]->present)
+            continue;
+        mxop__fmt(list + len, sizeof list - len, "%s%s", len ? ", " : "", c->ops[i]->name);
+        len += strlen(list + len);
+    }
+    rc = mxop__fail(c, MXOP_EUNKNOWN_OP, "no op '%s' loaded in this session; loaded: %s", name,
+                    len ? list : "(none)");
+out:
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_op_count(mxop_client_t *c)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int n = 0;
+    for (size_t i = 0; i < c->nops; i++)
+        n += c->ops[i]->present;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+const mxop_op_t *mxop_op_at(mxop_client_t *c, int i)
+{
+    if (c == NULL || i < 0)
+        return NULL;
+    pthread_mutex_lock(&c->lock);
+    const mxop_op_t *op = NULL;
+    for (size_t k = 0; k < c->nops; k++) {
+        if (!c->ops[k]->present)
+            continue;
+        if (i-- == 0) {
+            op = c->ops[k];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return op;
+}
+
+int mxop_op_info(const mxop_op_t *op, mxop_op_info_t *info)
+{
+    if (op == NULL || info == NULL)
+        return MXOP_EINVAL;
+    info->name = op->name != NULL ? op->name : "";
+    info->description = op->description != NULL ? op->description : "";
+    info->library = op->library != NULL ? op->library : "";
+    info->num_inputs = op->num_inputs;
+    info->min_inputs = op->min_inputs;
+    info->num_outputs = op->num_outputs;
+    info->mutated_inputs = op->mutated_inputs;
+    info->has_backward = op->has_backward;
+    info->stateful = op->stateful;
+    return 0;
+}

@@ -1,0 +1,314 @@
+/*
+ * client/regions.c - shared memory regions registered with the session,
+ * and arrays viewed inside them.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+#include "common/util.h"
+#include "shm/desc.h"
+#include "shm/region.h"
+
+mxop__region_t *mxop__region_find(mxop_client_t *c, uint32_t id)
+{
+    if (id == MXOP_REGION_HEAP)
+        return NULL;
+    for (size_t i = 0; i < c->nregions; i++)
+        if (c->regions[i].id == id)
+            return &c->regions[i];
+    return NULL;
+}
+
+static int table_reserve(mxop_client_t *c)
+{
+    if (c->nregions < c->capregions)
+        return 0;
+    size_t cap = c->capregions ? c->capregions * 2 : 16;
+    mxop__region_t *r = realloc(c->regions, cap * sizeof *r);
+    if (r == NULL)
+        return mxop__fail(c, MXOP_ENOMEM, "out of memory growing the region table");
+    c->regions = r;
+    c->capregions = cap;
+    return 0;
+}
+
+/* Sends RegisterRegion with `fd` attached; *id gets the daemon's id. */
+static int register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *id)
+{
+    Mxop__RegisterRegion body = MXOP__REGISTER_REGION__INIT;
+    body.size = bytes;
+    Mxop__Request req = MXOP__REQUEST__INIT;
+    req.body_case = MXOP__REQUEST__BODY_REGISTER_REGION;
+    req.register_region = &body;
+
+    Mxop__Reply *r;
+    int rc = mxop__ctl_request(c, &req, &fd, 1, mxop__ctl_timeout(c), &r, NULL);
+    if (rc < 0)
+        return rc;
+    if (r->body_case != MXOP__REPLY__BODY_REGISTER_REGION || r->register_region == NULL ||
+        r->register_region->region == MXOP_REGION_HEAP)
+        return mxop__fail(c, MXOP_EPROTOCOL,
+                          "mxop-serverd answered RegisterRegion without a region id");
+    *id = r->register_region->region;
+    return 0;
+}
+
+static int release_id(mxop_client_t *c, uint32_t id)
+{
+    Mxop__ReleaseRegion body = MXOP__RELEASE_REGION__INIT;
+    body.region = id;
+    Mxop__Request req = MXOP__REQUEST__INIT;
+    req.body_case = MXOP__REQUEST__BODY_RELEASE_REGION;
+    req.release_region = &body;
+    Mxop__Reply *r;
+    return mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &r, NULL);
+}
+
+static void entry_free(mxop__region_t *e)
+{
+    if (e->owned)
+        mxop__region_unmap(e->base, e->size);
+    if (e->fd >= 0)
+        close(e->fd);
+}
+
+int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **out)
+{
+    int rc, fd = -1;
+    void *base = NULL;
+    uint32_t id;
+
+    rc = table_reserve(c);
+    if (rc < 0)
+        return rc;
+    rc = mxop__region_create_fd(kind == MXOP__REGION_USER    ? "mxop-region"
+                                : kind == MXOP__REGION_ARENA ? "mxop-arena"
+                                                             : "mxop-stage",
+                                bytes, &fd);
+    if (rc < 0)
+        return mxop__fail(c, rc, "cannot create a shared memory region of %zu bytes", bytes);
+    rc = mxop__region_map(fd, bytes, 1, &base);
+    if (rc < 0) {
+        mxop__fail(c, rc, "cannot map a shared memory region of %zu bytes", bytes);
+        goto err_fd;
+    }
+    rc = register_fd(c, fd, bytes, &id);
+    if (rc < 0)
+        goto err_map;
+
+    mxop__region_t *e = &c->regions[c->nregions++];
+    e->id = id;
+    e->fd = fd;
+    e->base = base;
+    e->size = bytes;
+    e->owned = 1;
+    e->kind = kind;
+    *out = e;
+    return 0;
+
+err_map:
+    mxop__region_unmap(base, bytes);
+err_fd:
+    close(fd);
+    return rc;
+}
+
+int mxop__region_drop(mxop_client_t *c, uint32_t id)
+{
+    mxop__region_t *e = mxop__region_find(c, id);
+    if (e == NULL)
+        return mxop__fail(c, MXOP_EUNKNOWN_REGION, "no region %u in this session", id);
+    int rc = release_id(c, id);
+    /* A daemon that is gone has dropped the region with the session. */
+    if (rc < 0 && rc != MXOP_EDISCONNECTED)
+        return rc;
+    e = mxop__region_find(c, id); /* the table is unchanged, but be plain */
+    entry_free(e);
+    size_t i = (size_t)(e - c->regions);
+    memmove(&c->regions[i], &c->regions[i + 1], (c->nregions - i - 1) * sizeof *e);
+    c->nregions--;
+    return 0;
+}
+
+void mxop__regions_free(mxop_client_t *c)
+{
+    for (size_t i = 0; i < c->nregions; i++)
+        entry_free(&c->regions[i]);
+    free(c->regions);
+    c->regions = NULL;
+    c->nregions = c->capregions = 0;
+}
+
+int mxop_region_create(mxop_client_t *c, size_t bytes, uint32_t *region, void **base)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc;
+    if (region == NULL || base == NULL) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_region_create: %s is NULL",
+                        region == NULL ? "region" : "base");
+        goto out;
+    }
+    *region = 0;
+    *base = NULL;
+    if (bytes == 0) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_region_create: bytes is 0");
+        goto out;
+    }
+    mxop__region_t *e;
+    rc = mxop__region_new(c, bytes, MXOP__REGION_USER, &e);
+    if (rc == 0) {
+        *region = e->id;
+        *base = e->base;
+    }
+out:
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *region, void **base)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc;
+    void *map = NULL;
+    char why[256];
+
+    if (region == NULL) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_region_register_fd: region is NULL");
+        goto out;
+    }
+    *region = 0;
+    if (base != NULL)
+        *base = NULL;
+    if (fd < 0) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_region_register_fd: fd %d is not a descriptor", fd);
+        goto out;
+    }
+    if (bytes == 0) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_region_register_fd: bytes is 0");
+        goto out;
+    }
+    why[0] = '\0';
+    rc = mxop__region_check_fd(fd, bytes, why, sizeof why);
+    if (rc < 0) {
+        rc = mxop__fail(c, MXOP_EINVAL, "fd %d cannot back a region of %zu bytes: %s", fd, bytes,
+                        why);
+        goto out;
+    }
+    rc = table_reserve(c);
+    if (rc < 0)
+        goto out;
+    if (base != NULL) {
+        rc = mxop__region_map(fd, bytes, 1, &map);
+        if (rc < 0) {
+            rc = mxop__fail(c, MXOP_EINVAL, "fd %d cannot be mapped read-write (%zu bytes)", fd,
+                            bytes);
+            goto out;
+        }
+    }
+    /* The fd stays the caller's: SCM_RIGHTS gives the daemon its own copy. */
+    uint32_t id;
+    rc = register_fd(c, fd, bytes, &id);
+    if (rc < 0)
+        goto err_map;
+
+    mxop__region_t *e = &c->regions[c->nregions++];
+    e->id = id;
+    e->fd = -1;
+    e->base = map;
+    e->size = bytes;
+    e->owned = map != NULL;
+    e->kind = MXOP__REGION_USER;
+    *region = id;
+    if (base != NULL)
+        *base = map;
+    goto out;
+
+err_map:
+    mxop__region_unmap(map, bytes);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_region_release(mxop_client_t *c, uint32_t region)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc;
+    mxop__region_t *e = mxop__region_find(c, region);
+    if (e == NULL)
+        rc = mxop__fail(c, MXOP_EUNKNOWN_REGION, "no region %u in this session", region);
+    else if (e->kind != MXOP__REGION_USER)
+        rc = mxop__fail(c, MXOP_EINVAL,
+                        "region %u belongs to the client's array arena; free its arrays instead",
+                        region);
+    else
+        rc = mxop__region_drop(c, region);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_array_view(mxop_client_t *c, uint32_t region, uint64_t offset, int32_t dtype, int32_t ndim,
+                    const int64_t *shape, mxop_array_t *out)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc;
+    char why[256];
+    uint64_t span, elems;
+
+    if (out == NULL) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_array_view: out is NULL");
+        goto out;
+    }
+    memset(out, 0, sizeof *out);
+    if (mxop_dtype_size(dtype) == 0) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_array_view: unknown dtype %d", (int)dtype);
+        goto out;
+    }
+    if (ndim < 0 || ndim > MXOP_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+        rc =
+            mxop__fail(c, MXOP_EINVAL, "mxop_array_view: ndim %d %s", (int)ndim,
+                       ndim > 0 && ndim <= MXOP_MAX_DIMS ? "with shape NULL" : "is outside [0, 8]");
+        goto out;
+    }
+    why[0] = '\0';
+    rc = mxop__desc_span(dtype, ndim, shape, NULL, &span, &elems, why, sizeof why);
+    if (rc < 0) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_array_view: %s", why);
+        goto out;
+    }
+    mxop__region_t *e = mxop__region_find(c, region);
+    if (e == NULL) {
+        rc = mxop__fail(c, MXOP_EUNKNOWN_REGION, "mxop_array_view: no region %u in this session",
+                        region);
+        goto out;
+    }
+    why[0] = '\0';
+    rc = mxop__desc_check_bounds(offset, span, mxop_dtype_size(dtype), e->size, why, sizeof why);
+    if (rc < 0) {
+        rc = mxop__fail(c, MXOP_EBOUNDS, "mxop_array_view: region %u: %s", region, why);
+        goto out;
+    }
+    out->data = e->base != NULL ? (uint8_t *)e->base + offset : NULL;
+    out->dtype = dtype;
+    out->ndim = ndim;
+    for (int32_t i = 0; i < ndim; i++)
+        out->shape[i] = shape[i];
+    out->region = region;
+    out->offset = offset;
+    out->nbytes = (size_t)span;
+    out->req = MXOP_REQ_WRITE;
+    rc = 0;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}

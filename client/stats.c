@@ -1,0 +1,110 @@
+/*
+ * client/stats.c - error detail, counters, the default deadline, and the
+ * daemon's shutdown.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client/client_internal.h"
+#include "common/util.h"
+
+int mxop__fail(mxop_client_t *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    char tmp[MXOP__ERR_MAX];
+
+    /* Formatting through a copy lets a detail quote the previous one. */
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        tmp[0] = '\0';
+    memcpy(c->err, tmp, sizeof tmp);
+    return code;
+}
+
+const char *mxop_last_error(const mxop_client_t *c)
+{
+    if (c == NULL)
+        return "no client (NULL)";
+    return c->err;
+}
+
+int mxop_set_timeout(mxop_client_t *c, int32_t timeout_ms)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc = 0;
+    if (timeout_ms <= 0)
+        rc = mxop__fail(c, MXOP_EINVAL, "timeout_ms must be > 0, got %d", (int)timeout_ms);
+    else
+        c->timeout_ms = timeout_ms;
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_stats(mxop_client_t *c, mxop_stats_t *st)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc = 0;
+    if (st == NULL) {
+        rc = mxop__fail(c, MXOP_EINVAL, "mxop_stats: st is NULL");
+        goto out;
+    }
+
+    Mxop__Stats body = MXOP__STATS__INIT;
+    Mxop__Request req = MXOP__REQUEST__INIT;
+    req.body_case = MXOP__REQUEST__BODY_STATS;
+    req.stats = &body;
+    Mxop__Reply *r;
+    rc = mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &r, NULL);
+    if (rc == 0 && (r->body_case != MXOP__REPLY__BODY_STATS || r->stats == NULL))
+        rc = mxop__fail(c, MXOP_EPROTOCOL, "mxop-serverd answered Stats without statistics");
+    uint32_t sessions = rc == 0 ? r->stats->sessions : 0;
+
+    /* The local part is filled even when the daemon could not answer.
+     * Restarts are counted here, as the client learns of them, so the
+     * count matches the errors the engine has seen. */
+    uint64_t regions = 0, bytes = 0;
+    for (size_t i = 0; i < c->nregions; i++) {
+        regions++;
+        bytes += c->regions[i].size;
+    }
+    c->stats.regions = regions;
+    c->stats.region_bytes = bytes;
+    c->stats.worker_pid = c->worker_pid;
+    c->stats.daemon_sessions = sessions;
+    *st = c->stats;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_shutdown_daemon(mxop_client_t *c)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    Mxop__Shutdown body = MXOP__SHUTDOWN__INIT;
+    Mxop__Request req = MXOP__REQUEST__INIT;
+    req.body_case = MXOP__REQUEST__BODY_SHUTDOWN;
+    req.shutdown = &body;
+    Mxop__Reply *r;
+    int was_dead = c->ctl_dead;
+    int rc = mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &r, NULL);
+    /* A daemon that closes the connection at once has still been asked and
+     * is going away; only a refusal (MXOP_EDENIED) is a failure. */
+    if (rc == MXOP_EDISCONNECTED && !was_dead)
+        rc = 0;
+    if (rc == 0) {
+        c->ctl_dead = MXOP_EDISCONNECTED;
+        mxop__fmt(c->ctl_dead_msg, sizeof c->ctl_dead_msg,
+                  "mxop-serverd was shut down by this client");
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
