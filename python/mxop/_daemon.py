@@ -1,0 +1,267 @@
+"""Starting and stopping an mxop-serverd: the embedded default and test fixtures.
+
+A Daemon lives in a private temporary directory (mode 0700) holding its
+control socket and, unless one is given, a plugin directory populated with
+copies of the build tree's plugins (copies, not links: the daemon refuses
+a library whose real path leaves its plugin directory).
+
+Nothing outlives the Python process: the daemon is started with
+PR_SET_PDEATHSIG (SIGTERM), so it ends when its parent dies however that
+happens, and atexit stops it cleanly before that.  The daemon ends its
+workers itself.  PR_SET_PDEATHSIG fires when the *thread* that forked the
+child exits, so a daemon asked for from any thread but the main one is
+forked by a helper thread that lives as long as the process.
+"""
+
+import atexit
+import ctypes
+import glob
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+
+from . import _lib
+from .errors import LibraryNotFound, Timeout, InternalError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def find_serverd():
+    """$MXOP_SERVERD, the build tree's bin/mxop-serverd, or mxop-serverd on PATH."""
+    env = os.environ.get("MXOP_SERVERD")
+    if env:
+        return env
+    p = os.path.join(_lib.build_dir(), "bin", "mxop-serverd")
+    if os.path.exists(p):
+        return p
+    p = shutil.which("mxop-serverd")
+    if p:
+        return p
+    raise LibraryNotFound(
+        -1009, "mxop-serverd not found: set MXOP_SERVERD or MXOP_SOCKET, or build the tree (make)"
+    )
+
+
+def default_plugin_sources(serverd=None):
+    """The directories whose *.so the embedded daemon's plugin directory gets:
+    the build tree's plugins/, else an installed PREFIX/lib/mxop/plugins next
+    to PREFIX/bin/mxop-serverd (make install's layout)."""
+    d = os.path.join(_lib.build_dir(), "plugins")
+    if os.path.isdir(d) or serverd is None:
+        return [d]
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(serverd)))
+    return [os.path.join(prefix, "lib", "mxop", "plugins")]
+
+
+def _die_with_parent(parent):
+    # Runs in the child between fork and exec: async-signal-safe work only.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class _Spawner:
+    """A thread that lives as long as the process and forks children for others."""
+
+    def __init__(self):
+        self._q = queue.Queue()
+        t = threading.Thread(target=self._run, name="mxop-spawner", daemon=True)
+        t.start()
+
+    def _run(self):
+        while True:
+            fn, box, done = self._q.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # handed back to the caller
+                box.append((False, e))
+            done.set()
+
+    def call(self, fn):
+        box, done = [], threading.Event()
+        self._q.put((fn, box, done))
+        done.wait()
+        ok, v = box[0]
+        if not ok:
+            raise v
+        return v
+
+
+_spawner = None
+_spawner_lock = threading.Lock()
+
+
+def _popen(argv, **kw):
+    global _spawner
+    parent = os.getpid()
+    kw["preexec_fn"] = lambda: _die_with_parent(parent)
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(argv, **kw)
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = _Spawner()
+    return _spawner.call(lambda: subprocess.Popen(argv, **kw))
+
+
+def _private_dir():
+    d = tempfile.mkdtemp(prefix="mxop-")
+    # A Unix socket path has at most 107 bytes; a long $TMPDIR would not do.
+    if len(d) > 80:
+        os.rmdir(d)
+        d = tempfile.mkdtemp(prefix="mxop-", dir="/tmp")
+    return d
+
+
+class Daemon:
+    """One mxop-serverd in a private directory.
+
+    plugin_dir: the daemon's --plugin-dir; None makes one in the private
+    directory with copies of every *.so of `plugin_sources` (default: the
+    build tree's plugins/).  extra_args go on the command line as given.
+    """
+
+    def __init__(self, plugin_dir=None, plugin_sources=None, serverd=None, log_level=None,
+                 extra_args=(), stderr=None, start_timeout=10.0):
+        self.serverd = serverd or find_serverd()
+        self._owner = os.getpid()
+        self.dir = _private_dir()
+        self.socket = os.path.join(self.dir, "mxop.sock")
+        self.proc = None
+        try:
+            if plugin_dir is None:
+                plugin_dir = os.path.join(self.dir, "plugins")
+                os.mkdir(plugin_dir, 0o700)
+                srcs = default_plugin_sources(self.serverd) if plugin_sources is None \
+                    else plugin_sources
+                for src in srcs:
+                    for f in sorted(glob.glob(os.path.join(src, "*.so"))):
+                        shutil.copy(f, os.path.join(plugin_dir, os.path.basename(f)))
+            self.plugin_dir = plugin_dir
+            level = log_level or os.environ.get("MXOP_LOG_LEVEL", "warn")
+            argv = [self.serverd, "--socket", self.socket, "--plugin-dir", plugin_dir,
+                    "--log-level", level]
+            if os.environ.get("MXOP_WORKER"):
+                argv += ["--worker", os.environ["MXOP_WORKER"]]
+            argv += list(extra_args)
+            self.argv = argv
+            self.proc = _popen(argv, stdin=subprocess.DEVNULL, stderr=stderr, close_fds=True)
+            _daemons.add(self)
+            self._wait_socket(start_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def _wait_socket(self, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if os.path.exists(self.socket):
+                return
+            rc = self.proc.poll()
+            if rc is not None:
+                raise InternalError(-1030, "mxop-serverd (%s) exited at start with status %d"
+                                    % (self.serverd, rc))
+            time.sleep(0.005)
+        raise Timeout(-1026, "mxop-serverd did not create %s within %.0f s"
+                      % (self.socket, timeout))
+
+    def stop(self, timeout=10.0):
+        """SIGTERM, wait (SIGKILL after `timeout`), remove the directory.
+
+        Returns the daemon's exit status (None if it was not running)."""
+        rc = None
+        if os.getpid() != self._owner:
+            # A forked child's copy: the daemon is its parent's to stop.
+            self.proc = None
+            self.dir = None
+            return None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    self.proc.send_signal(signal.SIGTERM)
+                    rc = self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+                    rc = None
+            else:
+                rc = self.proc.returncode
+            self.proc = None
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        return rc
+
+    def kill(self, sig=signal.SIGKILL):
+        """Sends `sig` and reaps the daemon (no clean exit expected)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __del__(self):
+        try:
+            self.stop()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<mxop.Daemon pid=%s socket=%r>" % (self.pid, self.socket)
+
+
+# Every Daemon started here, so that atexit can stop those left running.
+_daemons = weakref.WeakSet()
+
+# The embedded default: one private daemon per plugin directory per process.
+_embedded = {}
+_embedded_lock = threading.Lock()
+
+
+def embedded(plugin_dir=None):
+    """The process's private daemon for `plugin_dir` ($MXOP_PLUGIN_DIR, else copies
+    of the build tree's plugins), started on first use and ended at exit."""
+    if plugin_dir is None:
+        plugin_dir = os.environ.get("MXOP_PLUGIN_DIR") or None
+    key = os.path.realpath(plugin_dir) if plugin_dir else None
+    with _embedded_lock:
+        d = _embedded.get(key)
+        if d is not None and d.alive():
+            return d
+        d = Daemon(plugin_dir=plugin_dir)
+        _embedded[key] = d
+        return d
+
+
+def stop_embedded():
+    """Stops the embedded daemons, and any other Daemon of this process still running."""
+    with _embedded_lock:
+        ds = list(_embedded.values())
+        _embedded.clear()
+    for d in ds + list(_daemons):
+        try:
+            d.stop()
+        except Exception:
+            pass
+
+
+# Clients are closed first (mxop/__init__ registers its handler after this
+# one, and atexit runs handlers last-in first-out), then the daemons stop.
+atexit.register(stop_embedded)

@@ -1,0 +1,233 @@
+"""ctypes bindings of libmxop (include/mxop/client.h).
+
+Every struct here mirrors its C declaration field for field; the test
+suite compiles a small C program printing sizeof and offsetof of each and
+compares them with ctypes.sizeof / offsetof here, so a change in the header
+that is not mirrored here fails the tests instead of corrupting memory.
+
+Every function gets argtypes and restype.  Pointers to opaque handles
+(mxop_client_t *, const mxop_op_t *) and to buffers the hot path prebuilds
+are declared c_void_p, so that callers pass plain integers (addresses):
+that is the cheapest thing ctypes can convert.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import struct
+
+MAX_DIMS = 8
+MAX_TENSORS = 64
+REGION_HEAP = 0
+
+# enum mxop_dtype (include/mxop/types.h): the numbers travel on the wire.
+F32, F64, F16, BF16, I32, I64, U8, I8, BOOL = range(9)
+DTYPE_COUNT = 9
+DTYPE_NAMES = ("f32", "f64", "f16", "bf16", "i32", "i64", "u8", "i8", "bool")
+DTYPE_SIZES = (4, 8, 2, 2, 4, 8, 1, 1, 1)
+
+# enum mxop_req.
+REQ_WRITE, REQ_ADD, REQ_NULL = 0, 1, 2
+
+
+class MxopArray(ctypes.Structure):
+    """mxop_array_t."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("region", ctypes.c_uint32),
+        ("offset", ctypes.c_uint64),
+        ("nbytes", ctypes.c_size_t),
+        ("req", ctypes.c_int32),
+    ]
+
+
+class MxopShape(ctypes.Structure):
+    """mxop_shape_t."""
+
+    _fields_ = [("ndim", ctypes.c_int32), ("dims", ctypes.c_int64 * MAX_DIMS)]
+
+
+class MxopCall(ctypes.Structure):
+    """mxop_call_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("attrs", ctypes.c_void_p),  # const char *const *
+        ("state", ctypes.c_uint64),
+        ("timeout_ms", ctypes.c_int32),
+        ("seed", ctypes.c_uint64),
+    ]
+
+
+class MxopOpInfo(ctypes.Structure):
+    """mxop_op_info_t."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("description", ctypes.c_char_p),
+        ("library", ctypes.c_char_p),
+        ("num_inputs", ctypes.c_int32),
+        ("min_inputs", ctypes.c_int32),
+        ("num_outputs", ctypes.c_int32),
+        ("mutated_inputs", ctypes.c_uint64),
+        ("has_backward", ctypes.c_int),
+        ("stateful", ctypes.c_int),
+    ]
+
+
+class MxopStats(ctypes.Structure):
+    """mxop_stats_t."""
+
+    _fields_ = [
+        ("calls", ctypes.c_uint64),
+        ("errors", ctypes.c_uint64),
+        ("worker_restarts", ctypes.c_uint64),
+        ("staged_bytes", ctypes.c_uint64),
+        ("regions", ctypes.c_uint64),
+        ("region_bytes", ctypes.c_uint64),
+        ("worker_pid", ctypes.c_uint32),
+        ("daemon_sessions", ctypes.c_uint32),
+    ]
+
+
+class MxopConnectOpts(ctypes.Structure):
+    """mxop_connect_opts_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("timeout_ms", ctypes.c_int32),
+        ("connect_timeout_ms", ctypes.c_int32),
+        ("client_name", ctypes.c_char_p),
+    ]
+
+
+# The C structs above, as (name, ctypes class) for the layout test.
+STRUCTS = (
+    ("mxop_array_t", MxopArray),
+    ("mxop_shape_t", MxopShape),
+    ("mxop_call_t", MxopCall),
+    ("mxop_op_info_t", MxopOpInfo),
+    ("mxop_stats_t", MxopStats),
+    ("mxop_connect_opts_t", MxopConnectOpts),
+)
+
+# The hot path writes whole mxop_array_t records with one pack_into call
+# (far cheaper than a dozen ctypes attribute stores).  Native alignment
+# ('@') lays the fields out as the C compiler does; the trailing pad makes
+# the record as long as sizeof(mxop_array_t).  Fields: data, dtype, ndim,
+# shape[8], region, offset, nbytes, req.
+ARRAY_STRUCT = struct.Struct("@Pii%dqIQNi" % MAX_DIMS)
+ARRAY_SIZE = ctypes.sizeof(MxopArray)
+if ARRAY_STRUCT.size < ARRAY_SIZE:
+    ARRAY_STRUCT = struct.Struct(
+        "@Pii%dqIQNi%dx" % (MAX_DIMS, ARRAY_SIZE - ARRAY_STRUCT.size)
+    )
+assert ARRAY_STRUCT.size == ARRAY_SIZE, "mxop_array_t packing does not match ctypes"
+# Offsets of the fields the Python layer reads back after mxop_array_alloc.
+OFF_DATA = MxopArray.data.offset
+OFF_REGION = MxopArray.region.offset
+OFF_OFFSET = MxopArray.offset.offset
+
+
+_P = ctypes.c_void_p
+_I32 = ctypes.c_int32
+_INT = ctypes.c_int
+_CP = ctypes.c_char_p
+
+# name: (restype, argtypes)
+_PROTOTYPES = {
+    "mxop_err_name": (_CP, [_INT]),
+    "mxop_strerror": (_CP, [_INT]),
+    "mxop_connect": (_INT, [_CP, _P, _P]),
+    "mxop_connect_error": (_CP, []),
+    "mxop_close": (None, [_P]),
+    "mxop_last_error": (_CP, [_P]),
+    "mxop_set_timeout": (_INT, [_P, _I32]),
+    "mxop_load_library": (_INT, [_P, _CP]),
+    "mxop_op_find": (_INT, [_P, _CP, _P]),
+    "mxop_op_count": (_INT, [_P]),
+    "mxop_op_at": (_P, [_P, _INT]),
+    "mxop_op_info": (_INT, [_P, _P]),
+    "mxop_array_alloc": (_INT, [_P, _I32, _I32, _P, _P]),
+    "mxop_array_free": (None, [_P, _P]),
+    "mxop_region_create": (_INT, [_P, ctypes.c_size_t, _P, _P]),
+    "mxop_region_register_fd": (_INT, [_P, _INT, ctypes.c_size_t, _P, _P]),
+    "mxop_region_release": (_INT, [_P, ctypes.c_uint32]),
+    "mxop_array_view": (_INT, [_P, ctypes.c_uint32, ctypes.c_uint64, _I32, _I32, _P, _P]),
+    "mxop_forward": (_INT, [_P, _P, _P, _P, _INT, _P, _INT]),
+    "mxop_backward": (_INT, [_P, _P, _P, _P, _INT, _P, _INT]),
+    "mxop_infer": (_INT, [_P, _P, _P, _INT, _P, _P, _INT, _P, _P]),
+    "mxop_state_create": (_INT, [_P, _P, _P, _INT, _P, _P, _P]),
+    "mxop_state_destroy": (_INT, [_P, ctypes.c_uint64]),
+    "mxop_stats": (_INT, [_P, _P]),
+    "mxop_shutdown_daemon": (_INT, [_P]),
+}
+
+
+def _package_build_dir():
+    """The build tree next to this package when it runs from the source tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "build"))
+
+
+def build_dir():
+    """$MXOP_BUILD_DIR, else the source tree's build/ (which may not exist)."""
+    env = os.environ.get("MXOP_BUILD_DIR")
+    return env if env else _package_build_dir()
+
+
+def find_library():
+    """Path of libmxop.so: $MXOP_LIB, the build tree, then the system's."""
+    env = os.environ.get("MXOP_LIB")
+    if env:
+        return env
+    for d in (os.environ.get("MXOP_BUILD_DIR"), _package_build_dir()):
+        if d:
+            p = os.path.join(d, "lib", "libmxop.so")
+            if os.path.exists(p):
+                return p
+    return ctypes.util.find_library("mxop")
+
+
+class _Lib:
+    """libmxop, loaded on first use so that `import mxop` never fails."""
+
+    def __init__(self):
+        self._dll = None
+        self.path = None
+
+    def load(self):
+        if self._dll is not None:
+            return self._dll
+        from .errors import LibraryNotFound
+
+        path = find_library()
+        if not path:
+            raise LibraryNotFound(
+                -1009,
+                "libmxop.so not found: set MXOP_LIB, build the tree (make), or install it",
+            )
+        try:
+            dll = ctypes.CDLL(path)
+        except OSError as e:
+            raise LibraryNotFound(-1009, "cannot load %s: %s" % (path, e)) from None
+        for name, (res, args) in _PROTOTYPES.items():
+            fn = getattr(dll, name)
+            fn.restype = res
+            fn.argtypes = args
+        self._dll = dll
+        self.path = path
+        return dll
+
+    def __getattr__(self, name):
+        fn = getattr(self.load(), name)
+        # Cache the function on the instance: later lookups skip __getattr__.
+        setattr(self, name, fn)
+        return fn
+
+
+lib = _Lib()

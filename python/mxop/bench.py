@@ -1,0 +1,156 @@
+"""Per-call cost of the Python layer, and mxop ops vs PyTorch's own.
+
+    /usr/bin/python3 -m mxop.bench [--socket PATH] [--n N] [--json] [--out FILE]
+
+Rows (microseconds per call, median of 5 runs of N calls):
+  c_forward       mxop_forward through ctypes with every argument prebuilt:
+                  the C call (IPC round trip) plus ctypes' own call cost
+  numpy_relu      Op.__call__ on a 16-element f32 array in shared memory
+                  (output allocated, wrapped as an ndarray)
+  numpy_relu_heap the same with an ordinary ndarray input (staged)
+  torch_relu_nograd   TorchOp on a tensor, no autograd
+  torch_relu_grad     TorchOp building the autograd graph (Function.apply)
+  torch_relu_fwd_bwd  forward + backward through autograd
+  torch_builtin_relu  torch.relu, in process (the floor of any proxy)
+  gemm_mxop_NxN / gemm_torch_NxN: forward of an NxN f32 product
+The Python layer's cost is numpy_relu - c_forward; the stub_* rows measure
+it without the IPC's noise: the same calls with mxop_forward replaced by a
+C function that returns at once (stub_ctypes_call: that function called
+through ctypes with prebuilt arguments, the floor of any ctypes binding).
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def _time(fn, n, reps=5):
+    for _ in range(min(n, 200)):
+        fn()
+    runs = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        runs.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(runs)
+
+
+def run(socket=None, n=20000, gemm_n=256):
+    import mxop
+    from mxop._lib import lib, MxopArray
+    from mxop.client import block_of
+
+    c = mxop.connect(socket)
+    relu = c.load("relu.so").relu
+    gemm = c.load("gemm.so").gemm
+    rows = {}
+
+    x = c.empty(16, np.float32)
+    x[:] = np.linspace(-1, 1, 16)
+    y = c.empty(16, np.float32)
+    ia, oa = MxopArray(), MxopArray()
+    ctypes.memmove(ctypes.addressof(ia), ctypes.addressof(block_of(x)), ctypes.sizeof(ia))
+    ctypes.memmove(ctypes.addressof(oa), ctypes.addressof(block_of(y)), ctypes.sizeof(oa))
+    ent = relu._entry({})
+    f = lib.mxop_forward
+    h, p, ca, ip, op_ = c._h, relu._p, ent.addr, ctypes.addressof(ia), ctypes.addressof(oa)
+    rows["c_forward"] = _time(lambda: f(h, p, ca, ip, 1, op_, 1), n)
+    rows["numpy_relu"] = _time(lambda: relu(x), n)
+    xh = np.linspace(-1, 1, 16).astype(np.float32)
+    rows["numpy_relu_heap"] = _time(lambda: relu(xh), n)
+
+    try:
+        import torch
+        import mxop.torch as mt
+    except ImportError:
+        torch = None
+    if torch is not None:
+        torch.set_num_threads(1)
+        tr = mt.TorchOp(relu)
+        tx = mt.to_shared(torch.linspace(-1, 1, 16))
+        rows["torch_relu_nograd"] = _time(lambda: tr(tx), n)
+        txg = tx.detach().requires_grad_()
+        rows["torch_relu_grad"] = _time(lambda: tr(txg), n)
+
+        def fb():
+            tr(txg).backward(tx)
+
+        rows["torch_relu_fwd_bwd"] = _time(fb, n // 2)
+        rows["torch_builtin_relu"] = _time(lambda: torch.relu(tx), n)
+
+        tg = mt.TorchOp(gemm)
+        a = mt.to_shared(torch.randn(gemm_n, gemm_n))
+        b = mt.to_shared(torch.randn(gemm_n, gemm_n))
+        m = max(50, n // 200)
+        rows["gemm_mxop_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: tg(a, b), m)
+        rows["gemm_torch_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: torch.mm(a, b), m)
+    rows["python_layer_overhead"] = rows["numpy_relu"] - rows["c_forward"]
+    rows.update(_python_layer_only(c, relu, x, tx if torch is not None else None, n))
+    c.close()
+    return rows
+
+
+def _python_layer_only(c, relu, x, tx, n):
+    """The Python layer's own cost, free of IPC noise: the same calls with
+    mxop_forward replaced by a C function that returns at once (getpagesize,
+    given mxop_forward's prototype; it ignores the arguments)."""
+    from mxop._lib import lib
+
+    stub = ctypes.CDLL(None).getpagesize
+    real = lib.mxop_forward
+    stub.argtypes = real.argtypes
+    stub.restype = real.restype
+    rows = {}
+    ent = relu._entry({})
+    ib = ctypes.create_string_buffer(224)
+    addr = ctypes.addressof(ib)
+    rows["stub_ctypes_call"] = _time(lambda: stub(c._h, relu._p, ent.addr, addr, 1, addr, 1), n)
+    lib.mxop_forward = stub
+    try:
+        rows["stub_numpy_op_call"] = _time(lambda: relu(x), n)
+        if tx is not None:
+            import mxop.torch as mt
+
+            tr = mt.TorchOp(relu)
+            txg = tx.detach().requires_grad_()
+            rows["stub_torch_op_nograd"] = _time(lambda: tr(tx), n)
+            rows["stub_torch_op_autograd"] = _time(lambda: tr(txg), n)
+    finally:
+        lib.mxop_forward = real
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--socket", default=None,
+                    help="a daemon to use (default: $MXOP_SOCKET, else a private one)")
+    ap.add_argument("--n", type=int, default=None,
+                    help="calls per run (default 20000 x $MXOP_BENCH_SCALE)")
+    ap.add_argument("--gemm-n", type=int, default=256)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=None, help="also write the results (JSON) here")
+    a = ap.parse_args(argv)
+    n = a.n or max(500, int(20000 * float(os.environ.get("MXOP_BENCH_SCALE", "1"))))
+    rows = run(a.socket, n, a.gemm_n)
+    res = {k: round(v, 2) for k, v in rows.items()}
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as f:
+            json.dump({"unit": "us/call", "n": n, "rows": res}, f, indent=1)
+    if a.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+    else:
+        for k, v in rows.items():
+            print("%-24s %9.2f us/call" % (k, v))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,503 @@
+"""mxop ops as PyTorch functions with autograd.
+
+    import mxop, mxop.torch
+    c = mxop.connect()
+    gemm = mxop.torch.load(c, "gemm.so").gemm       # a TorchOp
+    y = gemm(a, b, transpose_b=True)                # tensors in, tensors out
+    y.sum().backward()                              # through the op's backward
+
+Each call is a torch.autograd.Function: forward runs the op, backward runs
+its backward with in = [output gradients, inputs, outputs].  TorchOps work
+inside nn.Modules (see Linear and OpModule below).
+
+Memory (CPU tensors):
+  - a tensor whose memory is an mxop allocation (an op output, or
+    mxop.torch.empty/zeros) passes without a copy;
+  - a tensor after share_memory_() passes without a copy: its storage's
+    file descriptor (torch 1.13: storage._share_fd_cpu_()) is registered
+    once as a region, cached per storage and released when the storage dies;
+  - any other contiguous tensor is staged by libmxop (one copy, counted in
+    Stats.staged_bytes); a non-contiguous one is copied once into a new
+    mxop allocation here (counted in Client.staged_copies).
+Outputs are tensors viewing shared memory (no copy); the allocation lives
+as long as any tensor or array viewing it.
+"""
+
+import ctypes
+
+import numpy as np
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _lib
+from . import client as _cl
+from .client import Client, Op, _OutSpec, _ZPAD, _ASZ
+from .errors import InvalidArgument, NotSupported
+
+_lib_ = _lib.lib
+_pack_array = _lib.ARRAY_STRUCT.pack_into
+_memmove = ctypes.memmove
+_addressof = ctypes.addressof
+_from_numpy = torch.from_numpy
+_Tensor = torch.Tensor
+
+_MX_OF_TORCH = {
+    torch.float32: _lib.F32,
+    torch.float64: _lib.F64,
+    torch.float16: _lib.F16,
+    torch.bfloat16: _lib.BF16,
+    torch.int32: _lib.I32,
+    torch.int64: _lib.I64,
+    torch.uint8: _lib.U8,
+    torch.int8: _lib.I8,
+    torch.bool: _lib.BOOL,
+}
+_TORCH_OF = {v: k for k, v in _MX_OF_TORCH.items()}
+
+
+def dtype_code(dtype):
+    """The mxop dtype number of a torch dtype."""
+    code = _MX_OF_TORCH.get(dtype)
+    if code is None:
+        raise InvalidArgument(-1001, "torch dtype %s has no mxop equivalent" % dtype)
+    return code
+
+
+# ---- shared storages as regions ---------------------------------------------
+
+try:
+    from torch.multiprocessing.reductions import StorageWeakRef as _StorageWeakRef
+except ImportError:  # pragma: no cover - other torch versions
+    _StorageWeakRef = None
+
+
+class _StorageRegion:
+    __slots__ = ("weak", "region", "base", "nbytes")
+
+
+def _untyped(storage):
+    return storage._storage if hasattr(storage, "_storage") else storage
+
+
+def _sweep(c):
+    """Releases the regions of storages that are gone."""
+    cache = c._torch_regions
+    for base, e in list(cache.items()):
+        if e.weak is not None and e.weak.expired():
+            del cache[base]
+            try:
+                e.region.release()
+            except Exception:
+                pass
+
+
+def _register_storage(c, t):
+    """Registers the shared storage of `t` as a region of `c` (once per
+    storage); returns True if it is now in c's address table."""
+    if _StorageWeakRef is None or torch.multiprocessing.get_sharing_strategy() != \
+            "file_descriptor":
+        return False
+    s = t.storage()
+    u = _untyped(s)
+    base = u.data_ptr()
+    nbytes = u.nbytes()
+    cache = c._torch_regions
+    e = cache.get(base)
+    if e is not None:
+        if not e.weak.expired() and e.nbytes == nbytes:
+            return True  # the table has it (a region lookup missed for another reason)
+        del cache[base]
+        e.region.release()
+    _sweep(c)
+    try:
+        fd, _ = s._share_fd_cpu_()
+    except Exception:
+        return False
+    if u.data_ptr() != base:  # sharing moved the storage: look it up afresh
+        return False
+    e = _StorageRegion()
+    e.weak = _StorageWeakRef(s)
+    e.base = base
+    e.nbytes = nbytes
+    e.region = c.register_fd(fd, nbytes, base=base, check=lambda: _still_alive(c, e))
+    cache[base] = e
+    return True
+
+
+def _still_alive(c, e):
+    """A lookup landed in e's region: true while its storage lives (while it
+    does, nothing else can be mapped at its address).  A dead one's region
+    is released here, so that memory now at that address is not mistaken
+    for it."""
+    if not e.weak.expired():
+        return True
+    if c._torch_regions.get(e.base) is e:
+        del c._torch_regions[e.base]
+    try:
+        e.region.release()
+    except Exception:
+        pass
+    return False
+
+
+def shared_regions(c):
+    """Number of torch storages registered as regions of client `c` (live ones)."""
+    _sweep(c)
+    return len(c._torch_regions)
+
+
+# ---- tensors <-> array records ----------------------------------------------
+
+def _copy_to_shm(c, t, code, keep):
+    """A contiguous copy of `t` in a new mxop allocation (the one copy of a
+    non-contiguous tensor)."""
+    spec = _OutSpec(code, tuple(t.shape))
+    b = c._alloc(code, spec.ndim, spec.caddr)
+    dst = _tensor_view(b, spec)
+    dst.copy_(t)
+    keep.append(dst)
+    c.staged_copies += 1
+    c.staged_copy_bytes += spec.nbytes
+    return b
+
+
+def _pack_tensor(c, buf, i, t, keep):
+    """Writes input record i for tensor `t`; returns (dtype, shape)."""
+    if type(t) is not _Tensor and not isinstance(t, _Tensor):
+        if isinstance(t, np.ndarray):
+            return c._pack_np(buf, i, t, keep)
+        t = torch.as_tensor(t)
+        keep.append(t)
+    if t.device.type != "cpu":
+        raise NotSupported(-1023, "input %d is on %s; this client passes CPU tensors only"
+                           % (i, t.device))
+    code = _MX_OF_TORCH.get(t.dtype)
+    if code is None:
+        raise InvalidArgument(-1001, "input %d: torch dtype %s has no mxop equivalent"
+                              % (i, t.dtype))
+    shape = tuple(t.shape)
+    ndim = len(shape)
+    if ndim > _lib.MAX_DIMS:
+        raise InvalidArgument(-1001, "input %d has %d dimensions; mxop allows at most %d"
+                              % (i, ndim, _lib.MAX_DIMS))
+    nbytes = t.numel() * t.element_size()
+    if not t.is_contiguous():
+        b = _copy_to_shm(c, t, code, keep)
+        _pack_array(buf, i * _ASZ, b.data, code, ndim, *shape, *_ZPAD[ndim],
+                    b.region, b.offset, nbytes, 0)
+        return code, shape
+    ptr = t.data_ptr()
+    ro = c._region_of(ptr, nbytes) if c._rbase else None
+    if ro is None and nbytes > 0 and t.is_shared() and _register_storage(c, t):
+        ptr = t.data_ptr()
+        ro = c._region_of(ptr, nbytes)
+    if ro is None:
+        _pack_array(buf, i * _ASZ, ptr, code, ndim, *shape, *_ZPAD[ndim], 0, 0, nbytes, 0)
+    else:
+        _pack_array(buf, i * _ASZ, ptr, code, ndim, *shape, *_ZPAD[ndim],
+                    ro[0], ro[1], nbytes, 0)
+    return code, shape
+
+
+def _tensor_view(b, spec):
+    """A tensor viewing block `b` (holds it alive through the NumPy base)."""
+    if spec.npdtype is not None:
+        return _from_numpy(Client._view(b, spec.npdtype, spec.shape))
+    # bfloat16: no NumPy dtype; view the bytes and reinterpret.
+    raw = _from_numpy(Client._view(b, np.dtype(np.uint8), (b.nbytes,)))
+    return raw.view(_TORCH_OF[spec.dtype]).reshape(spec.shape)
+
+
+def _forward(op, ent, tensors):
+    c = op.client
+    h = c._handle()
+    n_in = len(tensors)
+    n_out = op.num_outputs
+    bufs = c._bufs(n_in, n_out)
+    keep = []
+    try:
+        ib = bufs[0]
+        sig = tuple([_pack_tensor(c, ib, i, t, keep) for i, t in enumerate(tensors)])
+        specs = op._specs(ent, sig)
+        ob_addr = bufs[3]
+        blocks = []
+        for i, s in enumerate(specs):
+            b = c._alloc(s.dtype, s.ndim, s.caddr)
+            _memmove(ob_addr + i * _ASZ, _addressof(b), _ASZ)
+            blocks.append(b)
+        rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
+        if rc < 0:
+            raise c._error(rc)
+        return tuple([_tensor_view(b, s) for b, s in zip(blocks, specs)])
+    finally:
+        c._give(bufs)
+
+
+def _backward(op, ent, grads, inputs, outputs, needs):
+    c = op.client
+    h = c._handle()
+    allin = tuple(grads) + tuple(inputs) + tuple(outputs)
+    n_fwd = len(inputs)
+    bufs = c._bufs(len(allin), n_fwd)
+    keep = []
+    try:
+        ib = bufs[0]
+        sig = [_pack_tensor(c, ib, i, t, keep) for i, t in enumerate(allin)]
+        off = len(grads)
+        ob_addr = bufs[3]
+        blocks = []
+        for i in range(n_fwd):
+            dt, shape = sig[off + i]
+            s = _OutSpec(dt, shape)
+            b = c._alloc(dt, s.ndim, s.caddr)
+            _memmove(ob_addr + i * _ASZ, _addressof(b), _ASZ)
+            if not needs[i]:
+                ctypes.c_int32.from_address(ob_addr + i * _ASZ + _cl._OFF_REQ).value = \
+                    _lib.REQ_NULL
+            blocks.append((b, s))
+        rc = _lib_.mxop_backward(h, op._p, ent.addr, bufs[1], len(allin), ob_addr, n_fwd)
+        if rc < 0:
+            raise c._error(rc)
+        return tuple([_tensor_view(b, s) if needs[i] else None
+                      for i, (b, s) in enumerate(blocks)])
+    finally:
+        c._give(bufs)
+
+
+class _Fn(torch.autograd.Function):
+    """One mxop call in the autograd graph: apply(op, entry, *inputs)."""
+
+    @staticmethod
+    def forward(ctx, op, ent, *inputs):
+        outs = _forward(op, ent, inputs)
+        ctx.op = op
+        ctx.ent = ent
+        ctx.n_in = len(inputs)
+        ctx.save_for_backward(*inputs, *outs)
+        nondiff = [o for o in outs if not (o.is_floating_point() or o.is_complex())]
+        if nondiff:
+            ctx.mark_non_differentiable(*nondiff)
+        return outs[0] if len(outs) == 1 else outs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        saved = ctx.saved_tensors
+        inputs, outputs = saved[:ctx.n_in], saved[ctx.n_in:]
+        grads = tuple(torch.zeros_like(o) if g is None else g for g, o in zip(grads, outputs))
+        needs = ctx.needs_input_grad[2:]
+        if not any(needs):
+            return (None, None) + (None,) * ctx.n_in
+        return (None, None) + _backward(ctx.op, ctx.ent, grads, inputs, outputs, needs)
+
+
+def _needs_graph(tensors):
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if isinstance(t, _Tensor) and t.requires_grad:
+            return True
+    return False
+
+
+class TorchOp:
+    """An mxop op on tensors, with autograd through the op's backward.
+
+    Keyword arguments at construction are default attributes; at a call
+    they add to (or override) them.  Without grad (torch.no_grad(), or no
+    input requires grad) a call skips the autograd machinery."""
+
+    def __init__(self, op, **attrs):
+        if not isinstance(op, Op):
+            raise InvalidArgument(-1001, "TorchOp needs an mxop.Op, got %r" % (op,))
+        self.op = op
+        self.attrs = dict(attrs)
+        self._ent = op._entry(self.attrs)
+        self.__name__ = op.name
+
+    def _entry(self, attrs):
+        if not attrs:
+            return self._ent
+        return self.op._entry({**self.attrs, **attrs})
+
+    def __call__(self, *tensors, **attrs):
+        ent = self._entry(attrs)
+        if _needs_graph(tensors):
+            return _Fn.apply(self.op, ent, *tensors)
+        outs = _forward(self.op, ent, tensors)
+        return outs[0] if len(outs) == 1 else outs
+
+    def bind(self, **attrs):
+        """A TorchOp with these attributes added."""
+        return TorchOp(self.op, **{**self.attrs, **attrs})
+
+    def create_state(self, *tensors, **attrs):
+        """A TorchState of this (stateful) op for inputs like these."""
+        return TorchState(self.op.create_state(*[_spec_of(t) for t in tensors],
+                                               **{**self.attrs, **attrs}))
+
+    def __repr__(self):
+        return "<mxop.torch.TorchOp %s %r>" % (self.op.name, self.attrs)
+
+
+class _StateOp:
+    """What _Fn needs of an op, for a state: its client, pointer and outputs."""
+
+    def __init__(self, state):
+        self.state = state
+        op = state.op
+        self.client = op.client
+        self._p = op._p
+        self.num_outputs = op.num_outputs
+        self.name = op.name
+        self._specs = op._specs
+
+
+class TorchState:
+    """A stateful op instance on tensors (autograd through state_backward)."""
+
+    def __init__(self, state):
+        self.state = state
+        self._op = _StateOp(state)
+
+    def __call__(self, *tensors):
+        self.state._alive()
+        ent = self.state._ent
+        if _needs_graph(tensors):
+            return _Fn.apply(self._op, ent, *tensors)
+        outs = _forward(self._op, ent, tensors)
+        return outs[0] if len(outs) == 1 else outs
+
+    def recreate(self):
+        self.state.recreate()
+
+    def close(self):
+        self.state.close()
+
+    @property
+    def id(self):
+        return self.state.id
+
+
+def _spec_of(t):
+    """A (shape, dtype) pair for Op.create_state."""
+    if isinstance(t, _Tensor):
+        return tuple(t.shape), dtype_code(t.dtype)
+    return t
+
+
+class Ops:
+    """A library's ops as TorchOps (attributes and a dict)."""
+
+    def __init__(self, name, ops):
+        self.name = name
+        self.ops = ops
+        self.__dict__.update({k: v for k, v in ops.items() if k.isidentifier()})
+
+    def __getitem__(self, name):
+        return self.ops[name]
+
+    def __repr__(self):
+        return "<mxop.torch.Ops %r: %s>" % (self.name, ", ".join(self.ops))
+
+
+def load(client, library):
+    """Loads `library` into `client`'s session; returns its ops as TorchOps."""
+    if client is None:
+        from . import default_client
+
+        client = default_client()
+    lib = client.load(library)
+    return Ops(library, {n: TorchOp(o) for n, o in lib.ops.items()})
+
+
+def ops(client=None):
+    """Every op loaded in `client`'s session, as TorchOps."""
+    if client is None:
+        from . import default_client
+
+        client = default_client()
+    return Ops("*", {n: TorchOp(o) for n, o in client.ops().items()})
+
+
+def op(name, client=None, **attrs):
+    """The loaded op `name` as a TorchOp."""
+    if client is None:
+        from . import default_client
+
+        client = default_client()
+    return TorchOp(client.op(name), **attrs)
+
+
+def wrap(op_, **attrs):
+    """An mxop.Op as a TorchOp."""
+    return TorchOp(op_, **attrs)
+
+
+def empty(shape, dtype=torch.float32, client=None):
+    """An uninitialised tensor in mxop shared memory (zero-copy as an op input)."""
+    if client is None:
+        from . import default_client
+
+        client = default_client()
+    if isinstance(shape, int):
+        shape = (shape,)
+    spec = _OutSpec(dtype_code(dtype), tuple(shape))
+    return _tensor_view(client._alloc(spec.dtype, spec.ndim, spec.caddr), spec)
+
+
+def zeros(shape, dtype=torch.float32, client=None):
+    return empty(shape, dtype, client).zero_()
+
+
+def to_shared(t, client=None):
+    """`t` copied once into mxop shared memory (a tensor that then passes
+    every op of `client` without a copy)."""
+    out = empty(tuple(t.shape), t.dtype, client)
+    with torch.no_grad():
+        out.copy_(t)
+    return out.requires_grad_(t.requires_grad)
+
+
+# ---- modules ----------------------------------------------------------------
+
+class OpModule(torch.nn.Module):
+    """Any TorchOp as a module: forward(*inputs) = op(*inputs)."""
+
+    def __init__(self, op_, **attrs):
+        super().__init__()
+        self.op = op_ if isinstance(op_, TorchOp) else TorchOp(op_, **attrs)
+        if attrs and isinstance(op_, TorchOp):
+            self.op = op_.bind(**attrs)
+
+    def forward(self, *inputs):
+        return self.op(*inputs)
+
+    def extra_repr(self):
+        return "%s, %r" % (self.op.op.name, self.op.attrs)
+
+
+class Linear(torch.nn.Module):
+    """nn.Linear whose product runs in mxop's "gemm" op: y = x W^T + b.
+
+    `gemm` is the TorchOp (or mxop.Op) of gemm.so; the weight is [out, in]
+    as in nn.Linear, so the op is called with transpose_b.  The bias add is
+    PyTorch's own."""
+
+    def __init__(self, in_features, out_features, gemm, bias=True, dtype=torch.float32):
+        super().__init__()
+        g = gemm.op if isinstance(gemm, TorchOp) else gemm
+        self.gemm = TorchOp(g, transpose_b=True)
+        self.in_features = in_features
+        self.out_features = out_features
+        ref = torch.nn.Linear(in_features, out_features, bias=bias, dtype=dtype)
+        self.weight = torch.nn.Parameter(ref.weight.detach().clone())
+        self.bias = torch.nn.Parameter(ref.bias.detach().clone()) if bias else None
+
+    def forward(self, x):
+        y = self.gemm(x, self.weight)
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self):
+        return "in_features=%d, out_features=%d, bias=%s" % (
+            self.in_features, self.out_features, self.bias is not None)

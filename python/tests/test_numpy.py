@@ -1,0 +1,260 @@
+"""The NumPy layer: ops on arrays, inference, stateful ops, shared memory."""
+import gc
+
+import numpy as np
+import pytest
+
+import mxop
+from mxop.client import block_of
+
+from conftest import staged
+
+
+def softmax_ref(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_relu_forward_backward(ops):
+    relu = ops.op("relu")
+    x = np.array([[-1.5, 0.0, 2.0], [3.0, -4.0, 0.5]], np.float64)
+    y = relu(x)
+    assert y.dtype == np.float64 and y.shape == x.shape
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    dy = np.arange(6, dtype=np.float64).reshape(2, 3)
+    dx = relu.backward([dy], [x], [y])
+    np.testing.assert_array_equal(dx, dy * (x > 0))
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_gemm_transposes(ops, ta, tb):
+    gemm = ops.op("gemm")
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((4, 3) if ta else (3, 4))
+    B = rng.standard_normal((5, 4) if tb else (4, 5))
+    opA = A.T if ta else A
+    opB = B.T if tb else B
+    C = gemm(A, B, transpose_a=ta, transpose_b=tb, alpha=0.5)
+    np.testing.assert_allclose(C, 0.5 * opA @ opB, rtol=1e-12)
+    dC = rng.standard_normal(C.shape)
+    dA, dB = gemm.backward([dC], [A, B], [C], transpose_a=ta, transpose_b=tb, alpha=0.5)
+    dopA = 0.5 * dC @ opB.T
+    dopB = 0.5 * opA.T @ dC
+    np.testing.assert_allclose(dA, dopA.T if ta else dopA, rtol=1e-12)
+    np.testing.assert_allclose(dB, dopB.T if tb else dopB, rtol=1e-12)
+
+
+def test_softmax_and_needs(ops):
+    sm = ops.op("softmax")
+    x = np.random.default_rng(2).standard_normal((3, 7)).astype(np.float32) * 50
+    y = sm(x)
+    np.testing.assert_allclose(y, softmax_ref(x.astype(np.float64)), rtol=1e-5, atol=1e-7)
+    assert np.isfinite(y).all()
+    dy = np.ones_like(y)
+    dx = sm.backward([dy], [x], [y])
+    np.testing.assert_allclose(dx, 0, atol=1e-6)
+    assert sm.backward([dy], [x], [y], needs=[False]) is None
+
+
+def test_variadic_sum_n(ops):
+    s = ops.op("sum_n")
+    xs = [np.full((2, 2), i, np.float32) for i in range(1, 5)]
+    np.testing.assert_array_equal(s(*xs), np.full((2, 2), 10, np.float32))
+    grads = s.backward([np.ones((2, 2), np.float32)], xs, [s(*xs)])
+    assert len(grads) == 4 and all((g == 1).all() for g in grads)
+
+
+def test_infer(ops):
+    gemm = ops.op("gemm")
+    assert gemm.infer(((3, 4), "f32"), ((5, 4), "f32"), transpose_b=True) == [("f32", (3, 5))]
+    assert ops.op("relu").infer(np.zeros((2, 0, 3))) == [("f64", (2, 0, 3))]
+
+
+def test_out_argument_and_empty_arrays(ops):
+    relu = ops.op("relu")
+    x = ops.asarray(np.array([-1.0, 1.0], np.float32))
+    y = ops.empty(2)
+    assert relu(x, out=y) is y
+    np.testing.assert_array_equal(y, [0, 1])
+    e = relu(np.zeros((0, 4), np.float32))
+    assert e.shape == (0, 4)
+    s = relu(np.array(-2.0))  # 0-d
+    assert s.shape == () and s == 0
+
+
+def test_outputs_view_shared_memory_and_stay_alive(ops):
+    relu = ops.op("relu")
+    live = ops._live
+    y = relu(np.ones((4, 4), np.float32))
+    assert ops._live == live + 1
+    assert block_of(y) is not None and ops.owns(y)
+    v = y[1:3]  # a view keeps the block
+    del y
+    gc.collect()
+    assert ops._live == live + 1
+    np.testing.assert_array_equal(v, 1)
+    del v
+    gc.collect()
+    assert ops._live == live
+
+
+def test_zero_copy_for_shared_arrays_staging_for_others(ops):
+    relu = ops.op("relu")
+    x = ops.zeros((64, 64), np.float32)
+    x[:] = 1
+    relu(x)  # warm: inference cached
+    s0 = staged(ops)
+    y = relu(x)
+    z = relu(y)  # an op output is shared memory too
+    relu(x[8:16])  # a contiguous slice of an allocation
+    assert staged(ops) == s0, "shared-memory arrays were copied"
+    h = np.ones((64, 64), np.float32)
+    relu(h)
+    assert staged(ops) == s0 + h.nbytes  # one copy in
+    np.testing.assert_array_equal(z, 1)
+
+
+def test_non_contiguous_input_is_copied_once_into_shared_memory(ops):
+    relu = ops.op("relu")
+    x = np.arange(12, dtype=np.float64).reshape(3, 4) - 5
+    s0, n0 = staged(ops), ops.staged_copies
+    y = relu(x.T)
+    np.testing.assert_array_equal(y, np.maximum(x.T, 0))
+    assert ops.staged_copies == n0 + 1
+    assert staged(ops) == s0
+
+
+def test_region_create_arrays_pass_without_copy(ops):
+    r = ops.region_create(1 << 16)
+    a = r.array((16, 16), np.float32)
+    a[:] = -1
+    relu = ops.op("relu")
+    relu(a)
+    s0 = staged(ops)
+    y = relu(a)
+    assert staged(ops) == s0
+    np.testing.assert_array_equal(y, 0)
+    r.release()
+
+
+def test_module_level_empty_uses_default_client(daemon, monkeypatch):
+    monkeypatch.setenv("MXOP_SOCKET", daemon.socket)
+    monkeypatch.setattr(mxop, "_default", None)
+    a = mxop.zeros((3,), "f64")
+    assert a.dtype == np.float64 and (a == 0).all()
+    assert mxop.default_client().owns(a)
+
+
+def test_bound_op(ops):
+    g = ops.op("gemm").bind(transpose_b=True)
+    A = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(g(A, A), np.full((2, 2), 3, np.float32))
+
+
+def test_stateful_running_mean(ops):
+    op = ops.op("running_mean_norm")
+    assert op.stateful
+    x1 = np.array([[1.0, 2.0], [3.0, 4.0]])
+    x2 = np.array([[5.0, 6.0], [7.0, 8.0]])
+    with op.create_state(x1, momentum=0.5) as st:
+        y1 = st(x1)
+        np.testing.assert_allclose(y1, x1 - [2.0, 3.0])
+        y2 = st(x2)  # mean = 0.5 * [2, 3] + 0.5 * [6, 7] = [4, 5]
+        np.testing.assert_allclose(y2, x2 - [4.0, 5.0])
+        dx = st.backward([np.ones_like(y2)], [x2], [y2])
+        np.testing.assert_array_equal(dx, 1)
+        # A second instance starts afresh: states are separate objects.
+        st2 = op.create_state(((7, 2), "f64"))
+        np.testing.assert_allclose(st2(x2), x2 - [6.0, 7.0])
+        st2.close()
+    assert st.id == 0
+    with pytest.raises(mxop.InvalidArgument):
+        st(x1)
+
+
+def test_state_lost_after_crash_and_recreate(ops):
+    op = ops.op("running_mean_norm")
+    st = op.create_state(((2,), "f64"))
+    st(np.array([1.0, 2.0]))
+    with pytest.raises(mxop.WorkerCrashed):
+        ops.op("segv")(np.zeros(4, np.float32))
+    with pytest.raises(mxop.StateLost) as ei:
+        st(np.array([1.0, 2.0]))
+    assert ei.value.code == -1022
+    st.recreate()
+    np.testing.assert_allclose(st(np.array([1.0, 2.0])), 0)
+    st.close()
+
+
+def test_arrays_survive_a_worker_crash(ops):
+    relu = ops.op("relu")
+    x = ops.asarray(np.array([-1.0, 3.0]))
+    y = relu(x)
+    with pytest.raises(mxop.WorkerCrashed):
+        ops.op("segv")(np.zeros(4, np.float32))
+    np.testing.assert_array_equal(relu(y), [0, 3])  # regions re-mapped in the new worker
+
+
+def test_library_object_and_ops_listing(client):
+    lib = client.load("relu.so")
+    assert lib.relu is client.op("relu") and "relu" in client.ops()
+    assert client.load("relu.so").relu is lib.relu  # a second load is a no-op
+    assert client.relu is lib.relu
+
+
+def test_close_with_live_arrays_keeps_memory(daemon):
+    c = mxop.connect(daemon)
+    relu = c.load("relu.so").relu
+    y = relu(np.ones(8, np.float32))
+    c.close()
+    assert c.closed
+    with pytest.raises(mxop.Disconnected):
+        relu(y)
+    np.testing.assert_array_equal(y, 1)  # still mapped
+    del y
+    gc.collect()
+    assert c._h is None  # the session ended with its last array
+
+
+def test_stats(ops):
+    keep = ops.zeros(4)  # the arena's first region
+    st = ops.stats()
+    assert st.worker_pid > 0 and st.daemon_sessions >= 1 and st.regions >= 1
+    assert set(st._asdict()) >= {"calls", "errors", "staged_bytes", "worker_restarts"}
+    del keep
+
+
+def test_threads_share_one_client(ops):
+    import threading
+
+    relu = ops.op("relu")
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(150):
+                x = np.full(32, float(k * 1000 + i) * (-1) ** i, np.float64)
+                np.testing.assert_array_equal(relu(x), np.maximum(x, 0))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_many_calls_reuse_the_arena(ops):
+    relu = ops.op("relu")
+    x = ops.zeros((256,))
+    relu(x)
+    gc.collect()
+    live, regions = ops._live, ops.stats().regions
+    for _ in range(2000):
+        relu(x)
+    gc.collect()
+    assert ops._live == live
+    assert ops.stats().regions == regions
