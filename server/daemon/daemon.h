@@ -1,0 +1,388 @@
+/*
+ * server/daemon/daemon.h - the internal structures of mxop-serverd.
+ *
+ * The daemon is one libuv loop.  Its objects:
+ *
+ *   mxop__daemon_t   the configuration, the listening socket, the watchdog,
+ *                    the lists of client connections and workers.
+ *   mxop__conn_t     a framed, non-blocking Unix stream socket (uv_poll_t,
+ *                    SCM_RIGHTS both ways, a write queue).  Used for client
+ *                    connections and for each worker's supervisor channel.
+ *   mxop__client_t   one accepted control connection: credentials, the
+ *                    handshake state, and at most one session.
+ *   mxop__session_t  what a client opened: its worker, loaded libraries,
+ *                    ops, regions and the FIFO of supervisor requests in
+ *                    flight.  Lives exactly as long as its client.
+ *   mxop__worker_t   one spawned worker process (one generation of a
+ *                    session's worker).  Outlives its session until the
+ *                    process has been reaped.
+ *
+ * Ownership: the daemon owns clients and workers (intrusive lists); a
+ * client owns its session; a session points at its current worker, which
+ * points back while attached.  Handle memory is freed only in libuv close
+ * callbacks.
+ */
+#ifndef MXOP_SERVER_DAEMON_H
+#define MXOP_SERVER_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "common.pb-c.h"
+#include "control.pb-c.h"
+#include "proto/frame.h"
+#include "server/status_page.h"
+#include "supervisor.pb-c.h"
+
+/* The control protocol versions this daemon speaks. */
+#define MXOP__DAEMON_PROTO_MIN 1u
+#define MXOP__DAEMON_PROTO_MAX 1u
+
+/* The most regions one session may hold (registered plus being mapped). */
+#define MXOP__SESSION_MAX_REGIONS 4096
+/* A session whose worker dies this often within the window is not respawned. */
+#define MXOP__RESPAWN_BURST 5
+#define MXOP__RESPAWN_WINDOW_NS (2LL * 1000000000LL)
+/* The watchdog's period. */
+#define MXOP__WATCHDOG_MS 20
+/* Descriptors a connection may hold that no frame has claimed yet. */
+#define MXOP__CONN_MAX_QUEUED_FDS 64
+/* The most --allow-uid options. */
+#define MXOP__MAX_ALLOW_UIDS 64
+/* Bytes of the protobuf-c unpacking arena of each connection. */
+#define MXOP__CONN_ARENA 16384
+/* Bytes of a detail message. */
+#define MXOP__MSG_MAX 512
+
+/* ------------------------------------------------------------------------ */
+/* A minimal intrusive doubly-linked list (circular, with a head node). */
+
+typedef struct mxop__list {
+    struct mxop__list *prev;
+    struct mxop__list *next;
+} mxop__list_t;
+
+static inline void mxop__list_init(mxop__list_t *h)
+{
+    h->prev = h;
+    h->next = h;
+}
+
+static inline int mxop__list_empty(const mxop__list_t *h)
+{
+    return h->next == h;
+}
+
+static inline void mxop__list_push(mxop__list_t *h, mxop__list_t *n)
+{
+    n->prev = h->prev;
+    n->next = h;
+    h->prev->next = n;
+    h->prev = n;
+}
+
+static inline void mxop__list_remove(mxop__list_t *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n;
+    n->next = n;
+}
+
+#define MXOP__CONTAINER_OF(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
+
+typedef struct mxop__daemon mxop__daemon_t;
+typedef struct mxop__conn mxop__conn_t;
+typedef struct mxop__client mxop__client_t;
+typedef struct mxop__session mxop__session_t;
+typedef struct mxop__worker mxop__worker_t;
+
+/* ------------------------------------------------------------------------ */
+/* conn.c: framed non-blocking sockets. */
+
+/*
+ * A complete frame arrived.  `payload` (len bytes) is valid only during the
+ * call.  The callback may take descriptors (mxop__conn_take_fd), send, and
+ * close the connection.
+ */
+typedef void (*mxop__conn_frame_cb)(mxop__conn_t *c, uint16_t kind, const uint8_t *payload,
+                                    uint32_t len);
+/*
+ * Reading ended: `code` is 0 for an orderly EOF, MXOP_EDISCONNECTED for a
+ * reset, or the framing error (MXOP_EPROTOCOL, MXOP_EVERSION,
+ * MXOP_EFRAME_TOO_LARGE) with `msg` saying what was wrong.  The owner must
+ * close the connection (now or later); no further frames are delivered.
+ */
+typedef void (*mxop__conn_error_cb)(mxop__conn_t *c, int code, const char *msg);
+/* The connection's handle is closed and its fd too: the owner may free it. */
+typedef void (*mxop__conn_closed_cb)(mxop__conn_t *c);
+
+typedef struct mxop__wq mxop__wq_t; /* one queued outgoing frame (conn.c) */
+
+typedef struct mxop__qfd {
+    int fd;
+    uint64_t lo; /* stream offset of the first byte of the read that brought it */
+    uint64_t hi; /* stream offset just past that read */
+} mxop__qfd_t;
+
+struct mxop__conn {
+    uv_poll_t poll;
+    int fd;
+    void *data; /* the owner (client or worker) */
+    mxop__daemon_t *d;
+    uint16_t accept_kind; /* the only frame kind this peer may send */
+    mxop__conn_frame_cb on_frame;
+    mxop__conn_error_cb on_error;
+    mxop__conn_closed_cb on_closed;
+
+    /* Receiving: bytes not yet consumed, and where rx[0] sits in the stream. */
+    uint8_t *rx;
+    size_t rx_len;
+    size_t rx_cap;
+    uint64_t rx_base;
+    /* The frame being dispatched: its stream extent, for descriptor matching. */
+    uint64_t cur_start;
+    uint64_t cur_end;
+    mxop__qfd_t fdq[MXOP__CONN_MAX_QUEUED_FDS];
+    int fdq_len;
+
+    /* Sending. */
+    mxop__wq_t *wq_head;
+    mxop__wq_t *wq_tail;
+    size_t wq_bytes;
+
+    mxop__pbarena_t arena; /* reset before each unpack */
+    int events;            /* UV_READABLE / UV_WRITABLE currently polled */
+    bool reading;          /* false once EOF or an error ended reading */
+    bool closing;
+};
+
+/*
+ * Starts serving `fd` (taken: non-blocking, close-on-exec) on the daemon's
+ * loop.  On failure the fd is still the caller's to close.
+ * Returns 0, MXOP_ENOMEM or MXOP_EINTERNAL.
+ */
+int mxop__conn_init(mxop__daemon_t *d, mxop__conn_t *c, int fd, uint16_t accept_kind,
+                    mxop__conn_frame_cb on_frame, mxop__conn_error_cb on_error,
+                    mxop__conn_closed_cb on_closed, void *data);
+/*
+ * Packs `msg` into a frame of `kind` and sends it, queueing what the socket
+ * does not take now.  `fds` (nfds of them, borrowed: duplicated here) ride
+ * on the frame's first byte.  Returns 0, MXOP_EFRAME_TOO_LARGE, MXOP_ENOMEM,
+ * MXOP_EDISCONNECTED (the connection is closing or the peer is gone).
+ */
+int mxop__conn_send(mxop__conn_t *c, uint16_t kind, const ProtobufCMessage *msg, const int *fds,
+                    int nfds);
+/* During a frame callback: how many descriptors came with this frame. */
+int mxop__conn_frame_nfds(const mxop__conn_t *c);
+/* During a frame callback: the oldest descriptor of this frame (taken), or -1. */
+int mxop__conn_take_fd(mxop__conn_t *c);
+/* Reads and dispatches everything the socket holds right now (used at worker exit). */
+void mxop__conn_drain(mxop__conn_t *c);
+/*
+ * Stops reading, writes what can be written without blocking, and closes.
+ * on_closed runs later, from the loop.  Idempotent.
+ */
+void mxop__conn_close(mxop__conn_t *c);
+
+/* ------------------------------------------------------------------------ */
+/* The daemon. */
+
+typedef struct mxop__config {
+    const char *socket_path; /* borrowed from argv */
+    char *plugin_dir;        /* realpath, malloc'd */
+    char *worker_path;       /* malloc'd */
+    uid_t allow_uids[MXOP__MAX_ALLOW_UIDS];
+    int n_allow_uids;
+    uint64_t max_timeout_ms;
+} mxop__config_t;
+
+struct mxop__daemon {
+    uv_loop_t *loop;
+    mxop__config_t cfg;
+    uid_t euid;
+    pid_t pid;
+    int64_t start_ns;
+
+    /* listener.c */
+    int listen_fd;
+    int reserve_fd; /* spare descriptor, given up to accept and drop at EMFILE */
+    uv_poll_t listen_poll;
+    bool listening;
+    dev_t sock_dev; /* identity of the socket file, so shutdown removes only ours */
+    ino_t sock_ino;
+    bool sock_created;
+
+    uv_signal_t sigterm;
+    uv_signal_t sigint;
+    uv_timer_t watchdog;
+
+    mxop__list_t clients; /* mxop__client_t.link */
+    mxop__list_t workers; /* mxop__worker_t.link */
+    uint32_t n_sessions;
+    uint64_t next_session_id;
+    uint64_t next_client_id;
+    bool shutting_down;
+};
+
+struct mxop__client {
+    mxop__list_t link;
+    mxop__daemon_t *d;
+    mxop__conn_t conn;
+    uint64_t id; /* for the log */
+    uid_t uid;
+    pid_t pid;
+    bool hello_done;
+    uint32_t version;
+    char name[64]; /* Hello.client_name, sanitised */
+    mxop__session_t *session;
+};
+
+typedef struct mxop__lib {
+    char *path; /* resolved */
+    char *name; /* as the client gave it */
+} mxop__lib_t;
+
+typedef struct mxop__region {
+    uint32_t id;
+    int fd;
+    uint64_t size;
+} mxop__region_t;
+
+enum mxop__pending_kind { MXOP__PENDING_LOAD, MXOP__PENDING_MAP, MXOP__PENDING_UNMAP };
+
+/* One supervisor request in flight, and what to answer when it completes. */
+typedef struct mxop__pending {
+    struct mxop__pending *next;
+    uint64_t sup_id;
+    uint64_t req_id; /* the client request to answer; unused for replays */
+    int kind;
+    bool replay; /* sent to a respawned worker: log failures, answer no one */
+    char *path;  /* LOAD: resolved path (malloc'd) */
+    char *name;  /* LOAD: the client's name for it (malloc'd) */
+    uint32_t region;
+    uint64_t size;
+    int fd; /* MAP of a new region: the region's fd until it is registered; else -1 */
+} mxop__pending_t;
+
+struct mxop__session {
+    mxop__daemon_t *d;
+    mxop__client_t *client;
+    uint64_t id;
+    uint32_t generation;
+    mxop__worker_t *worker; /* the live worker, or NULL */
+    bool dead;              /* respawning gave up: worker-bound requests fail */
+    char dead_msg[MXOP__MSG_MAX];
+    uint64_t restarts;
+    int64_t deaths[MXOP__RESPAWN_BURST]; /* ring of death times */
+    int n_deaths;
+
+    mxop__lib_t *libs;
+    size_t n_libs;
+    size_t cap_libs;
+    Mxop__OpInfo *ops; /* deep copies; strings malloc'd */
+    size_t n_ops;
+    size_t cap_ops;
+    mxop__region_t *regions;
+    size_t n_regions;
+    size_t cap_regions;
+    uint64_t region_bytes;
+    uint32_t next_region;
+    size_t n_pending_maps; /* new regions being mapped (counted against the limit) */
+
+    mxop__pending_t *pend_head;
+    mxop__pending_t *pend_tail;
+    uint64_t next_sup_id;
+};
+
+struct mxop__worker {
+    mxop__list_t link;
+    mxop__daemon_t *d;
+    mxop__session_t *session; /* NULL once detached */
+    uint64_t session_id;      /* kept for the log after detaching */
+    uint32_t generation;
+    pid_t pid;
+    uv_process_t proc;
+    mxop__conn_t sup;
+    bool sup_open;
+    int open_handles; /* proc and sup; freed when both are closed */
+    bool exited;
+    mxop__status_page_t *page;
+    bool killed_timeout;
+    char timeout_msg[MXOP__MSG_MAX];
+};
+
+/* ------------------------------------------------------------------------ */
+/* listener.c */
+
+/*
+ * Creates the control socket at cfg.socket_path (owner-only, bound under a
+ * temporary name then renamed into place) and starts accepting.  Returns
+ * 0, or MXOP_EIO / MXOP_EINVAL with a sentence in err.
+ */
+int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen);
+/* Stops accepting, closes the socket and removes its file (if still ours). */
+void mxop__listener_stop(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* session.c */
+
+/* Takes an accepted, credential-checked connection fd and serves it. */
+void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
+/* Ends a client: closes its connection and ends its session. */
+void mxop__client_close(mxop__client_t *cl);
+/* A SupReply from the session's current worker. */
+void mxop__session_sup_reply(mxop__session_t *s, const Mxop__SupReply *r);
+/*
+ * The session's worker died (already reaped).  code/message classify it;
+ * the session fails what was pending, then respawns or gives up.
+ */
+void mxop__session_worker_died(mxop__session_t *s, int code, int term_signal, int exit_status,
+                               uint64_t call_id, const char *op, const char *message);
+/* Sends an error Reply (id, code, message) to a client. */
+void mxop__client_reply_error(mxop__client_t *cl, uint64_t id, int code, const char *msg);
+
+/* ------------------------------------------------------------------------ */
+/* supervisor.c */
+
+/*
+ * Spawns a worker for session `s` with `generation`.  On success *client_fd
+ * is the client's end of the new data channel (taken by the caller) and
+ * *out the worker, attached to `s`.  Returns 0, MXOP_EINTERNAL or
+ * MXOP_ENOMEM with a sentence in err.
+ */
+int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generation,
+                       mxop__worker_t **out, int *client_fd, char *err, size_t errlen);
+/* Sends a SupRequest to the worker, with fd (borrowed) when fd >= 0. */
+int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd);
+/* Detaches the worker from its session and kills its process group. */
+void mxop__worker_detach_kill(mxop__worker_t *w);
+/* Starts the deadline watchdog. */
+int mxop__watchdog_start(mxop__daemon_t *d);
+void mxop__watchdog_stop(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* plugin_path.c */
+
+/*
+ * Resolves a client-given library path (name_len bytes, may hold NULs to
+ * refuse) against the plugin directory `dir_real` (a realpath).  On success
+ * the resolved path is in out[outlen].  Returns 0, MXOP_EINVAL (empty, NUL
+ * byte, too long), MXOP_ELIB_OUTSIDE (absolute or escaping),
+ * MXOP_ELIB_NOT_FOUND, MXOP_ELIB_INVALID (not a regular file), with a
+ * sentence in err.
+ */
+int mxop__plugin_resolve(const char *dir_real, const char *name, size_t name_len, char *out,
+                         size_t outlen, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* main.c */
+
+/* Begins the clean shutdown (SIGTERM, SIGINT, a Shutdown request).  Idempotent. */
+void mxop__daemon_shutdown(mxop__daemon_t *d, const char *why);
+
+#endif /* MXOP_SERVER_DAEMON_H */

@@ -1,0 +1,286 @@
+/*
+ * server/daemon/listener.c - the control socket: creation, accept, credentials.
+ *
+ * The socket is bound under a temporary name beside its path and renamed
+ * into place once it listens, so that "the path exists" means "a daemon
+ * accepts there": tests and engines can simply wait for the path.  The
+ * rename also replaces a stale socket atomically, while a live daemon's
+ * socket is never taken over.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/errors.h"
+#include "server/daemon/daemon.h"
+#include "server/daemon/log.h"
+
+static int fill_addr(struct sockaddr_un *sa, const char *path, char *err, size_t errlen)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sa->sun_path)) {
+        mxop__fmt(err, errlen, "socket path '%s' is longer than the %zu bytes a Unix socket allows",
+                  path, sizeof(sa->sun_path) - 1);
+        return MXOP_EINVAL;
+    }
+    memcpy(sa->sun_path, path, strlen(path) + 1);
+    return 0;
+}
+
+/*
+ * Decides what to do with an existing file at the socket path: 0 means
+ * "free or stale, go ahead", anything else refuses with a sentence.
+ */
+static int check_existing(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        mxop__fmt(err, errlen, "cannot inspect socket path %s: %s", path, strerror(errno));
+        return MXOP_EIO;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        /* Never clobber a user's file because of a typo in --socket. */
+        mxop__fmt(err, errlen, "%s exists and is not a socket; refusing to replace it", path);
+        return MXOP_EIO;
+    }
+
+    struct sockaddr_un sa;
+    int rc = fill_addr(&sa, path, err, errlen);
+    if (rc != 0)
+        return rc;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        mxop__fmt(err, errlen, "socket: %s", strerror(errno));
+        return MXOP_EIO;
+    }
+    int r;
+    do {
+        r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    } while (r != 0 && errno == EINTR);
+    int e = errno;
+    close(fd);
+    if (r == 0) {
+        mxop__fmt(err, errlen, "another daemon is listening on %s", path);
+        return MXOP_EIO;
+    }
+    if (e == ECONNREFUSED)
+        return 0; /* Stale: its daemon is gone.  The rename below replaces it. */
+    if (e == EAGAIN) {
+        /* A full backlog still means someone is listening. */
+        mxop__fmt(err, errlen, "another daemon is listening on %s (its backlog is full)", path);
+        return MXOP_EIO;
+    }
+    mxop__fmt(err, errlen, "cannot probe existing socket %s: %s", path, strerror(e));
+    return MXOP_EIO;
+}
+
+static bool uid_allowed(const mxop__daemon_t *d, uid_t uid)
+{
+    if (uid == d->euid || uid == 0)
+        return true;
+    for (int i = 0; i < d->cfg.n_allow_uids; i++)
+        if (d->cfg.allow_uids[i] == uid)
+            return true;
+    return false;
+}
+
+/* Sends a refusal on a connection that never becomes a client, then closes it. */
+static void refuse(int fd, uid_t uid)
+{
+    char msg[160];
+    mxop__fmt(msg, sizeof(msg), "uid %u is not allowed to use this daemon (see --allow-uid)",
+              (unsigned)uid);
+    Mxop__Reply r = MXOP__REPLY__INIT;
+    r.id = 0;
+    r.status = MXOP_EDENIED;
+    r.message = msg;
+    uint8_t buf[MXOP__FRAME_HDR + 256];
+    size_t plen = mxop__reply__get_packed_size(&r);
+    if (plen <= sizeof(buf) - MXOP__FRAME_HDR) {
+        mxop__frame_hdr_encode(buf, MXOP__KIND_CTL_REPLY, (uint32_t)plen);
+        mxop__reply__pack(&r, buf + MXOP__FRAME_HDR);
+        /* A fresh socket's buffer takes a small frame whole; a short write only loses the reason.
+         */
+        ssize_t n = send(fd, buf, MXOP__FRAME_HDR + plen, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)n;
+    }
+    /* Unread input would turn our close into a reset that can hide the reason. */
+    char junk[512];
+    while (recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+        ;
+    close(fd);
+}
+
+static void accept_one(mxop__daemon_t *d, int fd)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        MXOP__LOGW(0, NULL, "cannot read peer credentials of a new connection: %s",
+                   strerror(errno));
+        close(fd);
+        return;
+    }
+    if (!uid_allowed(d, cred.uid)) {
+        MXOP__LOGW(0, NULL, "refused connection from uid %u (pid %d): not allowed",
+                   (unsigned)cred.uid, (int)cred.pid);
+        refuse(fd, cred.uid);
+        return;
+    }
+    mxop__client_start(d, fd, cred.uid, cred.pid);
+}
+
+static void listen_cb(uv_poll_t *h, int status, int events)
+{
+    mxop__daemon_t *d = MXOP__CONTAINER_OF(h, mxop__daemon_t, listen_poll);
+    (void)events;
+    if (status < 0) {
+        MXOP__LOGE(0, NULL, "listening socket error: %s", uv_strerror(status));
+        return;
+    }
+    /* A bounded batch, so a connection storm cannot starve the other handles. */
+    for (int i = 0; i < 64 && d->listening; i++) {
+        int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            accept_one(d, fd);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return;
+        if ((errno == EMFILE || errno == ENFILE) && d->reserve_fd >= 0) {
+            /*
+             * Out of descriptors: the pending connection would keep the
+             * socket readable forever.  Spend the reserve to accept and
+             * drop it, so the client sees the failure instead of a hang.
+             */
+            MXOP__LOGE(0, NULL, "out of file descriptors; dropping a new connection");
+            close(d->reserve_fd);
+            d->reserve_fd = -1;
+            int tmp = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (tmp >= 0)
+                close(tmp);
+            d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            continue;
+        }
+        MXOP__LOGE(0, NULL, "accept failed: %s", strerror(errno));
+        return;
+    }
+}
+
+int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen)
+{
+    const char *path = d->cfg.socket_path;
+    char tmp[sizeof(((struct sockaddr_un *)0)->sun_path) + 32];
+    struct sockaddr_un sa;
+    int rc;
+
+    d->listen_fd = -1;
+    d->reserve_fd = -1;
+    rc = fill_addr(&sa, path, err, errlen);
+    if (rc != 0)
+        return rc;
+    mxop__fmt(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    rc = fill_addr(&sa, tmp, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = check_existing(path, err, errlen);
+    if (rc != 0)
+        return rc;
+
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        mxop__fmt(err, errlen, "socket: %s", strerror(errno));
+        return MXOP_EIO;
+    }
+    unlink(tmp); /* Left over by an earlier daemon with our pid. */
+    mode_t old = umask(077);
+    int b = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    int e = errno;
+    umask(old);
+    if (b != 0) {
+        mxop__fmt(err, errlen, "cannot bind %s: %s", tmp, strerror(e));
+        goto err_close;
+    }
+    /* Connecting needs only write permission; 0600 is what protocol.md promises. */
+    if (chmod(tmp, 0600) != 0) {
+        mxop__fmt(err, errlen, "cannot set the mode of %s: %s", tmp, strerror(errno));
+        goto err_unlink;
+    }
+    if (listen(fd, 128) != 0) {
+        mxop__fmt(err, errlen, "cannot listen on %s: %s", tmp, strerror(errno));
+        goto err_unlink;
+    }
+    if (rename(tmp, path) != 0) {
+        mxop__fmt(err, errlen, "cannot move socket %s to %s: %s", tmp, path, strerror(errno));
+        goto err_unlink;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        d->sock_dev = st.st_dev;
+        d->sock_ino = st.st_ino;
+    }
+    d->sock_created = true;
+
+    d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (uv_poll_init(d->loop, &d->listen_poll, fd) != 0) {
+        mxop__fmt(err, errlen, "cannot watch the listening socket");
+        goto err_created;
+    }
+    d->listen_fd = fd;
+    d->listening = true;
+    uv_poll_start(&d->listen_poll, UV_READABLE, listen_cb);
+    return 0;
+
+err_created:
+    if (d->reserve_fd >= 0)
+        close(d->reserve_fd);
+    d->reserve_fd = -1;
+    unlink(path);
+    d->sock_created = false;
+    close(fd);
+    return MXOP_EIO;
+err_unlink:
+    unlink(tmp);
+err_close:
+    close(fd);
+    return MXOP_EIO;
+}
+
+static void listen_closed_cb(uv_handle_t *h)
+{
+    mxop__daemon_t *d = MXOP__CONTAINER_OF((uv_poll_t *)h, mxop__daemon_t, listen_poll);
+    close(d->listen_fd);
+    d->listen_fd = -1;
+}
+
+void mxop__listener_stop(mxop__daemon_t *d)
+{
+    if (d->listening) {
+        d->listening = false;
+        uv_poll_stop(&d->listen_poll);
+        uv_close((uv_handle_t *)&d->listen_poll, listen_closed_cb);
+    }
+    if (d->sock_created) {
+        /* Remove the path only if it is still our socket, not a successor's. */
+        struct stat st;
+        if (stat(d->cfg.socket_path, &st) == 0 && st.st_dev == d->sock_dev &&
+            st.st_ino == d->sock_ino)
+            unlink(d->cfg.socket_path);
+        d->sock_created = false;
+    }
+    if (d->reserve_fd >= 0) {
+        close(d->reserve_fd);
+        d->reserve_fd = -1;
+    }
+}

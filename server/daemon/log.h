@@ -1,0 +1,37 @@
+/*
+ * server/daemon/log.h - the daemon's log: one line per event on stderr.
+ *
+ *     mxop-serverd[PID] LEVEL[ session=N][ op=NAME]: message
+ *
+ * Only the daemon logs; the libraries it shares code with return errors.
+ */
+#ifndef MXOP_SERVER_DAEMON_LOG_H
+#define MXOP_SERVER_DAEMON_LOG_H
+
+#include <stdint.h>
+
+enum mxop__log_level {
+    MXOP__LOG_DEBUG = 0,
+    MXOP__LOG_INFO = 1,
+    MXOP__LOG_WARN = 2,
+    MXOP__LOG_ERROR = 3,
+};
+
+/* Parses "debug", "info", "warn" or "error".  Returns 0 or MXOP_EINVAL. */
+int mxop__log_parse_level(const char *s, int *level);
+void mxop__log_set_level(int level);
+int mxop__log_enabled(int level);
+
+/*
+ * Writes one line: `session` 0 and `op` NULL or "" are left out.  Control
+ * characters in the message are replaced so that an event stays one line.
+ */
+void mxop__log(int level, uint64_t session, const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define MXOP__LOGD(session, op, ...) mxop__log(MXOP__LOG_DEBUG, (session), (op), __VA_ARGS__)
+#define MXOP__LOGI(session, op, ...) mxop__log(MXOP__LOG_INFO, (session), (op), __VA_ARGS__)
+#define MXOP__LOGW(session, op, ...) mxop__log(MXOP__LOG_WARN, (session), (op), __VA_ARGS__)
+#define MXOP__LOGE(session, op, ...) mxop__log(MXOP__LOG_ERROR, (session), (op), __VA_ARGS__)
+
+#endif /* MXOP_SERVER_DAEMON_LOG_H */

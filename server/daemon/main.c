@@ -1,0 +1,344 @@
+/*
+ * server/daemon/main.c - mxop-serverd: command line, loop, signals, shutdown.
+ *
+ * The daemon runs in the foreground and logs to stderr (a service manager
+ * adds timestamps and keeps the log).  It is ready when its socket path
+ * exists.  SIGTERM, SIGINT or a Shutdown request end it cleanly: no new
+ * connections, every worker's process group killed and reaped, every fd
+ * closed, the socket file removed, exit status 0.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/client.h"
+#include "mxop/errors.h"
+#include "server/daemon/daemon.h"
+#include "server/daemon/log.h"
+
+#define DEFAULT_MAX_TIMEOUT_MS 600000ull
+/* How long shutdown waits for killed workers to be reaped before giving up. */
+#define SHUTDOWN_GRACE_MS 5000
+
+static const char usage_text[] =
+    "usage: mxop-serverd --socket PATH --plugin-dir DIR [--log-level debug|info|warn|error]\n"
+    "                    [--worker PATH] [--allow-uid UID]... [--max-timeout-ms N]\n"
+    "\n"
+    "  --socket PATH        control socket to create (owner-only)\n"
+    "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
+    "  --log-level LEVEL    debug, info (default), warn or error\n"
+    "  --worker PATH        worker executable (default: mxop-worker beside this program,\n"
+    "                       else " MXOP_LIBEXECDIR "/mxop-worker)\n"
+    "  --allow-uid UID      also accept clients of this user (number or name); repeatable\n"
+    "  --max-timeout-ms N   longest any call may run, deadline or not (default 600000)\n";
+
+static uv_timer_t shutdown_guard;
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("mxop-serverd: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n", stderr);
+    fputs(usage_text, stderr);
+    return 2;
+}
+
+static int parse_uid(const char *s, uid_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (s[0] != '\0' && s[0] != '-' && *end == '\0' && errno == 0) {
+        if (v >= (unsigned long long)(uid_t)-1)
+            return MXOP_EINVAL;
+        *out = (uid_t)v;
+        return 0;
+    }
+    struct passwd *pw = getpwnam(s);
+    if (pw == NULL)
+        return MXOP_EINVAL;
+    *out = pw->pw_uid;
+    return 0;
+}
+
+/* The worker beside our own executable, else the installed one. */
+static char *default_worker(void)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            char cand[PATH_MAX + 16];
+            mxop__fmt(cand, sizeof(cand), "%s/mxop-worker", self);
+            if (access(cand, X_OK) == 0)
+                return strdup(cand);
+        }
+    }
+    return strdup(MXOP_LIBEXECDIR "/mxop-worker");
+}
+
+/* Parses argv into cfg.  Returns 0, or an exit status (2 for bad usage, or 0 after --help). */
+static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level, bool *done)
+{
+    const char *plugin_dir = NULL;
+    const char *worker = NULL;
+    cfg->max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS;
+    *done = false;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            fputs(usage_text, stdout);
+            *done = true;
+            return 0;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf("mxop-serverd %s (protocol %u-%u)\n", MXOP_VERSION_STRING,
+                   MXOP__DAEMON_PROTO_MIN, MXOP__DAEMON_PROTO_MAX);
+            *done = true;
+            return 0;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return usage_error("unexpected argument '%s'", arg);
+
+        /* Both "--opt value" and "--opt=value". */
+        char opt[32];
+        const char *val = NULL;
+        const char *eq = strchr(arg, '=');
+        size_t olen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+        if (olen >= sizeof(opt))
+            return usage_error("unknown option '%s'", arg);
+        memcpy(opt, arg, olen);
+        opt[olen] = '\0';
+        static const char *const known[] = {"--socket", "--plugin-dir", "--log-level",
+                                            "--worker", "--allow-uid",  "--max-timeout-ms"};
+        bool ok = false;
+        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
+            ok = ok || strcmp(opt, known[k]) == 0;
+        if (!ok)
+            return usage_error("unknown option '%s'", opt);
+        if (eq != NULL)
+            val = eq + 1;
+        else if (i + 1 < argc)
+            val = argv[++i];
+        else
+            return usage_error("option %s needs a value", opt);
+        if (val[0] == '\0')
+            return usage_error("option %s needs a non-empty value", opt);
+
+        if (strcmp(opt, "--socket") == 0) {
+            if (cfg->socket_path != NULL)
+                return usage_error("--socket given twice");
+            cfg->socket_path = val;
+        } else if (strcmp(opt, "--plugin-dir") == 0) {
+            if (plugin_dir != NULL)
+                return usage_error("--plugin-dir given twice");
+            plugin_dir = val;
+        } else if (strcmp(opt, "--log-level") == 0) {
+            if (mxop__log_parse_level(val, log_level) != 0)
+                return usage_error("--log-level must be debug, info, warn or error, not '%s'", val);
+        } else if (strcmp(opt, "--worker") == 0) {
+            if (worker != NULL)
+                return usage_error("--worker given twice");
+            worker = val;
+        } else if (strcmp(opt, "--allow-uid") == 0) {
+            uid_t uid;
+            if (parse_uid(val, &uid) != 0)
+                return usage_error("--allow-uid '%s' is neither a uid number nor a user name", val);
+            if (cfg->n_allow_uids == MXOP__MAX_ALLOW_UIDS)
+                return usage_error("at most %d --allow-uid options", MXOP__MAX_ALLOW_UIDS);
+            cfg->allow_uids[cfg->n_allow_uids++] = uid;
+        } else {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(val, &end, 10);
+            /* The bound keeps the limit in nanoseconds inside an int64_t. */
+            if (val[0] == '-' || *end != '\0' || errno != 0 || v == 0 || v > (1ull << 40))
+                return usage_error("--max-timeout-ms must be a positive number of milliseconds, "
+                                   "not '%s'",
+                                   val);
+            cfg->max_timeout_ms = v;
+        }
+    }
+
+    if (cfg->socket_path == NULL)
+        return usage_error("--socket PATH is required");
+    if (plugin_dir == NULL)
+        return usage_error("--plugin-dir DIR is required");
+
+    char real[PATH_MAX];
+    struct stat st;
+    if (realpath(plugin_dir, real) == NULL)
+        return usage_error("plugin directory '%s': %s", plugin_dir, strerror(errno));
+    if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode))
+        return usage_error("plugin directory '%s' is not a directory", plugin_dir);
+    cfg->plugin_dir = strdup(real);
+
+    if (worker != NULL) {
+        if (realpath(worker, real) == NULL)
+            return usage_error("worker '%s': %s", worker, strerror(errno));
+        if (stat(real, &st) != 0 || !S_ISREG(st.st_mode) || access(real, X_OK) != 0)
+            return usage_error("worker '%s' is not an executable file", worker);
+        cfg->worker_path = strdup(real);
+    } else {
+        cfg->worker_path = default_worker();
+    }
+    if (cfg->plugin_dir == NULL || cfg->worker_path == NULL) {
+        fputs("mxop-serverd: out of memory\n", stderr);
+        return 1;
+    }
+    return 0;
+}
+
+static void signal_cb(uv_signal_t *h, int signum)
+{
+    mxop__daemon_t *d = h->data;
+    char why[32];
+    mxop__fmt(why, sizeof(why), "%s", mxop__signal_name(signum));
+    mxop__daemon_shutdown(d, why);
+}
+
+static void guard_cb(uv_timer_t *t)
+{
+    MXOP__LOGE(0, NULL, "workers were not reaped within %d ms of shutdown; exiting anyway",
+               SHUTDOWN_GRACE_MS);
+    uv_stop(t->loop);
+}
+
+void mxop__daemon_shutdown(mxop__daemon_t *d, const char *why)
+{
+    if (d->shutting_down)
+        return;
+    d->shutting_down = true;
+    MXOP__LOGI(0, NULL, "shutting down: %s", why);
+
+    mxop__listener_stop(d);
+    for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next)
+        mxop__client_close(MXOP__CONTAINER_OF(n, mxop__client_t, link));
+    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next)
+        mxop__worker_detach_kill(MXOP__CONTAINER_OF(n, mxop__worker_t, link));
+    mxop__watchdog_stop(d);
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+
+    /* Unref'd: it fires only if something keeps the loop alive that long. */
+    if (uv_timer_init(d->loop, &shutdown_guard) == 0) {
+        uv_timer_start(&shutdown_guard, guard_cb, SHUTDOWN_GRACE_MS, 0);
+        uv_unref((uv_handle_t *)&shutdown_guard);
+    }
+}
+
+static void close_walk_cb(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    mxop__daemon_t d;
+    memset(&d, 0, sizeof(d));
+    d.listen_fd = -1;
+    d.reserve_fd = -1;
+    int level = MXOP__LOG_INFO;
+    bool done;
+
+    int rc = parse_args(argc, argv, &d.cfg, &level, &done);
+    if (rc != 0 || done) {
+        free(d.cfg.plugin_dir);
+        free(d.cfg.worker_path);
+        return rc;
+    }
+    mxop__log_set_level(level);
+    /*
+     * Each region is a descriptor the daemon keeps (up to 4096 per session);
+     * the usual soft limit of 1024 would run out long before that.
+     */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            MXOP__LOGD(0, NULL, "cannot raise the descriptor limit: %s", strerror(errno));
+    }
+    /* A peer that hangs up must cost us an EPIPE, not the process. */
+    signal(SIGPIPE, SIG_IGN);
+
+    uv_loop_t loop;
+    if (uv_loop_init(&loop) != 0) {
+        fputs("mxop-serverd: cannot initialise the event loop\n", stderr);
+        rc = 1;
+        goto out_cfg;
+    }
+    d.loop = &loop;
+    d.euid = geteuid();
+    d.pid = getpid();
+    d.start_ns = mxop__now_ns();
+    mxop__list_init(&d.clients);
+    mxop__list_init(&d.workers);
+
+    if (access(d.cfg.worker_path, X_OK) != 0)
+        MXOP__LOGW(0, NULL, "worker %s is not executable (%s); sessions will fail until it is",
+                   d.cfg.worker_path, strerror(errno));
+
+    char err[MXOP__MSG_MAX];
+    if (mxop__listener_start(&d, err, sizeof(err)) != 0) {
+        MXOP__LOGE(0, NULL, "%s", err);
+        rc = 1;
+        goto out_loop;
+    }
+    if (uv_signal_init(&loop, &d.sigterm) != 0 || uv_signal_init(&loop, &d.sigint) != 0 ||
+        mxop__watchdog_start(&d) != 0) {
+        MXOP__LOGE(0, NULL, "cannot set up signal handling and the watchdog");
+        rc = 1;
+        mxop__listener_stop(&d);
+        goto out_walk;
+    }
+    d.sigterm.data = &d;
+    d.sigint.data = &d;
+    uv_signal_start(&d.sigterm, signal_cb, SIGTERM);
+    uv_signal_start(&d.sigint, signal_cb, SIGINT);
+
+    MXOP__LOGI(0, NULL, "mxop-serverd %s listening on %s (plugins %s, worker %s)",
+               MXOP_VERSION_STRING, d.cfg.socket_path, d.cfg.plugin_dir, d.cfg.worker_path);
+    uv_run(&loop, UV_RUN_DEFAULT);
+
+    if (!mxop__list_empty(&d.workers)) {
+        /* The guard fired: something would not die.  Leave without waiting for it. */
+        rc = 1;
+        goto out_cfg;
+    }
+    rc = 0;
+
+out_walk:
+    uv_walk(&loop, close_walk_cb, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+out_loop:
+    if (uv_loop_close(&loop) != 0) {
+        MXOP__LOGE(0, NULL, "event loop still has open handles at exit");
+        rc = 1;
+    } else if (rc == 0) {
+        MXOP__LOGI(0, NULL, "stopped");
+    }
+out_cfg:
+    free(d.cfg.plugin_dir);
+    free(d.cfg.worker_path);
+    return rc;
+}

@@ -1,0 +1,475 @@
+/*
+ * server/daemon/supervisor.c - spawning, watching and reaping workers.
+ *
+ * Each session's worker is a separate executable started with uv_spawn in
+ * its own session and process group (UV_PROCESS_DETACHED), so that one
+ * kill(-pid, SIGKILL) ends it with everything its ops started.  The daemon
+ * is also a child subreaper: descendants that escape the group (setsid,
+ * double fork) are reparented here when their worker dies and are swept.
+ *
+ * The worker's call in flight is read from the status page it shares with
+ * the daemon (a seqlock); the watchdog timer uses it to enforce deadlines
+ * even when the client is gone, and the exit callback to name the op that
+ * was running when the worker died.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/errors.h"
+#include "server/daemon/daemon.h"
+#include "server/daemon/log.h"
+
+/* Sweep for escaped descendants every this many watchdog ticks (about 1 s). */
+#define SWEEP_TICKS 50
+
+/* A consistent copy of the status page. */
+typedef struct page_snap {
+    bool busy;
+    uint64_t call_id;
+    int64_t start_ns;
+    int64_t deadline_ns;
+    char op[MXOP__STATUS_OP_MAX];
+    int32_t fault_code;
+    char fault_msg[MXOP__STATUS_MSG_MAX];
+} page_snap_t;
+
+/*
+ * Reads the page under its seqlock.  A live worker is retried a bounded
+ * number of times (false: no consistent copy now, try at the next tick); a
+ * dead worker may have died mid-update, so its last copy is taken as is.
+ */
+static bool read_page(const mxop__status_page_t *p, page_snap_t *s, bool live)
+{
+    bool ok = false;
+    memset(s, 0, sizeof(*s));
+    if (p == NULL)
+        return false;
+    for (int tries = 0; tries < 100 && !ok; tries++) {
+        uint32_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
+        if (s1 & 1u)
+            continue;
+        s->busy = atomic_load_explicit(&p->busy, memory_order_relaxed) != 0;
+        s->call_id = *(const volatile uint64_t *)&p->call_id;
+        s->start_ns = *(const volatile int64_t *)&p->start_ns;
+        s->deadline_ns = *(const volatile int64_t *)&p->deadline_ns;
+        memcpy(s->op, (const void *)p->op, sizeof(s->op));
+        atomic_thread_fence(memory_order_acquire);
+        uint32_t s2 = atomic_load_explicit(&p->seq, memory_order_relaxed);
+        ok = s1 == s2;
+    }
+    if (!ok && !live) {
+        s->busy = atomic_load_explicit(&p->busy, memory_order_relaxed) != 0;
+        s->call_id = p->call_id;
+        s->start_ns = p->start_ns;
+        s->deadline_ns = p->deadline_ns;
+        memcpy(s->op, (const void *)p->op, sizeof(s->op));
+        ok = true;
+    }
+    s->op[sizeof(s->op) - 1] = '\0';
+    s->fault_code = atomic_load_explicit(&p->fault_code, memory_order_acquire);
+    if (s->fault_code != 0) {
+        memcpy(s->fault_msg, (const void *)p->fault_msg, sizeof(s->fault_msg));
+        s->fault_msg[sizeof(s->fault_msg) - 1] = '\0';
+    }
+    return ok;
+}
+
+/* "worker 1234 running op 'segv' (call 7)" or "worker 1234". */
+static void describe(char *buf, size_t len, pid_t pid, const page_snap_t *s)
+{
+    if (s->busy && s->op[0] != '\0')
+        mxop__fmt(buf, len, "worker %d running op '%s' (call %llu)", (int)pid, s->op,
+                  (unsigned long long)s->call_id);
+    else if (s->busy)
+        mxop__fmt(buf, len, "worker %d running call %llu", (int)pid,
+                  (unsigned long long)s->call_id);
+    else
+        mxop__fmt(buf, len, "worker %d", (int)pid);
+}
+
+static void kill_group(mxop__worker_t *w)
+{
+    /* The group first: it holds whatever the op started; then the worker itself. */
+    kill(-w->pid, SIGKILL);
+    if (!w->exited)
+        kill(w->pid, SIGKILL);
+}
+
+static void worker_maybe_free(mxop__worker_t *w)
+{
+    if (w->open_handles > 0)
+        return;
+    mxop__list_remove(&w->link);
+    if (w->page != NULL)
+        munmap(w->page, sizeof(*w->page));
+    free(w);
+}
+
+static void proc_closed_cb(uv_handle_t *h)
+{
+    mxop__worker_t *w = MXOP__CONTAINER_OF((uv_process_t *)h, mxop__worker_t, proc);
+    w->open_handles--;
+    worker_maybe_free(w);
+}
+
+static void sup_closed_cb(mxop__conn_t *c)
+{
+    mxop__worker_t *w = c->data;
+    w->open_handles--;
+    worker_maybe_free(w);
+}
+
+static void close_sup(mxop__worker_t *w)
+{
+    if (!w->sup_open)
+        return;
+    w->sup_open = false;
+    mxop__conn_close(&w->sup);
+}
+
+static void sup_frame_cb(mxop__conn_t *c, uint16_t kind, const uint8_t *payload, uint32_t len)
+{
+    mxop__worker_t *w = c->data;
+    (void)kind;
+    mxop__pbarena_reset(&c->arena);
+    Mxop__SupReply *r = mxop__sup_reply__unpack(&c->arena.allocator, len, payload);
+    if (r == NULL) {
+        /* A worker that speaks garbage cannot be trusted with the session. */
+        MXOP__LOGE(w->session_id, NULL,
+                   "worker %d sent an undecodable SupReply (%u bytes); killing it", (int)w->pid,
+                   (unsigned)len);
+        kill_group(w);
+        close_sup(w);
+        return;
+    }
+    if (w->session != NULL && w->session->worker == w)
+        mxop__session_sup_reply(w->session, r);
+    mxop__pbarena_reset(&c->arena);
+}
+
+static void sup_error_cb(mxop__conn_t *c, int code, const char *msg)
+{
+    mxop__worker_t *w = c->data;
+    if (code == 0 || code == MXOP_EDISCONNECTED)
+        MXOP__LOGD(w->session_id, NULL, "worker %d supervisor channel: %s", (int)w->pid, msg);
+    else
+        MXOP__LOGW(w->session_id, NULL, "worker %d supervisor channel: %s", (int)w->pid, msg);
+    /*
+     * Without its supervisor channel a worker can be neither loaded nor
+     * mapped: end it, and let the exit callback report and respawn.
+     */
+    if (!w->exited)
+        kill_group(w);
+    close_sup(w);
+}
+
+/* True if `pid` has exited and waits only to be reaped. */
+static bool is_zombie(long pid)
+{
+    char path[64];
+    char buf[256];
+    mxop__fmt(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* "pid (comm) S ...": comm may hold spaces and parentheses, so find the last ')'. */
+    char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && p[2] == 'Z';
+}
+
+/*
+ * Kills and reaps the daemon's children that are not workers: processes an
+ * op started that escaped their worker's group and were reparented to us,
+ * the subreaper, when it died.  Children are listed by /proc (needs
+ * CONFIG_PROC_CHILDREN; without it nothing is swept).
+ */
+static void sweep_escaped(mxop__daemon_t *d)
+{
+    char path[64];
+    mxop__fmt(path, sizeof(path), "/proc/self/task/%d/children", (int)d->pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return;
+    long pid;
+    while (fscanf(f, "%ld", &pid) == 1) {
+        bool is_worker = false;
+        pid_t sid = getsid((pid_t)pid);
+        for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+            mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+            if (w->pid == (pid_t)pid) {
+                is_worker = true;
+                break;
+            }
+            /* An orphan still in a live worker's session belongs to a running call. */
+            if (!w->exited && sid == w->pid) {
+                is_worker = true;
+                break;
+            }
+        }
+        if (is_worker)
+            continue;
+        if (!is_zombie(pid)) {
+            MXOP__LOGW(0, NULL, "killing process %ld: it escaped from a dead worker", pid);
+            kill((pid_t)pid, SIGKILL);
+        }
+        /* Reap it (now or at a later sweep): libuv only waits for the pids it spawned. */
+        waitpid((pid_t)pid, NULL, WNOHANG);
+    }
+    fclose(f);
+}
+
+static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
+{
+    mxop__worker_t *w = MXOP__CONTAINER_OF(p, mxop__worker_t, proc);
+    mxop__daemon_t *d = w->d;
+    w->exited = true;
+
+    /* Replies it wrote before dying are still in the socket: hear them first. */
+    if (w->sup_open)
+        mxop__conn_drain(&w->sup);
+
+    page_snap_t s;
+    read_page(w->page, &s, false);
+    kill(-w->pid, SIGKILL); /* whatever the op started */
+    sweep_escaped(d);
+    close_sup(w);
+
+    mxop__session_t *sess = w->session;
+    if (sess == NULL) {
+        MXOP__LOGD(w->session_id, NULL, "worker %d (generation %u) reaped", (int)w->pid,
+                   (unsigned)w->generation);
+        uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
+        return;
+    }
+
+    char what[160];
+    char how[96];
+    char msg[MXOP__MSG_MAX];
+    int code;
+    describe(what, sizeof(what), w->pid, &s);
+    if (term_signal != 0)
+        mxop__fmt(how, sizeof(how), "was killed by signal %d (%s)", term_signal,
+                  mxop__signal_name(term_signal));
+    else
+        mxop__fmt(how, sizeof(how), "exited with status %lld", (long long)exit_status);
+    if (w->killed_timeout) {
+        code = MXOP_ETIMEOUT;
+        mxop__fmt(msg, sizeof(msg), "%s", w->timeout_msg);
+    } else if (s.fault_code < 0) {
+        code = s.fault_code;
+        mxop__fmt(msg, sizeof(msg), "%s %s: %s", what, how, s.fault_msg);
+    } else {
+        code = MXOP_EWORKER_CRASHED;
+        mxop__fmt(msg, sizeof(msg), "%s %s", what, how);
+    }
+    MXOP__LOGW(sess->id, s.busy ? s.op : NULL, "%s", msg);
+
+    sess->worker = NULL;
+    w->session = NULL;
+    mxop__session_worker_died(sess, code, term_signal, term_signal != 0 ? -1 : (int)exit_status,
+                              s.busy ? s.call_id : 0, s.busy ? s.op : "", msg);
+    uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
+}
+
+int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generation,
+                       mxop__worker_t **out, int *client_fd, char *err, size_t errlen)
+{
+    int sup[2] = {-1, -1};
+    int data[2] = {-1, -1};
+    int memfd = -1;
+    int rc = MXOP_EINTERNAL;
+
+    mxop__worker_t *w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        mxop__fmt(err, errlen, "out of memory for a worker");
+        return MXOP_ENOMEM;
+    }
+    w->d = d;
+    w->session_id = s->id;
+    w->generation = generation;
+    mxop__list_init(&w->link);
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sup) != 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, data) != 0) {
+        mxop__fmt(err, errlen, "cannot create the worker's sockets: %s", strerror(errno));
+        goto err_fds;
+    }
+    memfd = memfd_create("mxop-status", MFD_CLOEXEC);
+    if (memfd < 0 || ftruncate(memfd, sizeof(mxop__status_page_t)) != 0) {
+        mxop__fmt(err, errlen, "cannot create the worker's status page: %s", strerror(errno));
+        goto err_fds;
+    }
+    void *page =
+        mmap(NULL, sizeof(mxop__status_page_t), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (page == MAP_FAILED) {
+        mxop__fmt(err, errlen, "cannot map the worker's status page: %s", strerror(errno));
+        goto err_fds;
+    }
+    w->page = page;
+    w->page->magic = MXOP__STATUS_MAGIC;
+
+    rc = mxop__conn_init(d, &w->sup, sup[0], MXOP__KIND_SUP_REPLY, sup_frame_cb, sup_error_cb,
+                         sup_closed_cb, w);
+    if (rc != 0) {
+        mxop__fmt(err, errlen, "cannot watch the worker's supervisor channel");
+        goto err_fds;
+    }
+    sup[0] = -1; /* the connection owns it now */
+    w->sup_open = true;
+    w->open_handles = 1;
+    mxop__list_push(&d->workers, &w->link);
+
+    char sess_arg[24];
+    char gen_arg[16];
+    mxop__fmt(sess_arg, sizeof(sess_arg), "%llu", (unsigned long long)s->id);
+    mxop__fmt(gen_arg, sizeof(gen_arg), "%u", (unsigned)generation);
+    char *args[] = {d->cfg.worker_path, "--session", sess_arg, "--generation", gen_arg, NULL};
+    uv_stdio_container_t stdio[6];
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = 1;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = sup[1];
+    stdio[4].flags = UV_INHERIT_FD;
+    stdio[4].data.fd = data[1];
+    stdio[5].flags = UV_INHERIT_FD;
+    stdio[5].data.fd = memfd;
+    uv_process_options_t opts;
+    memset(&opts, 0, sizeof(opts));
+    opts.exit_cb = exit_cb;
+    opts.file = d->cfg.worker_path;
+    opts.args = args;
+    opts.flags = UV_PROCESS_DETACHED;
+    opts.stdio_count = 6;
+    opts.stdio = stdio;
+
+    int uvrc = uv_spawn(d->loop, &w->proc, &opts);
+    /* Even a failed uv_spawn leaves an initialised handle that must be closed. */
+    w->open_handles++;
+    /* The worker holds its ends alone, so each side sees EOF when the other dies. */
+    close(sup[1]);
+    close(data[1]);
+    close(memfd);
+    sup[1] = data[1] = memfd = -1;
+    if (uvrc != 0) {
+        mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, uv_strerror(uvrc));
+        w->exited = true;
+        close_sup(w);
+        uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
+        close(data[0]);
+        return MXOP_EINTERNAL;
+    }
+    w->pid = w->proc.pid;
+    w->session = s;
+    *out = w;
+    *client_fd = data[0];
+    MXOP__LOGD(s->id, NULL, "spawned worker %d (generation %u)", (int)w->pid, (unsigned)generation);
+    return 0;
+
+err_fds:
+    if (w->page != NULL)
+        munmap(w->page, sizeof(*w->page));
+    if (memfd >= 0)
+        close(memfd);
+    for (int i = 0; i < 2; i++) {
+        if (sup[i] >= 0)
+            close(sup[i]);
+        if (data[i] >= 0)
+            close(data[i]);
+    }
+    free(w);
+    return rc == 0 ? MXOP_EINTERNAL : rc;
+}
+
+int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd)
+{
+    if (w == NULL || w->exited || !w->sup_open)
+        return MXOP_EWORKER_CRASHED;
+    return mxop__conn_send(&w->sup, MXOP__KIND_SUP_REQUEST, &req->base, fd >= 0 ? &fd : NULL,
+                           fd >= 0 ? 1 : 0);
+}
+
+void mxop__worker_detach_kill(mxop__worker_t *w)
+{
+    w->session = NULL;
+    if (!w->exited)
+        kill_group(w);
+    close_sup(w);
+}
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    mxop__daemon_t *d = MXOP__CONTAINER_OF(t, mxop__daemon_t, watchdog);
+    static unsigned ticks;
+    int64_t now = mxop__now_ns();
+    int64_t max_ns = (int64_t)d->cfg.max_timeout_ms * 1000000LL;
+
+    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+        if (w->exited || w->killed_timeout || w->session == NULL)
+            continue;
+        page_snap_t s;
+        if (!read_page(w->page, &s, true) || !s.busy)
+            continue;
+        bool past_deadline = s.deadline_ns != 0 && now > s.deadline_ns;
+        bool past_max = s.start_ns != 0 && now - s.start_ns > max_ns;
+        if (!past_deadline && !past_max)
+            continue;
+        char what[160];
+        describe(what, sizeof(what), w->pid, &s);
+        long long ran_ms = (long long)((now - s.start_ns) / 1000000LL);
+        if (past_deadline)
+            mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg),
+                      "%s ran %lld ms, past its deadline of %lld ms, and was killed", what, ran_ms,
+                      (long long)((s.deadline_ns - s.start_ns) / 1000000LL));
+        else
+            mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg),
+                      "%s ran %lld ms, longer than the daemon's limit of %llu ms "
+                      "(--max-timeout-ms), and was killed",
+                      what, ran_ms, (unsigned long long)d->cfg.max_timeout_ms);
+        w->killed_timeout = true;
+        MXOP__LOGW(w->session_id, s.op, "watchdog: %s", w->timeout_msg);
+        kill_group(w);
+    }
+    if (++ticks % SWEEP_TICKS == 0)
+        sweep_escaped(d);
+}
+
+int mxop__watchdog_start(mxop__daemon_t *d)
+{
+    /* Orphans of dead workers come to us instead of init, so they can be swept. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
+        MXOP__LOGW(0, NULL,
+                   "cannot become a child subreaper (%s): processes that escape a "
+                   "worker's group will not be swept",
+                   strerror(errno));
+    if (uv_timer_init(d->loop, &d->watchdog) != 0)
+        return MXOP_EINTERNAL;
+    uv_timer_start(&d->watchdog, watchdog_cb, MXOP__WATCHDOG_MS, MXOP__WATCHDOG_MS);
+    return 0;
+}
+
+void mxop__watchdog_stop(mxop__daemon_t *d)
+{
+    if (uv_is_closing((uv_handle_t *)&d->watchdog))
+        return;
+    uv_timer_stop(&d->watchdog);
+    uv_close((uv_handle_t *)&d->watchdog, NULL);
+}
