@@ -25,7 +25,14 @@ LDFLAGS  ?=
 PROTOC_C ?= protoc-c
 PKG_CONFIG ?= pkg-config
 
-B := build
+# A sanitizer build lives in its own tree, so that switching SANITIZE on and
+# off never mixes objects built with and without it.
+comma := ,
+ifeq ($(SANITIZE),)
+B ?= build
+else
+B ?= build/sanitize-$(subst $(comma),-,$(SANITIZE))
+endif
 VERSION := $(shell sed -n 's/^\#define MXOP_VERSION_STRING "\(.*\)"/\1/p' include/mxop/client.h)
 
 ifeq ($(V),1)
@@ -160,7 +167,8 @@ $(B)/bin/%: $(B)/obj/demo/%.o $(LIB_A)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(PB_LIBS) -lm
 
-$(B)/bin/%: $(B)/obj/bench/%.o $(LIB_A)
+# Benchmarks share the helpers of bench/lib/ (not programs of their own).
+$(B)/bin/%: $(B)/obj/bench/%.o $(patsubst %.c,$(B)/obj/%.o,$(wildcard bench/lib/*.c)) $(LIB_A)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(PB_LIBS) $(BLAS_LIBS) -ldl -lm
