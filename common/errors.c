@@ -6,29 +6,23 @@
 const char *mxop_err_name(int code)
 {
     switch (code) {
-    case MXOP_OK:
-        return "MXOP_OK";
+    case MXOP_OK: return "MXOP_OK";
 #define XX(name, num, msg)                                                                         \
-    case MXOP_E##name:                                                                             \
-        return "MXOP_E" #name;
+    case MXOP_E##name: return "MXOP_E" #name;
         MXOP_ERROR_MAP(XX)
 #undef XX
-    default:
-        return "MXOP_E?";
+    default: return "MXOP_E?";
     }
 }
 
 const char *mxop_strerror(int code)
 {
     switch (code) {
-    case MXOP_OK:
-        return "success";
+    case MXOP_OK: return "success";
 #define XX(name, num, msg)                                                                         \
-    case MXOP_E##name:                                                                             \
-        return msg;
+    case MXOP_E##name: return msg;
         MXOP_ERROR_MAP(XX)
 #undef XX
-    default:
-        return "unknown error";
+    default: return "unknown error";
     }
 }

@@ -14,8 +14,8 @@ void mxop__assert_fail(const char *expr, const char *file, int line)
 {
     /* An internal invariant broke: this is a bug in mxop, not bad input. */
     char buf[256];
-    int n = snprintf(buf, sizeof(buf), "mxop: internal assertion failed: %s (%s:%d)\n", expr,
-                     file, line);
+    int n = snprintf(buf, sizeof(buf), "mxop: internal assertion failed: %s (%s:%d)\n", expr, file,
+                     line);
     if (n > 0) {
         ssize_t w = write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
         (void)w;

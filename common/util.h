@@ -11,10 +11,10 @@
 #include "mxop/errors.h"
 
 /** Internal invariants only; never for input (bad input gets an error code). */
-#define MXOP_ASSERT(cond)                                                                  \
-    do {                                                                                   \
-        if (!(cond))                                                                       \
-            mxop__assert_fail(#cond, __FILE__, __LINE__);                                  \
+#define MXOP_ASSERT(cond)                                                                          \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            mxop__assert_fail(#cond, __FILE__, __LINE__);                                          \
     } while (0)
 
 _Noreturn void mxop__assert_fail(const char *expr, const char *file, int line);

@@ -34,8 +34,7 @@ static uint16_t get_u16(const uint8_t *p)
 
 static uint32_t get_u32(const uint8_t *p)
 {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
 void mxop__frame_hdr_encode(uint8_t *out, uint16_t kind, uint32_t len)
@@ -95,13 +94,10 @@ static int errno_to_code(int err)
     case EPIPE:
     case ECONNRESET:
     case ENOTCONN:
-    case ECONNREFUSED:
-        return MXOP_EDISCONNECTED;
+    case ECONNREFUSED: return MXOP_EDISCONNECTED;
     case ENOMEM:
-    case ENOBUFS:
-        return MXOP_ENOMEM;
-    default:
-        return MXOP_EIO;
+    case ENOBUFS: return MXOP_ENOMEM;
+    default: return MXOP_EIO;
     }
 }
 

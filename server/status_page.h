@@ -23,13 +23,13 @@
 typedef struct mxop__status_page {
     uint32_t magic;
     _Atomic uint32_t seq;
-    _Atomic uint32_t busy;       /* 1 while a call runs */
+    _Atomic uint32_t busy; /* 1 while a call runs */
     uint32_t pad;
     uint64_t call_id;
-    int64_t start_ns;            /* CLOCK_MONOTONIC */
-    int64_t deadline_ns;         /* CLOCK_MONOTONIC; 0: none */
+    int64_t start_ns;    /* CLOCK_MONOTONIC */
+    int64_t deadline_ns; /* CLOCK_MONOTONIC; 0: none */
     char op[MXOP__STATUS_OP_MAX];
-    _Atomic int32_t fault_code;  /* MXOP_E* set by the worker's fault handler */
+    _Atomic int32_t fault_code; /* MXOP_E* set by the worker's fault handler */
     char fault_msg[MXOP__STATUS_MSG_MAX];
 } mxop__status_page_t;
 

@@ -57,8 +57,8 @@ overflow:
     return MXOP_EINVAL;
 }
 
-int mxop__desc_check_bounds(uint64_t offset, uint64_t span, size_t elem_size,
-                            uint64_t region_size, char *err, size_t errlen)
+int mxop__desc_check_bounds(uint64_t offset, uint64_t span, size_t elem_size, uint64_t region_size,
+                            char *err, size_t errlen)
 {
     if (elem_size > 0 && offset % elem_size != 0) {
         snprintf(err, errlen, "offset %llu is not aligned to the element size %zu",

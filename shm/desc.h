@@ -26,7 +26,7 @@ int mxop__desc_span(int32_t dtype, int32_t ndim, const int64_t *shape, const int
  * `region_size` bytes, and that `offset` is aligned to the element size.
  * Returns 0 or MXOP_EBOUNDS with a reason in err.
  */
-int mxop__desc_check_bounds(uint64_t offset, uint64_t span, size_t elem_size,
-                            uint64_t region_size, char *err, size_t errlen);
+int mxop__desc_check_bounds(uint64_t offset, uint64_t span, size_t elem_size, uint64_t region_size,
+                            char *err, size_t errlen);
 
 #endif /* MXOP_SHM_DESC_H */

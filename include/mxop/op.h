@@ -136,8 +136,8 @@ typedef struct mxop_op_def {
      */
     int (*state_create)(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in_shapes,
                         const int32_t *in_dtypes, void **state);
-    int (*state_forward)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in,
-                         int n_out, mxop_tensor_t *out);
+    int (*state_forward)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in, int n_out,
+                         mxop_tensor_t *out);
     int (*state_backward)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in,
                           int n_out, mxop_tensor_t *out);
     void (*state_destroy)(void *state);
@@ -244,17 +244,17 @@ typedef int (*mxop_plugin_init_fn)(mxop_ctx_t *ctx, const mxop_host_t *host);
  * Declares the library.  Use once, at file scope:
  *     MXOP_PLUGIN("myops", "1.0");
  */
-#define MXOP_PLUGIN(name_, version_)                                                    \
-    MXOP_EXPORT extern const mxop_plugin_info_t mxop_plugin_info;                       \
-    const mxop_plugin_info_t mxop_plugin_info = {sizeof(mxop_plugin_info_t),             \
-                                                 MXOP_ABI_VERSION, (name_), (version_)}
+#define MXOP_PLUGIN(name_, version_)                                                               \
+    MXOP_EXPORT extern const mxop_plugin_info_t mxop_plugin_info;                                  \
+    const mxop_plugin_info_t mxop_plugin_info = {sizeof(mxop_plugin_info_t), MXOP_ABI_VERSION,     \
+                                                 (name_), (version_)}
 
 /**
  * Defines the init function:
  *     MXOP_PLUGIN_INIT(ctx, host) { return host->register_op(ctx, &def); }
  */
-#define MXOP_PLUGIN_INIT(ctx_, host_)                                                   \
-    MXOP_EXPORT int mxop_plugin_init(mxop_ctx_t *ctx_, const mxop_host_t *host_);        \
+#define MXOP_PLUGIN_INIT(ctx_, host_)                                                              \
+    MXOP_EXPORT int mxop_plugin_init(mxop_ctx_t *ctx_, const mxop_host_t *host_);                  \
     int mxop_plugin_init(mxop_ctx_t *ctx_, const mxop_host_t *host_)
 
 #ifdef __cplusplus

@@ -49,20 +49,15 @@ static inline size_t mxop_dtype_size(int32_t dtype)
 {
     switch (dtype) {
     case MXOP_F64:
-    case MXOP_I64:
-        return 8;
+    case MXOP_I64: return 8;
     case MXOP_F32:
-    case MXOP_I32:
-        return 4;
+    case MXOP_I32: return 4;
     case MXOP_F16:
-    case MXOP_BF16:
-        return 2;
+    case MXOP_BF16: return 2;
     case MXOP_U8:
     case MXOP_I8:
-    case MXOP_BOOL:
-        return 1;
-    default:
-        return 0;
+    case MXOP_BOOL: return 1;
+    default: return 0;
     }
 }
 
