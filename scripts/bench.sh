@@ -1,10 +1,13 @@
 #!/bin/sh
-# Runs the benchmarks (bench/).  Usage: bench.sh BUILD
+# Runs the benchmarks (bench/): every BUILD/bin/bench_* with BUILD as its
+# argument.  Each starts and stops its own daemon and writes its results
+# under BUILD/bench/.  Usage: bench.sh BUILD
+# MXOP_BENCH_SCALE (default 1) scales the iteration counts (0.2: a quick run).
 B=${1:?usage: bench.sh BUILD}
 found=0
 for b in "$B"/bin/bench_*; do
     [ -x "$b" ] || continue
     found=1
-    "$b" || exit 1
+    "$b" "$B" || exit 1
 done
 [ $found = 1 ] || { echo "bench: no benchmarks built yet" >&2; exit 1; }

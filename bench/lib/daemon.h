@@ -1,0 +1,44 @@
+/*
+ * bench/lib/daemon.h - a private mxop-serverd for one benchmark run.
+ *
+ * The daemon runs in a fresh temporary directory (its socket and a plugin
+ * directory holding copies of the build's op libraries and the crash
+ * fixtures), dies with the benchmark (PR_SET_PDEATHSIG), and is stopped and
+ * its directory removed at exit, on SIGINT/SIGTERM/SIGHUP too, so a run
+ * that fails leaves nothing behind.  Its workers die with it (they set
+ * their own death signal on the daemon).
+ */
+#ifndef MXOP_BENCH_LIB_DAEMON_H
+#define MXOP_BENCH_LIB_DAEMON_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct mxb_daemon {
+    pid_t pid;
+    char dir[64];
+    char sock[128];
+    char plugins[128];
+} mxb_daemon_t;
+
+/**
+ * Starts build/bin/mxop-serverd (`build` borrowed) and waits until its
+ * socket exists.  Only one daemon at a time.  Returns 0, or -1 with the
+ * reason in err[errlen] (nothing is left running or on disk then).
+ */
+int mxb_daemon_start(mxb_daemon_t *d, const char *build, char *err, size_t errlen);
+
+/** Stops the daemon (SIGTERM, then SIGKILL after 10 s) and removes its directory. */
+void mxb_daemon_stop(mxb_daemon_t *d);
+
+/**
+ * Marks a child process of the benchmark (an echo peer, a client) to be
+ * killed with the daemon when the benchmark ends abnormally.
+ */
+void mxb_daemon_track_child(pid_t pid);
+void mxb_daemon_untrack_child(pid_t pid);
+
+/** The plugin directory's copy of a library ("relu.so"), into buf. */
+const char *mxb_daemon_plugin(const mxb_daemon_t *d, const char *lib, char *buf, size_t len);
+
+#endif /* MXOP_BENCH_LIB_DAEMON_H */
