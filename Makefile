@@ -135,7 +135,7 @@ $(DAEMON): $(DAEMON_O) $(COMMON_O)
 $(WORKER): $(WORKER_O) $(COMMON_O)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -rdynamic $^ -o $@ $(PB_LIBS) $(BLAS_LIBS) -lseccomp -ldl -lm
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -rdynamic $^ -o $@ $(PB_LIBS) -lseccomp -ldl -lm
 
 $(LIB_SO): $(CLIENT_O) $(COMMON_O)
 	@mkdir -p $(@D)

@@ -8,8 +8,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include <cblas.h>
-
+#include "server/worker/blas.h"
 #include "server/worker/host_math.h"
 #include "server/worker/worker.h"
 
@@ -94,13 +93,17 @@ int mxop__host_gemm(mxop_ctx_t *ctx, int32_t dtype, int trans_a, int trans_b, in
     }
     NULLCHECK(ctx, "gemm", a);
     NULLCHECK(ctx, "gemm", b);
+    const char *why = NULL;
+    const mxop__blas_t *blas = mxop__blas_get(&why);
+    if (blas == NULL)
+        return ERR(ctx, MXOP_EINTERNAL, "gemm: %s", why);
     enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
     if (dtype == MXOP_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, (float)alpha, a, (int)lda, b,
+        blas->sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, (float)alpha, a, (int)lda, b,
                     (int)ldb, (float)beta, c, (int)ldc);
     else
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb,
+        blas->dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb,
                     beta, c, (int)ldc);
     return 0;
 }
@@ -160,14 +163,18 @@ int mxop__host_axpy(mxop_ctx_t *ctx, int32_t dtype, int64_t n, double alpha, con
         return rc;
     NULLCHECK(ctx, "axpy", x);
     NULLCHECK(ctx, "axpy", y);
+    const char *why = NULL;
+    const mxop__blas_t *blas = mxop__blas_get(&why);
+    if (blas == NULL)
+        return ERR(ctx, MXOP_EINTERNAL, "axpy: %s", why);
     /* CBLAS counts are int: a longer vector goes through in pieces that fit. */
     const int64_t chunk = (int64_t)1 << 30;
     for (int64_t at = 0; at < n; at += chunk) {
         int len = (int)(n - at < chunk ? n - at : chunk);
         if (dtype == MXOP_F32)
-            cblas_saxpy(len, (float)alpha, (const float *)x + at, 1, (float *)y + at, 1);
+            blas->saxpy(len, (float)alpha, (const float *)x + at, 1, (float *)y + at, 1);
         else
-            cblas_daxpy(len, alpha, (const double *)x + at, 1, (double *)y + at, 1);
+            blas->daxpy(len, alpha, (const double *)x + at, 1, (double *)y + at, 1);
     }
     return 0;
 }

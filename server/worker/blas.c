@@ -1,0 +1,49 @@
+/*
+ * server/worker/blas.c - see blas.h.
+ */
+#include "server/worker/blas.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+
+/* Tried in order: OpenBLAS (what the build depends on), then any CBLAS. */
+static const char *const candidates[] = {"libopenblas.so.0", "libcblas.so.3", "libblas.so.3"};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static mxop__blas_t blas;
+static int loaded;
+static char failure[256] = "no BLAS library tried";
+
+static void load(void)
+{
+    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+        void *h = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL) {
+            snprintf(failure, sizeof(failure), "cannot load BLAS: %s", dlerror());
+            continue;
+        }
+        /* POSIX guarantees a data pointer from dlsym converts to a function pointer. */
+        *(void **)&blas.sgemm = dlsym(h, "cblas_sgemm");
+        *(void **)&blas.dgemm = dlsym(h, "cblas_dgemm");
+        *(void **)&blas.saxpy = dlsym(h, "cblas_saxpy");
+        *(void **)&blas.daxpy = dlsym(h, "cblas_daxpy");
+        if (blas.sgemm && blas.dgemm && blas.saxpy && blas.daxpy) {
+            loaded = 1;
+            return; /* The handle stays open for the worker's lifetime. */
+        }
+        snprintf(failure, sizeof(failure), "%s lacks the CBLAS functions", candidates[i]);
+        dlclose(h);
+    }
+}
+
+const mxop__blas_t *mxop__blas_get(const char **why)
+{
+    pthread_once(&once, load);
+    if (!loaded) {
+        if (why != NULL)
+            *why = failure;
+        return NULL;
+    }
+    return &blas;
+}
