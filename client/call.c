@@ -1,21 +1,39 @@
 /*
  * client/call.c - the data plane's transport: one call to the worker and
- * its result, and what happens when the worker dies under it.
+ * its result, over the shared-memory mailbox or the socket, and what
+ * happens when the worker dies under it.
  *
- * While a call is in flight the client watches both the data channel and
- * the control socket: a worker that dies closes the first, and the daemon
- * explains why (and hands over the replacement's channel) on the second.
- * Results are read with non-blocking recv() and a poll() only when nothing
- * has arrived yet, so a call costs few syscalls and no malloc.
+ * Socket path: the call is one sendmsg(), the result one blocking recv()
+ * (SO_RCVTIMEO bounds it) that takes header and payload at once.  Nothing
+ * else is needed to notice a dead worker: its death closes the data
+ * channel, and the daemon explains why (and hands over the replacement's
+ * channel) on the control socket.
+ *
+ * Mailbox path: the call is written into the mailbox's request slot, and
+ * the result is spun for, then slept for in one poll() on the reply bell
+ * and the data socket, which brings both a result too large for a slot and
+ * the hang-up of a dead worker.  While the worker answers within the spin,
+ * a call costs no syscall at all.
+ *
+ * Either way a call allocates nothing: the frame is packed into a reused
+ * buffer (or the slot), the result unpacked into the client's arena.
  */
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "client/client_internal.h"
 #include "common/util.h"
+
+/* call_once's answer when the worker died before it took the call and a
+ * replacement is there: the call is sent again, once. */
+#define CALL_RETRY 2
+
+/* wait_*'s answer for the result of a call given up on earlier. */
+#define STALE 3
 
 /* The call's error from a WorkerEvent, with the op named when the daemon did not. */
 static int event_result(mxop_client_t *c, const mxop_op_t *op)
@@ -27,20 +45,19 @@ static int event_result(mxop_client_t *c, const mxop_op_t *op)
 
 /*
  * The data channel closed: the worker is dead.  The daemon tells why on the
- * control socket (with the replacement's channel); wait for that.
+ * control socket (with the replacement's channel); wait for that.  Returns
+ * MXOP__CTL_EVENT once the event is handled, or an error.
  */
-static int await_event(mxop_client_t *c, const mxop_op_t *op)
+static int await_event(mxop_client_t *c)
 {
     int64_t end = mxop__now_ns() + (int64_t)MXOP__EVENT_WAIT_MS * 1000000;
     for (;;) {
         Mxop__Reply *r;
         int rc = mxop__ctl_next(c, end, &r, NULL);
         if (rc == MXOP__CTL_EVENT)
-            return op != NULL ? event_result(c, op) : mxop__fail(c, c->ev_code, "%s", c->ev_msg);
+            return rc;
         if (rc == MXOP_ETIMEOUT) {
-            if (c->data_fd >= 0)
-                close(c->data_fd);
-            c->data_fd = -1;
+            mxop__data_drop(c);
             c->worker_gone = MXOP_EDISCONNECTED;
             mxop__fmt(c->worker_gone_msg, sizeof c->worker_gone_msg,
                       "worker channel closed and mxop-serverd said nothing");
@@ -54,184 +71,294 @@ static int await_event(mxop_client_t *c, const mxop_op_t *op)
     }
 }
 
-/* True when the data channel has been closed by the worker. */
-static int data_closed(const struct pollfd *p)
+/*
+ * The worker died while call `id` was on its way.  If the daemon says the
+ * worker was not running it (it died idle, or before it took the call), no
+ * op code ran for it, and it goes to the replacement instead.
+ */
+static int worker_died(mxop_client_t *c, const mxop_op_t *op, uint64_t id)
 {
-    if (p->revents & (POLLHUP | POLLERR | POLLNVAL))
-        return 1;
-    if (!(p->revents & POLLIN))
-        return 0;
-    /* Readable while idle: the result of a call given up on, or EOF. */
-    char b;
-    ssize_t n = recv(p->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    int rc = await_event(c);
+    if (rc != MXOP__CTL_EVENT)
+        return rc;
+    if (c->ev_call_id != id && c->data_fd >= 0)
+        return CALL_RETRY;
+    return event_result(c, op);
 }
 
-/*
- * Before a call: take in a WorkerEvent already sent (a worker that died
- * while idle), so that the call goes to its replacement.  One poll() of
- * both sockets, so the common case costs one syscall.
- */
 int mxop__call_ready(mxop_client_t *c)
 {
-    int rc;
     if (c->ctl_dead)
         return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
-    struct pollfd p[2] = {{.fd = c->ctl_fd, .events = POLLIN},
-                          {.fd = c->data_fd, .events = POLLIN}};
-    int n = poll(p, c->data_fd >= 0 ? 2 : 1, 0);
-    if (n > 0 && p[0].revents) {
-        rc = mxop__ctl_poll_events(c);
-        if (rc < 0)
-            return rc;
-        /* The event may have replaced the channel polled above. */
-        p[1].fd = c->data_fd;
-        p[1].revents = 0;
-        if (c->data_fd >= 0 && poll(&p[1], 1, 0) < 0)
-            p[1].revents = 0;
-    }
-    if (n > 0 && c->data_fd >= 0 && data_closed(&p[1])) {
-        /* Its death is not this call's error: wait for the replacement. */
-        rc = await_event(c, NULL);
-        if (rc < 0 && c->data_fd < 0)
-            return rc;
-    }
     if (c->data_fd < 0)
         return mxop__fail(c, c->worker_gone ? c->worker_gone : MXOP_EDISCONNECTED, "%s",
                           c->worker_gone_msg[0] ? c->worker_gone_msg : "the session has no worker");
     return 0;
 }
 
-/*
- * Reads exactly `len` bytes from the data channel, polling only when the
- * socket has nothing yet: when the result is there, a frame costs two
- * recv() calls.  Nothing on the data plane carries descriptors.
- */
-static int data_read(int fd, uint8_t *buf, size_t len, int64_t end_ns)
+/* Turns a CallResult frame into the call's outcome: 0, an error, or STALE. */
+static int take_result(mxop_client_t *c, const mxop_op_t *op, uint64_t id, uint16_t kind,
+                       uint32_t len, const uint8_t *payload, Mxop__CallResult **res)
 {
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = recv(fd, buf + off, len - off, MSG_DONTWAIT);
-        if (n > 0) {
-            off += (size_t)n;
-            continue;
-        }
-        if (n == 0)
-            return MXOP_EDISCONNECTED;
-        if (errno == EINTR)
-            continue;
-        if (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN)
-            return MXOP_EDISCONNECTED;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return MXOP_EIO;
-        int64_t left = end_ns - mxop__now_ns();
-        if (left <= 0)
-            return MXOP_ETIMEOUT;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, (int)((left + 999999) / 1000000)) < 0 && errno != EINTR)
-            return MXOP_EIO;
-    }
-    return 0;
+    if (kind != MXOP__KIND_CALL_RESULT)
+        return mxop__fail(c, MXOP_EPROTOCOL, "unexpected frame kind %u from the worker", kind);
+    mxop__pbarena_reset(&c->pba);
+    Mxop__CallResult *r = mxop__call_result__unpack(&c->pba.allocator, len, payload);
+    if (r == NULL)
+        return mxop__fail(c, MXOP_EPROTOCOL, "undecodable result from the worker");
+    if (r->id != id)
+        return STALE; /* the result of a call given up on earlier */
+    *res = r;
+    if (r->status == 0)
+        return 0;
+    int code = r->status < 0 ? r->status : MXOP_EPROTOCOL;
+    const char *msg =
+        r->message != NULL && r->message[0] != '\0' ? r->message : mxop_strerror(code);
+    if (op == NULL || strncmp(msg, "op '", 4) == 0)
+        return mxop__fail(c, code, "%s", msg);
+    return mxop__fail(c, code, "op '%s' (%s): %s", op->name, op->library, msg);
 }
 
-/* One frame of the data channel into c->data_fb. */
-static int data_recv(mxop_client_t *c, uint16_t *kind, uint32_t *len, int64_t end_ns)
+static int timed_out(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms)
 {
-    uint8_t hdr[MXOP__FRAME_HDR];
-    int rc = data_read(c->data_fd, hdr, sizeof hdr, end_ns);
-    if (rc < 0)
-        return rc;
-    rc = mxop__frame_hdr_decode(hdr, kind, len);
-    if (rc < 0)
-        return rc;
-    rc = mxop__framebuf_reserve(&c->data_fb, *len ? *len : 1);
-    if (rc < 0)
-        return rc;
-    return data_read(c->data_fd, c->data_fb.data, *len, end_ns);
-}
-
-/*
- * Sends c->cb.call (its id set here) and waits for its CallResult, at most
- * wait_ms.  On 0 *res points into c->pba.  A non-zero status is returned
- * with the worker's message.
- */
-int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
-                        Mxop__CallResult **res)
-{
-    int rc;
-    uint64_t id = c->next_call_id++;
-    c->cb.call.id = id;
-    *res = NULL;
-
-    rc = mxop__frame_send(c->data_fd, &c->data_fb, MXOP__KIND_CALL,
-                          (const ProtobufCMessage *)&c->cb.call, NULL, 0);
-    if (rc == MXOP_EDISCONNECTED)
-        return await_event(c, op);
-    if (rc < 0)
-        return mxop__fail(c, rc, "cannot send the call to the worker");
-
-    int64_t end = mxop__now_ns() + ((int64_t)wait_ms + MXOP__CALL_GRACE_MS) * 1000000;
-    for (;;) {
-        int64_t left_ns = end - mxop__now_ns();
-        if (left_ns <= 0)
-            break;
-        int left = (int)((left_ns + 999999) / 1000000);
-        struct pollfd p[2] = {{.fd = c->data_fd, .events = POLLIN},
-                              {.fd = c->ctl_fd, .events = POLLIN}};
-        int n = poll(p, 2, left);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return mxop__fail(c, MXOP_EIO, "poll: %s", strerror(errno));
-        }
-        if (n == 0)
-            continue;
-
-        /* A result already written wins over news of the worker's death. */
-        if (p[0].revents) {
-            uint16_t kind;
-            uint32_t len;
-            rc = data_recv(c, &kind, &len, end);
-            if (rc == MXOP_EDISCONNECTED)
-                return await_event(c, op);
-            if (rc == MXOP_ETIMEOUT)
-                continue;
-            if (rc < 0)
-                return mxop__fail(c, rc, "bad frame from the worker on the data channel");
-            if (kind != MXOP__KIND_CALL_RESULT)
-                return mxop__fail(c, MXOP_EPROTOCOL, "unexpected frame kind %u from the worker",
-                                  kind);
-            mxop__pbarena_reset(&c->pba);
-            Mxop__CallResult *r =
-                mxop__call_result__unpack(&c->pba.allocator, len, c->data_fb.data);
-            if (r == NULL)
-                return mxop__fail(c, MXOP_EPROTOCOL, "undecodable result from the worker");
-            if (r->id != id)
-                continue; /* the result of a call given up on earlier */
-            *res = r;
-            if (r->status == 0)
-                return 0;
-            int code = r->status < 0 ? r->status : MXOP_EPROTOCOL;
-            const char *msg =
-                r->message != NULL && r->message[0] != '\0' ? r->message : mxop_strerror(code);
-            if (op == NULL || strncmp(msg, "op '", 4) == 0)
-                return mxop__fail(c, code, "%s", msg);
-            return mxop__fail(c, code, "op '%s' (%s): %s", op->name, op->library, msg);
-        }
-        if (p[1].revents) {
-            Mxop__Reply *r;
-            rc = mxop__ctl_next(c, mxop__now_ns() + 1000 * 1000000LL, &r, NULL);
-            if (rc == MXOP__CTL_EVENT)
-                return op != NULL ? event_result(c, op)
-                                  : mxop__fail(c, c->ev_code, "%s", c->ev_msg);
-            if (rc < 0)
-                return rc == MXOP_ETIMEOUT ? mxop__fail(c, MXOP_EDISCONNECTED, "%s", c->err) : rc;
-        }
-    }
     if (op != NULL)
         return mxop__fail(
             c, MXOP_ETIMEOUT, "op '%s' (%s): no result within %d ms (deadline plus %d ms grace)",
             op->name, op->library, (int)wait_ms + MXOP__CALL_GRACE_MS, MXOP__CALL_GRACE_MS);
     return mxop__fail(c, MXOP_ETIMEOUT, "no result from the worker within %d ms",
                       (int)wait_ms + MXOP__CALL_GRACE_MS);
+}
+
+/* Bounds the blocking recv() of results; set again only when it changes. */
+static void set_rcvtimeo(mxop_client_t *c, int64_t ms)
+{
+    if (ms < 1)
+        ms = 1;
+    if (ms == c->rcvtimeo_ms)
+        return;
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    if (setsockopt(c->data_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0)
+        c->rcvtimeo_ms = ms;
+}
+
+/*
+ * Handles what the socket brought: every whole frame buffered (stale
+ * results are dropped).  Returns 1 when no result of this call is there
+ * yet, else the call's outcome.
+ */
+static int socket_frames(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxop__CallResult **res)
+{
+    for (;;) {
+        uint16_t kind;
+        uint32_t len;
+        const uint8_t *payload;
+        int rc = mxop__rxbuf_frame(&c->data_rx, &kind, &len, &payload);
+        if (rc == 0)
+            return 1;
+        if (rc < 0)
+            return mxop__fail(c, rc, "bad frame from the worker on the data channel");
+        rc = take_result(c, op, id, kind, len, payload, res);
+        mxop__rxbuf_consume(&c->data_rx, len);
+        if (rc != STALE)
+            return rc;
+    }
+}
+
+/* Waits on the socket for the result of call `id` until end_ns. */
+static int wait_socket(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t wait_ms,
+                       int64_t end_ns, Mxop__CallResult **res)
+{
+    /* The first wait gets the call's whole budget, the same for every call
+     * of the same deadline, so that the option is set once, not per call. */
+    int first = 1;
+    for (;;) {
+        int rc = socket_frames(c, op, id, res);
+        if (rc != 1)
+            return rc;
+        int64_t left = end_ns - mxop__now_ns();
+        if (left <= 0)
+            return timed_out(c, op, wait_ms);
+        set_rcvtimeo(c, first ? (int64_t)wait_ms + MXOP__CALL_GRACE_MS : (left + 999999) / 1000000);
+        first = 0;
+        ssize_t n = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, 0);
+        if (n > 0 || n == -EINTR || n == -EAGAIN || n == -EWOULDBLOCK)
+            continue;
+        if (n == 0 || n == -ECONNRESET || n == -EPIPE || n == -ENOTCONN)
+            return worker_died(c, op, id);
+        if (n == -ENOMEM)
+            return mxop__fail(c, MXOP_ENOMEM, "out of memory for a result from the worker");
+        return mxop__fail(c, MXOP_EIO, "recv on the data channel: %s", strerror((int)-n));
+    }
+}
+
+/* Takes the newest frame of the reply slot: 1 when there is none (yet). */
+static int mbox_result(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxop__CallResult **res)
+{
+    uint16_t kind;
+    uint32_t len;
+    int rc = mxop__mbox_take(&c->mbox, c->mbox_buf, MXOP__MBOX_SLOT_BYTES, &kind, &len);
+    if (rc == 0)
+        return 1;
+    if (rc < 0)
+        return mxop__fail(c, rc, "bad frame from the worker in the mailbox");
+    rc = take_result(c, op, id, kind, len, c->mbox_buf + MXOP__FRAME_HDR, res);
+    return rc == STALE ? 1 : rc;
+}
+
+/*
+ * Waits for the result of call `id` sent through the mailbox: spin, then
+ * sleep in poll() on the reply bell and the data socket.  A result in the
+ * mailbox wins over news of the worker's death.
+ */
+static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t wait_ms,
+                     int64_t start_ns, int64_t end_ns, Mxop__CallResult **res)
+{
+    int64_t spent;
+    int rc;
+    if (mxop__mbox_spin(&c->mbox, &spent) && (rc = mbox_result(c, op, id, res)) != 1)
+        goto done;
+    for (;;) {
+        rc = mbox_result(c, op, id, res);
+        if (rc != 1)
+            goto done;
+        int64_t left = end_ns - mxop__now_ns();
+        if (left <= 0)
+            return timed_out(c, op, wait_ms);
+        if (mxop__mbox_sleep_begin(&c->mbox))
+            continue;
+        struct pollfd p[2] = {{.fd = c->data_fd, .events = POLLIN},
+                              {.fd = c->mbox.bell_rx, .events = POLLIN}};
+        int n = poll(p, 2, (int)((left + 999999) / 1000000));
+        mxop__mbox_sleep_end(&c->mbox, n > 0 && (p[1].revents & POLLIN));
+        if (n < 0 && errno != EINTR)
+            return mxop__fail(c, MXOP_EIO, "poll: %s", strerror(errno));
+        if (n <= 0 || p[0].revents == 0)
+            continue;
+        rc = mbox_result(c, op, id, res);
+        if (rc != 1)
+            goto done;
+        /* The socket: a result too large for a slot, or the worker's hang-up. */
+        ssize_t got = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, MSG_DONTWAIT);
+        if (got == 0 || got == -ECONNRESET || got == -EPIPE || got == -ENOTCONN)
+            return worker_died(c, op, id);
+        if (got == -ENOMEM)
+            return mxop__fail(c, MXOP_ENOMEM, "out of memory for a result from the worker");
+        if (got < 0 && got != -EAGAIN && got != -EWOULDBLOCK && got != -EINTR)
+            return mxop__fail(c, MXOP_EIO, "recv on the data channel: %s", strerror((int)-got));
+        rc = socket_frames(c, op, id, res);
+        if (rc != 1)
+            goto done;
+    }
+done:
+    mxop__mbox_note_wait(&c->mbox, mxop__now_ns() - start_ns);
+    return rc;
+}
+
+/* Sends c->cb.call as call `id` and waits for its result. */
+static int call_once(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms, Mxop__CallResult **res)
+{
+    uint64_t id = c->next_call_id++;
+    c->cb.call.id = id;
+    const ProtobufCMessage *msg = (const ProtobufCMessage *)&c->cb.call;
+    int64_t start = mxop__now_ns();
+    int64_t end = start + ((int64_t)wait_ms + MXOP__CALL_GRACE_MS) * 1000000;
+
+    if (c->mbox_on) {
+        size_t n = protobuf_c_message_get_packed_size(msg);
+        if (mxop__mbox_fits(n)) {
+            mxop__mbox_put(&c->mbox, MXOP__KIND_CALL, msg, n);
+            return wait_mbox(c, op, id, wait_ms, start, end, res);
+        }
+        /* Too large for a slot: the socket carries it, and its result. */
+    }
+    int rc = mxop__frame_send(c->data_fd, &c->data_fb, MXOP__KIND_CALL, msg, NULL, 0);
+    if (rc == MXOP_EDISCONNECTED)
+        return worker_died(c, op, id);
+    if (rc < 0)
+        return mxop__fail(c, rc, "cannot send the call to the worker");
+    return wait_socket(c, op, id, wait_ms, end, res);
+}
+
+/*
+ * Gives the current worker a fresh mailbox.  Any failure leaves the session
+ * on the socket path (which always works); a worker that died meanwhile is
+ * dealt with by the call that follows.
+ */
+static void attach_mailbox(mxop_client_t *c)
+{
+    mxop__mbox_t m;
+    int fds[3];
+    char why[256];
+
+    c->mbox_wanted = 0;
+    if (c->data_fd < 0 || c->mbox_buf == NULL)
+        return;
+    if (mxop__mbox_create(&m, fds, why, sizeof why) != 0)
+        return;
+
+    Mxop__AttachMailbox am = MXOP__ATTACH_MAILBOX__INIT;
+    am.size = MXOP__MBOX_BYTES;
+    am.version = MXOP__MBOX_VERSION;
+    am.slot_bytes = MXOP__MBOX_SLOT_BYTES;
+    Mxop__Call call = MXOP__CALL__INIT;
+    uint64_t id = c->next_call_id++;
+    call.id = id;
+    call.body_case = MXOP__CALL__BODY_ATTACH_MAILBOX;
+    call.attach_mailbox = &am;
+    int rc = mxop__frame_send(c->data_fd, &c->data_fb, MXOP__KIND_CALL,
+                              (const ProtobufCMessage *)&call, fds, 3);
+    close(fds[0]); /* the worker has its own reference now */
+    if (rc == 0) {
+        Mxop__CallResult *r = NULL;
+        int64_t end = mxop__now_ns() + (int64_t)c->connect_timeout_ms * 1000000;
+        rc = wait_socket(c, NULL, id, c->connect_timeout_ms, end, &r);
+    }
+    if (rc != 0) {
+        mxop__mbox_close(&m);
+        return;
+    }
+    c->mbox = m;
+    c->mbox_on = 1;
+}
+
+int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
+                        Mxop__CallResult **res)
+{
+    *res = NULL;
+    for (int attempt = 0;; attempt++) {
+        if (c->mbox_wanted)
+            attach_mailbox(c);
+        int rc = call_once(c, op, wait_ms, res);
+        if (rc != CALL_RETRY)
+            return rc;
+        if (attempt > 0)
+            return event_result(c, op);
+    }
+}
+
+int mxop__data_open(mxop_client_t *c, int fd)
+{
+    mxop__data_drop(c);
+    c->data_fd = fd;
+    c->rcvtimeo_ms = 0;
+    c->mbox_wanted = c->data_path == MXOP_DATA_PATH_SHM;
+    return 0;
+}
+
+void mxop__data_drop(mxop_client_t *c)
+{
+    if (c->data_fd >= 0)
+        close(c->data_fd);
+    c->data_fd = -1;
+    c->mbox_on = 0;
+    c->mbox_wanted = 0;
+    mxop__mbox_close(&c->mbox);
+    mxop__rxbuf_reset(&c->data_rx);
+}
+
+int mxop__data_attach_now(mxop_client_t *c)
+{
+    if (c->mbox_wanted)
+        attach_mailbox(c);
+    return 0;
 }

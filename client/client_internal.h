@@ -15,6 +15,8 @@
 
 #include "mxop/client.h"
 #include "proto/frame.h"
+#include "shm/mailbox.h"
+#include "shm/rxbuf.h"
 
 #include "common.pb-c.h"
 #include "control.pb-c.h"
@@ -35,6 +37,8 @@
 /* Defaults of mxop_connect_opts_t. */
 #define MXOP__DEFAULT_TIMEOUT_MS 30000
 #define MXOP__DEFAULT_CONNECT_TIMEOUT_MS 10000
+/* The data path of a session that does not choose (MXOP_DATA_PATH overrides it). */
+#define MXOP__DEFAULT_DATA_PATH MXOP_DATA_PATH_SHM
 
 /* Arena chunks: at least 16 MiB, else the request rounded up to 2 MiB. */
 #define MXOP__ARENA_CHUNK_MIN ((size_t)16 << 20)
@@ -51,10 +55,14 @@ enum mxop__region_kind {
 typedef struct mxop__region {
     uint32_t id;
     int fd;     /* ours to close, or -1 (register_fd borrows the caller's) */
-    void *base; /* our read-write mapping, or NULL */
+    void *base; /* our read-write mapping, or NULL; a device region: the allocation's base */
     size_t size;
     int owned; /* 1: base was mapped here and is unmapped at release */
     int kind;  /* enum mxop__region_kind */
+    /* A device region (client/cuda.c): GPU memory named by its CUDA IPC handle. */
+    int cuda;
+    int32_t device;
+    uint8_t ipc[64];
 } mxop__region_t;
 
 /* One piece of an arena chunk: the pieces tile the chunk in offset order. */
@@ -118,8 +126,17 @@ struct mxop_client {
     int ctl_fd;  /* the control socket to mxop-serverd */
     int data_fd; /* the data channel to the current worker, or -1 */
     mxop__framebuf_t ctl_fb;
-    mxop__framebuf_t data_fb;
+    mxop__framebuf_t data_fb; /* calls on the way out */
+    mxop__rxbuf_t data_rx;    /* results coming in on the data socket */
+    int64_t rcvtimeo_ms;      /* SO_RCVTIMEO set on data_fd, 0: not yet */
     mxop__pbarena_t pba;
+
+    /* The shared-memory data path (call.c). */
+    int data_path;   /* MXOP_DATA_PATH_SOCKET or MXOP_DATA_PATH_SHM, as chosen */
+    int mbox_on;     /* the current worker has the mailbox: calls go through it */
+    int mbox_wanted; /* give the current worker a mailbox before the next call */
+    mxop__mbox_t mbox;
+    uint8_t *mbox_buf; /* a result copied out of the mailbox (NULL on the socket path) */
 
     uint64_t next_req_id;
     uint64_t next_call_id;
@@ -199,12 +216,6 @@ int mxop__ctl_timeout(const mxop_client_t *c);
  */
 int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *fd_out);
 
-/**
- * Handles the WorkerEvents already waiting on the control socket, without
- * blocking.  Returns 0 or a control-connection error.
- */
-int mxop__ctl_poll_events(mxop_client_t *c);
-
 /* ---- regions (regions.c) ---- */
 
 mxop__region_t *mxop__region_find(mxop_client_t *c, uint32_t id);
@@ -217,6 +228,9 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
 
 /** Unregisters a region with the daemon and drops it from the table. */
 int mxop__region_drop(mxop_client_t *c, uint32_t id);
+
+/** Makes room for one more region entry.  Returns 0 or MXOP_ENOMEM (reason in c->err). */
+int mxop__region_reserve(mxop_client_t *c);
 
 /** Unmaps and closes every region (at close). */
 void mxop__regions_free(mxop_client_t *c);
@@ -233,9 +247,9 @@ void mxop__callbufs_init(mxop_client_t *c);
 /* ---- data plane transport (call.c) ---- */
 
 /**
- * Before a call: takes in a WorkerEvent already sent (a worker that died
- * while idle), so that the call goes to its replacement.  Returns 0, or the
- * error that keeps any call from being made (no daemon, no worker).
+ * Before a call: returns 0, or the error that keeps any call from being
+ * made (no daemon, no worker).  No syscall: a worker that died while idle
+ * is found by the call itself, which then goes to the replacement.
  */
 int mxop__call_ready(mxop_client_t *c);
 
@@ -248,6 +262,19 @@ int mxop__call_ready(mxop_client_t *c);
  */
 int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
                         Mxop__CallResult **res);
+
+/**
+ * Takes `fd` (owned from now on) as the data channel to a new worker, and
+ * drops the old one with its mailbox.  On the shared-memory path the new
+ * worker gets a mailbox before the next call.  Returns 0.
+ */
+int mxop__data_open(mxop_client_t *c, int fd);
+
+/** Closes the data channel and the mailbox (the worker is gone). */
+void mxop__data_drop(mxop_client_t *c);
+
+/** Attaches the mailbox now if one is wanted (at connect).  Returns 0. */
+int mxop__data_attach_now(mxop_client_t *c);
 
 /* ---- library (library.c) ---- */
 

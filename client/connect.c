@@ -26,6 +26,9 @@ static _Thread_local char connect_err[MXOP__ERR_MAX];
 /* Enough for an OpList of a few hundred ops without leaving the arena. */
 #define PBARENA_CAP (256u * 1024)
 
+/* Results are small; the buffer grows for a large one and is kept. */
+#define DATA_RX_CAP (16u * 1024)
+
 const char *mxop_connect_error(void)
 {
     return connect_err;
@@ -160,7 +163,7 @@ static int open_session(mxop_client_t *c)
     if (fd < 0)
         return mxop__fail(c, MXOP_EPROTOCOL,
                           "mxop-serverd opened the session without passing its data channel");
-    c->data_fd = fd;
+    mxop__data_open(c, fd);
     c->session = r->open_session->session;
     c->worker_pid = r->open_session->worker_pid;
     c->generation = r->open_session->generation;
@@ -171,8 +174,9 @@ static void client_free(mxop_client_t *c)
 {
     if (c->ctl_fd >= 0)
         close(c->ctl_fd);
-    if (c->data_fd >= 0)
-        close(c->data_fd);
+    mxop__data_drop(c);
+    mxop__rxbuf_free(&c->data_rx);
+    free(c->mbox_buf);
     mxop__arena_free_all(c);
     mxop__regions_free(c);
     mxop__ops_free(c);
@@ -181,6 +185,27 @@ static void client_free(mxop_client_t *c)
     mxop__pbarena_destroy(&c->pba);
     pthread_mutex_destroy(&c->lock);
     free(c);
+}
+
+/* The data path from $MXOP_DATA_PATH, or the built-in default; MXOP_EINVAL if unknown. */
+static int env_data_path(int *path)
+{
+    const char *e = getenv("MXOP_DATA_PATH");
+    if (e == NULL || e[0] == '\0') {
+        *path = MXOP__DEFAULT_DATA_PATH;
+        return 0;
+    }
+    if (strcmp(e, "socket") == 0) {
+        *path = MXOP_DATA_PATH_SOCKET;
+        return 0;
+    }
+    if (strcmp(e, "shm") == 0) {
+        *path = MXOP_DATA_PATH_SHM;
+        return 0;
+    }
+    mxop__fmt(connect_err, sizeof connect_err,
+              "MXOP_DATA_PATH is '%.64s'; set it to 'socket' or 'shm' (or leave it unset)", e);
+    return MXOP_EINVAL;
 }
 
 /* Reads a field of an options struct only when the caller's struct has it. */
@@ -194,6 +219,7 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     int32_t timeout_ms = MXOP__DEFAULT_TIMEOUT_MS;
     int32_t connect_timeout_ms = MXOP__DEFAULT_CONNECT_TIMEOUT_MS;
     const char *name = NULL;
+    int data_path = MXOP_DATA_PATH_DEFAULT;
 
     connect_err[0] = '\0';
     if (out == NULL) {
@@ -216,12 +242,27 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
             connect_timeout_ms = opts->connect_timeout_ms;
         if (OPT_HAS(opts, client_name))
             name = opts->client_name;
+        if (OPT_HAS(opts, data_path))
+            data_path = opts->data_path;
+        if (data_path < MXOP_DATA_PATH_DEFAULT || data_path > MXOP_DATA_PATH_SHM) {
+            mxop__fmt(connect_err, sizeof connect_err,
+                      "mxop_connect: opts->data_path is %d; use MXOP_DATA_PATH_DEFAULT, _SOCKET "
+                      "or _SHM",
+                      (int)data_path);
+            return MXOP_EINVAL;
+        }
         if (timeout_ms < 0 || connect_timeout_ms < 0) {
             mxop__fmt(connect_err, sizeof connect_err,
                       "mxop_connect: negative timeout (timeout_ms %d, connect_timeout_ms %d)",
                       (int)timeout_ms, (int)connect_timeout_ms);
             return MXOP_EINVAL;
         }
+    }
+
+    if (data_path == MXOP_DATA_PATH_DEFAULT) {
+        rc = env_data_path(&data_path);
+        if (rc < 0)
+            return rc;
     }
 
     const char *path = socket_path != NULL ? socket_path : getenv("MXOP_SOCKET");
@@ -241,6 +282,7 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     c->next_call_id = 1;
     c->timeout_ms = timeout_ms;
     c->connect_timeout_ms = connect_timeout_ms;
+    c->data_path = data_path;
     mxop__callbufs_init(c);
     if (pthread_mutex_init(&c->lock, NULL) != 0) {
         free(c);
@@ -248,6 +290,12 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
         return MXOP_ENOMEM;
     }
     rc = mxop__pbarena_init(&c->pba, PBARENA_CAP);
+    if (rc == 0)
+        rc = mxop__rxbuf_init(&c->data_rx, DATA_RX_CAP);
+    if (rc == 0 && data_path == MXOP_DATA_PATH_SHM) {
+        c->mbox_buf = malloc(MXOP__MBOX_SLOT_BYTES);
+        rc = c->mbox_buf == NULL ? MXOP_ENOMEM : 0;
+    }
     if (rc < 0) {
         mxop__fmt(connect_err, sizeof connect_err, "out of memory");
         goto err;
@@ -262,6 +310,9 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     rc = open_session(c);
     if (rc < 0)
         goto err;
+    /* The mailbox is set up now rather than at the first call, so that the
+     * session's path is known from here on (mxop_data_path). */
+    mxop__data_attach_now(c);
     /*
      * The arena's first chunk is made by the first mxop_array_alloc, not
      * here: a session that only uses its own regions (or heap arrays) should
@@ -310,6 +361,16 @@ static void hang_up(mxop_client_t *c)
         if (r == 0 || (r < 0 && r != -EINTR && r != -EAGAIN))
             return;
     }
+}
+
+int mxop_data_path(mxop_client_t *c)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int path = c->mbox_on || c->mbox_wanted ? MXOP_DATA_PATH_SHM : MXOP_DATA_PATH_SOCKET;
+    pthread_mutex_unlock(&c->lock);
+    return path;
 }
 
 void mxop_close(mxop_client_t *c)

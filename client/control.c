@@ -40,9 +40,8 @@ static int ctl_kill(mxop_client_t *c, int code, const char *msg)
  */
 static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
 {
-    if (c->data_fd >= 0)
-        close(c->data_fd);
-    c->data_fd = -1;
+    /* The mailbox died with the worker; the replacement gets a fresh one. */
+    mxop__data_drop(c);
 
     c->ev_code = ev->code < 0 ? ev->code : MXOP_EWORKER_CRASHED;
     c->ev_call_id = ev->call_id;
@@ -57,7 +56,7 @@ static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
                   (int)ev->exit_status);
 
     if (ev->restarted && fd >= 0) {
-        c->data_fd = fd;
+        mxop__data_open(c, fd);
         c->generation = ev->generation;
         c->worker_pid = ev->worker_pid;
         c->stats.worker_restarts++;
@@ -134,26 +133,6 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
     }
     *reply = r;
     return 0;
-}
-
-int mxop__ctl_poll_events(mxop_client_t *c)
-{
-    for (;;) {
-        if (c->ctl_dead)
-            return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
-        struct pollfd p = {.fd = c->ctl_fd, .events = POLLIN};
-        int n = poll(&p, 1, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return 0;
-        /* A frame has begun; give it a moment to arrive whole. */
-        Mxop__Reply *r;
-        int rc = mxop__ctl_next(c, mxop__now_ns() + 1000 * 1000000LL, &r, NULL);
-        if (rc < 0)
-            return rc;
-        /* A reply nobody waits for (its request timed out) is dropped. */
-    }
 }
 
 int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds,

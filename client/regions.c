@@ -34,6 +34,11 @@ static int table_reserve(mxop_client_t *c)
     return 0;
 }
 
+int mxop__region_reserve(mxop_client_t *c)
+{
+    return table_reserve(c);
+}
+
 /* Sends RegisterRegion with `fd` attached; *id gets the daemon's id. */
 static int register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *id)
 {
@@ -105,6 +110,8 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     e->size = bytes;
     e->owned = 1;
     e->kind = kind;
+    e->cuda = 0;
+    e->device = -1;
     *out = e;
     return 0;
 
@@ -224,6 +231,8 @@ int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *re
     e->size = bytes;
     e->owned = map != NULL;
     e->kind = MXOP__REGION_USER;
+    e->cuda = 0;
+    e->device = -1;
     *region = id;
     if (base != NULL)
         *base = map;

@@ -51,12 +51,26 @@ const char *mxop_err_name(int code);
 /** A fixed message for an error code; never NULL. */
 const char *mxop_strerror(int code);
 
+/**
+ * How calls and results travel between the client and its worker.  The
+ * socket path is always there; the shared-memory path adds a mailbox per
+ * session (a small memfd both map) and keeps the socket for large frames
+ * and for noticing a dead worker.  Both give the same results and errors.
+ */
+enum mxop_data_path {
+    MXOP_DATA_PATH_DEFAULT = 0, /* $MXOP_DATA_PATH ("socket" or "shm") if set, else shm */
+    MXOP_DATA_PATH_SOCKET = 1,  /* every call on the Unix socket */
+    MXOP_DATA_PATH_SHM = 2,     /* calls in shared memory, spin then sleep on a bell */
+};
+
 /** Options for mxop_connect.  Zero-initialise, then set struct_size. */
 typedef struct mxop_connect_opts {
     uint32_t struct_size;
     int32_t timeout_ms;         /* default deadline of a call; 0: 30000 */
     int32_t connect_timeout_ms; /* hello and session set-up; 0: 10000 */
     const char *client_name;    /* borrowed; shown in the daemon's log */
+    /* Appended later: read only when struct_size covers it. */
+    int32_t data_path; /* enum mxop_data_path */
 } mxop_connect_opts_t;
 
 /**
@@ -79,6 +93,14 @@ const char *mxop_connect_error(void);
  * array and op handle it gave out.  Accepts NULL.
  */
 void mxop_close(mxop_client_t *c);
+
+/**
+ * The data path the session's calls take: MXOP_DATA_PATH_SHM while its
+ * worker has a mailbox (or gets a fresh one at the next call, after a
+ * restart), MXOP_DATA_PATH_SOCKET otherwise (chosen, or the mailbox could
+ * not be set up).  MXOP_EINVAL for NULL.
+ */
+int mxop_data_path(mxop_client_t *c);
 
 /** Detail of the last failed call on `c`; "" if none.  Valid until the next call. */
 const char *mxop_last_error(const mxop_client_t *c);
@@ -177,6 +199,62 @@ int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *re
 
 /** Unregisters a region (the worker unmaps it).  MXOP_EUNKNOWN_REGION if unknown. */
 int mxop_region_release(mxop_client_t *c, uint32_t region);
+
+/*
+ * GPU memory: device regions.
+ *
+ * A device region is one CUDA allocation of the engine (cudaMalloc, or a
+ * caching allocator's block), shared with the session's worker through
+ * CUDA IPC: the worker opens it once and ops read and write it in place,
+ * with no copy.  Tensors in it are the usual (region, offset, dtype,
+ * shape) arrays; mxop_array_view describes them (its `data` is then the
+ * device pointer).  A call's tensors must all be in host memory or all on
+ * one device; on a device the op's forward_gpu / backward_gpu run.
+ *
+ * Ordering (the engine's part): before mxop_forward / mxop_backward, the
+ * engine synchronises the stream(s) whose work produces the inputs or
+ * still uses the outputs (cudaStreamSynchronize; in PyTorch
+ * torch.cuda.current_stream().synchronize()).  The worker runs the op on
+ * a stream of its own and synchronises it before answering, so when the
+ * call returns the outputs are complete and any stream may read them.
+ *
+ * Lifetime: release a device region before its memory is freed (cudaFree,
+ * or a caching allocator emptying its cache): the worker holds it open,
+ * and CUDA leaves freeing it while open undefined.  After a worker
+ * restart the daemon gives the new worker the same handles.  The worker
+ * numbers devices as the engine does, so both must see the same devices
+ * (the same CUDA_VISIBLE_DEVICES).
+ */
+
+/**
+ * Registers the CUDA allocation that contains `dev_ptr` (borrowed) as a
+ * device region, or finds it registered already: any pointer of an
+ * allocation gives the same region, so an engine may call this for every
+ * tensor.  [dev_ptr, dev_ptr + bytes) must lie inside the allocation.
+ * *region gets the region and *offset dev_ptr's offset in it, ready for
+ * mxop_array_view.  Loads the CUDA driver (libcuda.so.1) at the first call;
+ * libmxop itself links no CUDA library.
+ *
+ * Returns MXOP_ENO_DEVICE (no CUDA driver or device here, or none the
+ * worker can use: the message says which), MXOP_EINVAL (dev_ptr is not
+ * device memory, or is managed memory), MXOP_EBOUNDS (bytes run past the
+ * allocation), MXOP_ECUDA (the allocation cannot be exported, or the
+ * worker cannot open it: the CUDA error in the message).
+ */
+int mxop_region_register_cuda(mxop_client_t *c, const void *dev_ptr, size_t bytes,
+                              uint32_t *region, uint64_t *offset);
+
+/**
+ * Registers a device region from a CUDA IPC handle the engine already has:
+ * `handle` (borrowed, `handle_len` = 64 bytes: a cudaIpcMemHandle_t, as
+ * cudaIpcGetMemHandle or PyTorch's storage._share_cuda_() give) of an
+ * allocation of `bytes` on CUDA device `device`.  No CUDA call is made
+ * here; the worker opens the handle.  The same handle and device again
+ * give the same region.  Returns MXOP_EINVAL (a handle of another length,
+ * device < 0, bytes 0), and the worker's MXOP_ENO_DEVICE / MXOP_ECUDA.
+ */
+int mxop_region_register_cuda_ipc(mxop_client_t *c, const void *handle, size_t handle_len,
+                                  int32_t device, size_t bytes, uint32_t *region);
 
 /**
  * Describes memory inside a registered region as an array, without

@@ -102,6 +102,7 @@ class MxopConnectOpts(ctypes.Structure):
         ("timeout_ms", ctypes.c_int32),
         ("connect_timeout_ms", ctypes.c_int32),
         ("client_name", ctypes.c_char_p),
+        ("data_path", ctypes.c_int32),  # enum mxop_data_path; 0: $MXOP_DATA_PATH or shm
     ]
 
 

@@ -27,17 +27,11 @@
 #include "mxop/client.h"
 #include "proto/frame.h"
 #include "server/worker/worker.h"
+#include "server/worker/sandbox.h"
 
 #define SUP_FD 3
 #define DATA_FD 4
 #define STATUS_FD 5
-
-/*
- * Once poll says a call has begun to arrive, the rest must follow within
- * this time; a client that stalls mid-frame would otherwise keep the
- * supervisor waiting.
- */
-#define DATA_FRAME_TIMEOUT_MS 10000
 
 /* Bytes of unpacked messages served without malloc. */
 #define ARENA_BYTES (256 * 1024)
@@ -45,7 +39,6 @@
 static mxop__framebuf_t rx;
 static mxop__framebuf_t tx;
 static mxop__pbarena_t arena;
-static int data_open = 1;
 
 _Noreturn __attribute__((format(printf, 1, 2))) static void die(const char *fmt, ...)
 {
@@ -74,6 +67,8 @@ static int parse_u64(const char *s, uint64_t *out)
 static void parse_args(int argc, char **argv, uint64_t *session, uint32_t *generation)
 {
     int have_s = 0, have_g = 0;
+    int sb;
+    char sb_err[160];
     for (int i = 1; i < argc; i++) {
         uint64_t v;
         if (strcmp(argv[i], "--session") == 0 && i + 1 < argc) {
@@ -86,6 +81,10 @@ static void parse_args(int argc, char **argv, uint64_t *session, uint32_t *gener
                 die("--generation '%s' is not a number in [1, %u]", argv[i], UINT32_MAX);
             *generation = (uint32_t)v;
             have_g = 1;
+        } else if ((sb = mxop__sandbox_arg(argc, argv, &i, sb_err, sizeof(sb_err))) <= 0) {
+            /* A sandbox option (sandbox.c), taken with its value. */
+            if (sb < 0)
+                die("%s", sb_err);
         } else {
             die("unexpected argument '%s' (usage: mxop-worker --session N --generation G; "
                 "started by mxop-serverd)",
@@ -164,6 +163,10 @@ static void start_up(int argc, char **argv)
     int rc = mxop__fault_install();
     if (rc != 0)
         die("cannot install the fault handler: %s", strerror(-rc));
+    /* Before any library is loaded: nothing a plugin runs is outside the sandbox. */
+    char sandbox_err[256];
+    if (mxop__sandbox_apply(sandbox_err, sizeof(sandbox_err)) != 0)
+        die("cannot apply the sandbox: %s", sandbox_err);
 
     mxop__states_init(generation);
     mxop__ctx_seed_session(session, generation);
@@ -176,6 +179,7 @@ _Noreturn static void finish(void)
     /* The daemon is gone or ends the session: the states' owners get their destroy. */
     mxop__states_destroy_all();
     mxop__ctx_free();
+    mxop__data_free();
     mxop__pbarena_destroy(&arena);
     mxop__framebuf_free(&rx);
     mxop__framebuf_free(&tx);
@@ -236,93 +240,18 @@ static void serve_sup(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Data channel */
-
-static void close_data(void)
-{
-    shutdown(DATA_FD, SHUT_RDWR);
-    data_open = 0;
-}
-
-static void data_send(Mxop__CallResult *res)
-{
-    /* The client is gone: the daemon will end this worker; until then serve it. */
-    if (mxop__frame_send(DATA_FD, &tx, MXOP__KIND_CALL_RESULT, &res->base, NULL, 0) != 0)
-        close_data();
-}
-
-static void data_fail(int code, const char *message)
-{
-    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
-    res.status = code;
-    res.message = (char *)message;
-    data_send(&res);
-}
-
-static void serve_data(void)
-{
-    int nfds = 0;
-    uint16_t kind;
-    uint32_t len;
-    char m[160];
-
-    int rc = mxop__frame_recv(DATA_FD, &rx, &kind, &len, NULL, 0, &nfds, DATA_FRAME_TIMEOUT_MS);
-    if (rc == MXOP_EDISCONNECTED) {
-        data_open = 0;
-        return;
-    }
-    if (rc != 0) {
-        /* The stream has lost its framing: say why, then close it. */
-        if (rc == MXOP_ETIMEOUT)
-            mxop__fmt(m, sizeof(m), "a call frame began but did not complete within %d ms",
-                      DATA_FRAME_TIMEOUT_MS);
-        else
-            mxop__fmt(m, sizeof(m), "bad frame on the data channel (%s)", mxop_err_name(rc));
-        data_fail(rc == MXOP_ETIMEOUT ? MXOP_EPROTOCOL : rc, m);
-        close_data();
-        return;
-    }
-    if (kind != MXOP__KIND_CALL) {
-        mxop__fmt(m, sizeof(m), "the data channel carries CALL frames, not kind %u", kind);
-        data_fail(MXOP_EPROTOCOL, m);
-        return;
-    }
-    mxop__pbarena_reset(&arena);
-    Mxop__Call *call = mxop__call__unpack(&arena.allocator, len, rx.data);
-    if (call == NULL) {
-        mxop__fmt(m, sizeof(m), "a CALL frame of %u bytes does not decode as mxop.Call", len);
-        data_fail(MXOP_EPROTOCOL, m);
-        return;
-    }
-    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
-    mxop__run_call(call, &res);
-    data_send(&res);
-}
-
-/* ------------------------------------------------------------------------ */
 
 int main(int argc, char **argv)
 {
     start_up(argc, argv);
+    if (mxop__data_init(SUP_FD, DATA_FD, &arena) != 0)
+        die("out of memory");
 
+    /* The data channel (datachan.c) waits on both channels and serves calls;
+     * it hands back whenever the supervisor has a request, which comes first. */
     for (;;) {
-        struct pollfd pfd[2] = {{SUP_FD, POLLIN, 0}, {DATA_FD, POLLIN, 0}};
-        int n = poll(pfd, data_open ? 2 : 1, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
+        if (mxop__data_serve() != MXOP__W_SUP_READY)
             finish();
-        }
-        /* Supervisor first: after a restart, replayed loads and maps precede any call. */
-        if (pfd[0].revents != 0) {
-            serve_sup();
-            continue;
-        }
-        if (data_open && pfd[1].revents != 0) {
-            if (pfd[1].revents & POLLNVAL)
-                data_open = 0;
-            else
-                serve_data();
-        }
+        serve_sup();
     }
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "server/worker/cuda.h"
 #include "server/worker/worker.h"
 
 static mxop_tensor_t in_t[MXOP__W_MAX_IN];
@@ -73,6 +74,21 @@ static int expect(const mxop_tensor_t *t, const char *what, const char *whose, i
     return 0;
 }
 
+/* Whether a tensor has the dtype and shape inference gave (-1: anything). */
+static int matches(const mxop_tensor_t *t, int32_t dt, const mxop_shape_t *sh)
+{
+    if (dt >= 0 && t->dtype != dt)
+        return 0;
+    if (sh->ndim < 0)
+        return 1;
+    if (t->ndim != sh->ndim)
+        return 0;
+    for (int i = 0; i < sh->ndim; i++)
+        if (t->shape[i] != sh->dims[i])
+            return 0;
+    return 1;
+}
+
 static void tensor_shape(const mxop_tensor_t *t, mxop_shape_t *s)
 {
     memset(s, 0, sizeof(*s));
@@ -96,29 +112,36 @@ static int check_types(const mxop__worker_op_t *op, int backward, int n_in, int 
     rc = mxop__infer(op, n_fwd_in, in_dt, in_sh, no, inf_dt, inf_sh, res_msg, sizeof(res_msg));
     if (rc != 0)
         return rc;
-    mxop__fmt(whose, sizeof(whose), "op '%s' makes", op->name);
-
+    /* The names of tensors are formatted only for a message: a call that
+     * passes its checks costs no snprintf. */
     if (!backward) {
         for (int j = 0; j < n_out; j++) {
+            if (matches(&out_t[j], inf_dt[j], &inf_sh[j]))
+                continue;
+            mxop__fmt(whose, sizeof(whose), "op '%s' makes", op->name);
             mxop__fmt(what, sizeof(what), "output %d", j);
-            if ((rc = expect(&out_t[j], what, whose, inf_dt[j], &inf_sh[j])) != 0)
-                return rc;
+            return expect(&out_t[j], what, whose, inf_dt[j], &inf_sh[j]);
         }
         return 0;
     }
     for (int j = 0; j < no; j++) {
-        mxop__fmt(what, sizeof(what), "input %d (gradient of output %d)", j, j);
-        if ((rc = expect(&in_t[j], what, whose, inf_dt[j], &inf_sh[j])) != 0)
-            return rc;
-        mxop__fmt(what, sizeof(what), "input %d (forward output %d)", no + k + j, j);
-        if ((rc = expect(&in_t[no + k + j], what, whose, inf_dt[j], &inf_sh[j])) != 0)
-            return rc;
+        if (!matches(&in_t[j], inf_dt[j], &inf_sh[j])) {
+            mxop__fmt(whose, sizeof(whose), "op '%s' makes", op->name);
+            mxop__fmt(what, sizeof(what), "input %d (gradient of output %d)", j, j);
+            return expect(&in_t[j], what, whose, inf_dt[j], &inf_sh[j]);
+        }
+        if (!matches(&in_t[no + k + j], inf_dt[j], &inf_sh[j])) {
+            mxop__fmt(whose, sizeof(whose), "op '%s' makes", op->name);
+            mxop__fmt(what, sizeof(what), "input %d (forward output %d)", no + k + j, j);
+            return expect(&in_t[no + k + j], what, whose, inf_dt[j], &inf_sh[j]);
+        }
     }
     for (int i = 0; i < k; i++) {
+        if (matches(&out_t[i], in_dt[i], &in_sh[i]))
+            continue;
         mxop__fmt(what, sizeof(what), "output %d (gradient of input %d)", i, i);
         mxop__fmt(whose, sizeof(whose), "forward input %d (input %d) has", i, no + i);
-        if ((rc = expect(&out_t[i], what, whose, in_dt[i], &in_sh[i])) != 0)
-            return rc;
+        return expect(&out_t[i], what, whose, in_dt[i], &in_sh[i]);
     }
     return 0;
 }
@@ -164,7 +187,7 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv)
         if (rc != 0)
             return rc;
         in_t[i].req = MXOP_REQ_WRITE;
-        if (!rw) {
+        if (!rw && !r->cuda) {
             size_t esize = mxop_dtype_size(in_t[i].dtype);
             ro_ranges[n_ro++] = (mxop__fault_range_t){(uintptr_t)in_t[i].data, in_t[i].size * esize,
                                                       (uintptr_t)r->ro, r->size, i};
@@ -177,6 +200,17 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv)
         if (rc != 0)
             return rc;
     }
+
+    /* Device tensors take the op's GPU callbacks, on the worker's stream (devcall.c, cuda.c). */
+    int32_t dev = -1;
+    rc = mxop__call_device(n_in, in_t, n_out, out_t, &dev, res_msg, sizeof(res_msg));
+    if (rc != 0)
+        return rc;
+    mxop__op_fn_t fn = NULL;
+    mxop__state_fn_t sfn = NULL;
+    const char *cb = mxop__pick_callback(op, iv->backward, dev, &fn, &sfn);
+    if (fn == NULL && sfn == NULL)
+        return mxop__no_callback(op, cb, dev, res_msg, sizeof(res_msg));
 
     rc = mxop__ctx_begin_call(op, iv->n_attrs, iv->attrs, iv->seed, res_msg, sizeof(res_msg));
     if (rc != 0)
@@ -191,20 +225,17 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv)
     if (rc != 0)
         goto out_status;
 
-    const char *cb;
+    if (dev >= 0 && (rc = mxop__cuda_begin_call(dev, res_msg, sizeof(res_msg))) != 0)
+        goto out_status;
     mxop__fault_arm(op->name, n_ro, ro_ranges);
-    if (mxop__op_stateful(op)) {
-        cb = iv->backward ? "state_backward" : "state_forward";
-        rc = iv->backward ? d->state_backward(&mxop__ctx, state, n_in, in_t, n_out, out_t)
-                          : d->state_forward(&mxop__ctx, state, n_in, in_t, n_out, out_t);
-    } else {
-        cb = iv->backward ? "backward" : "forward";
-        rc = iv->backward ? d->backward(&mxop__ctx, n_in, in_t, n_out, out_t)
-                          : d->forward(&mxop__ctx, n_in, in_t, n_out, out_t);
-    }
+    rc = sfn != NULL ? sfn(&mxop__ctx, state, n_in, in_t, n_out, out_t)
+                     : fn(&mxop__ctx, n_in, in_t, n_out, out_t);
     mxop__fault_disarm();
     if (rc != 0)
         rc = mxop__op_error(op, rc, cb, res_msg, sizeof(res_msg));
+    /* Outputs are complete when the result goes back: the stream is synchronised here. */
+    if (dev >= 0)
+        rc = mxop__cuda_end_call(op->name, rc, res_msg, sizeof(res_msg));
 
 out_status:
     mxop__status_end();

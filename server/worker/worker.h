@@ -84,6 +84,7 @@ struct mxop_ctx {
     uint64_t rng[4];
     int have_spare;
     double spare;
+    uint64_t call_seed; /* what the generator was seeded with (host->rng_seed) */
 
     /* The op of the current call (NULL during init). */
     const struct mxop__worker_op *op;
@@ -173,7 +174,9 @@ static inline int mxop__op_stateful(const mxop__worker_op_t *op)
 /** Whether the op has a backward for its kind (stateless or stateful). */
 static inline int mxop__op_has_backward(const mxop__worker_op_t *op)
 {
-    return mxop__op_stateful(op) ? op->def.state_backward != NULL : op->def.backward != NULL;
+    if (mxop__op_stateful(op))
+        return op->def.state_backward != NULL || op->def.state_backward_gpu != NULL;
+    return op->def.backward != NULL || op->def.backward_gpu != NULL;
 }
 
 /**
@@ -193,9 +196,11 @@ int mxop__register_op(mxop_ctx_t *ctx, const mxop_op_def_t *def);
 
 typedef struct mxop__region {
     uint32_t id; /* 0: free slot */
-    uint8_t *ro; /* read-only mapping */
-    uint8_t *rw; /* read-write mapping */
+    uint8_t *ro; /* read-only mapping (a device region: its device pointer) */
+    uint8_t *rw; /* read-write mapping (a device region: the same pointer) */
     size_t size;
+    int cuda;       /* 1: a device region, opened through CUDA IPC (cuda.c) */
+    int32_t device; /* a device region's CUDA ordinal */
 } mxop__region_t;
 
 /** The region with id `id`, or NULL.  No syscalls. */
@@ -284,6 +289,30 @@ void mxop__sup_reply_done(Mxop__SupReply *reply);
 
 /** Serves one call, filling `res` (storage valid until the next call). */
 void mxop__run_call(const Mxop__Call *call, Mxop__CallResult *res);
+
+/* ------------------------------------------------------------------------ */
+/* The data channel: socket and shared-memory mailbox (datachan.c). */
+
+/* mxop__data_serve's answer when the supervisor channel has something. */
+#define MXOP__W_SUP_READY 1
+
+struct mxop__pbarena;
+
+/**
+ * Sets up the data channel on `data` (the supervisor channel `sup` is
+ * polled with it); calls are unpacked into `arena` (borrowed).  Returns 0
+ * or MXOP_ENOMEM.
+ */
+int mxop__data_init(int sup, int data, struct mxop__pbarena *arena);
+
+/**
+ * Serves calls (socket and mailbox) until the supervisor channel is
+ * readable: returns MXOP__W_SUP_READY, or MXOP_EIO when waiting failed.
+ */
+int mxop__data_serve(void);
+
+/** Frees the data channel's buffers and mailbox (at exit). */
+void mxop__data_free(void);
 
 /* ------------------------------------------------------------------------ */
 /* Call checks (checks.c).  Each returns 0 or a code with the reason in msg. */

@@ -1,0 +1,318 @@
+/*
+ * server/worker/datachan.c - the worker's data channel: calls from the
+ * client over the socket (fd 4) and, once the client attached one, through
+ * the shared-memory mailbox (shm/mailbox.h).
+ *
+ * The waiting is done here, for both channels of the worker: the mailbox is
+ * spun on for a short adaptive time after each call, then the worker
+ * sleeps in one poll() on the supervisor socket, the data socket and the
+ * mailbox's bell.  So a supervisor request or a client that went away is
+ * seen at once, and an idle worker sleeps in the kernel and burns nothing.
+ * The supervisor comes first whenever it has something: after a restart,
+ * the replayed loads and maps are served before any call.
+ *
+ * A call from the socket costs poll + recvmsg (header and payload at once)
+ * + sendmsg; a call through the mailbox costs no syscall at all while the
+ * client keeps the worker busy.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/client.h"
+#include "proto/frame.h"
+#include "server/worker/worker.h"
+#include "shm/mailbox.h"
+#include "shm/rxbuf.h"
+
+/*
+ * Once a call has begun to arrive on the socket, the rest must follow
+ * within this time; a client that stalls mid-frame would otherwise keep the
+ * supervisor waiting.
+ */
+#define FRAME_TIMEOUT_MS 10000
+
+/* While calls keep coming through the mailbox, the sockets are still
+ * looked at this often (a supervisor request, a hang-up). */
+#define SOCKET_CHECK_NS (1000 * 1000)
+
+static int sup_fd = -1;
+static int data_fd = -1;
+static int data_open;
+static mxop__pbarena_t *arena;
+static mxop__rxbuf_t rx;
+static mxop__framebuf_t tx;
+static mxop__mbox_t mbox;
+static uint8_t *mbox_buf; /* a frame copied out of the mailbox */
+static int64_t last_socket_check;
+static int64_t idle_since; /* when the last call was answered: waits are measured from here */
+
+int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
+{
+    sup_fd = sup;
+    data_fd = data;
+    data_open = 1;
+    arena = a;
+    mxop__mbox_close(&mbox);
+    if (mxop__rxbuf_init(&rx, 64 * 1024) != 0)
+        return MXOP_ENOMEM;
+    if (mxop__framebuf_reserve(&tx, 64 * 1024) != 0)
+        return MXOP_ENOMEM;
+    mbox_buf = malloc(MXOP__MBOX_SLOT_BYTES);
+    return mbox_buf == NULL ? MXOP_ENOMEM : 0;
+}
+
+void mxop__data_free(void)
+{
+    mxop__mbox_close(&mbox);
+    mxop__rxbuf_free(&rx);
+    mxop__framebuf_free(&tx);
+    free(mbox_buf);
+    mbox_buf = NULL;
+}
+
+/* The client is gone or the stream lost its framing: nothing more is read. */
+static void close_data(void)
+{
+    if (data_open)
+        shutdown(data_fd, SHUT_RDWR);
+    data_open = 0;
+    mxop__mbox_close(&mbox);
+    mxop__rxbuf_reset(&rx);
+}
+
+/*
+ * Sends a result: through the mailbox when the call came that way and the
+ * result fits a slot, else on the socket (where the client also looks).
+ */
+static void reply(Mxop__CallResult *res, int via_mbox)
+{
+    if (via_mbox && mbox.sh != NULL) {
+        size_t n = protobuf_c_message_get_packed_size(&res->base);
+        if (mxop__mbox_fits(n)) {
+            mxop__mbox_put(&mbox, MXOP__KIND_CALL_RESULT, &res->base, n);
+            return;
+        }
+    }
+    /* A client that is gone is noticed by the next poll; the daemon ends this worker. */
+    if (data_open &&
+        mxop__frame_send(data_fd, &tx, MXOP__KIND_CALL_RESULT, &res->base, NULL, 0) != 0)
+        close_data();
+}
+
+static void reply_fail(int code, const char *message, int via_mbox)
+{
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    res.status = code;
+    res.message = (char *)message;
+    reply(&res, via_mbox);
+}
+
+static void close_fds(int *fds, int nfds)
+{
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+}
+
+static void attach(const Mxop__Call *call, int *fds, int nfds, Mxop__CallResult *res)
+{
+    static char m[256];
+    const Mxop__AttachMailbox *am = call->attach_mailbox;
+    res->id = call->id;
+    res->message = "";
+    if (nfds != 3) {
+        close_fds(fds, nfds);
+        mxop__fmt(m, sizeof(m),
+                  "AttachMailbox carries %d descriptors; it needs 3 (memfd, request bell, "
+                  "reply bell)",
+                  nfds);
+        res->status = MXOP_EINVAL;
+        res->message = m;
+        return;
+    }
+    if (am->version != MXOP__MBOX_VERSION || am->slot_bytes != MXOP__MBOX_SLOT_BYTES) {
+        close_fds(fds, nfds);
+        mxop__fmt(m, sizeof(m),
+                  "mailbox layout version %u with slots of %u bytes; this worker has version %d "
+                  "with slots of %u bytes",
+                  am->version, am->slot_bytes, MXOP__MBOX_VERSION, MXOP__MBOX_SLOT_BYTES);
+        res->status = MXOP_EVERSION;
+        res->message = m;
+        return;
+    }
+    /* A second mailbox replaces the first. */
+    mxop__mbox_close(&mbox);
+    res->status = mxop__mbox_attach(&mbox, fds[0], fds[1], fds[2], am->size, m, sizeof(m));
+    if (res->status != 0)
+        res->message = m;
+}
+
+/* Decodes and serves one CALL frame; `fds` came with it (taken). */
+static void serve_frame(uint16_t kind, uint32_t len, const uint8_t *payload, int via_mbox, int *fds,
+                        int nfds)
+{
+    char m[160];
+    if (kind != MXOP__KIND_CALL) {
+        close_fds(fds, nfds);
+        mxop__fmt(m, sizeof(m), "the data channel carries CALL frames, not kind %u", kind);
+        reply_fail(MXOP_EPROTOCOL, m, via_mbox);
+        return;
+    }
+    mxop__pbarena_reset(arena);
+    Mxop__Call *call = mxop__call__unpack(&arena->allocator, len, payload);
+    if (call == NULL) {
+        close_fds(fds, nfds);
+        mxop__fmt(m, sizeof(m), "a CALL frame of %u bytes does not decode as mxop.Call", len);
+        reply_fail(MXOP_EPROTOCOL, m, via_mbox);
+        return;
+    }
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    if (call->body_case == MXOP__CALL__BODY_ATTACH_MAILBOX) {
+        /* Answered on the socket: the client waits there until the mailbox is in use. */
+        attach(call, fds, nfds, &res);
+        reply(&res, 0);
+        return;
+    }
+    close_fds(fds, nfds);
+    mxop__run_call(call, &res);
+    reply(&res, via_mbox);
+}
+
+/* Serves the frames buffered from the socket; returns how many. */
+static int serve_buffered(void)
+{
+    int served = 0;
+    while (data_open) {
+        uint16_t kind;
+        uint32_t len;
+        const uint8_t *payload;
+        int rc = mxop__rxbuf_frame(&rx, &kind, &len, &payload);
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            char m[160];
+            mxop__fmt(m, sizeof(m), "bad frame on the data channel (%s)", mxop_err_name(rc));
+            reply_fail(rc == MXOP_ENOMEM ? MXOP_EPROTOCOL : rc, m, 0);
+            close_data();
+            break;
+        }
+        int fds[MXOP__FRAME_MAX_FDS];
+        int nfds = mxop__rxbuf_take_fds(&rx, fds, MXOP__FRAME_MAX_FDS);
+        serve_frame(kind, len, payload, 0, fds, nfds);
+        mxop__rxbuf_consume(&rx, len);
+        served++;
+    }
+    return served;
+}
+
+/*
+ * The data socket is readable: one recvmsg takes the call whole when it is
+ * all there; a call that arrives in pieces is waited for (at most
+ * FRAME_TIMEOUT_MS), then served.
+ */
+static void serve_socket(void)
+{
+    int64_t end = 0;
+    for (;;) {
+        ssize_t n = mxop__rxbuf_fill(&rx, data_fd, 1, 0);
+        if (n == 0 || n == -ECONNRESET || n == -EPIPE || n == -ENOTCONN) {
+            close_data();
+            return;
+        }
+        if (n < 0 && n != -EINTR && n != -EAGAIN) {
+            close_data();
+            return;
+        }
+        if (serve_buffered() > 0 || !data_open || rx.off == rx.end)
+            return;
+        /* Part of a frame is here; the rest must follow soon. */
+        if (end == 0)
+            end = mxop__now_ns() + (int64_t)FRAME_TIMEOUT_MS * 1000000;
+        int64_t left = end - mxop__now_ns();
+        struct pollfd p = {.fd = data_fd, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, (int)((left + 999999) / 1000000)) == 0) {
+            char m[160];
+            mxop__fmt(m, sizeof(m), "a call frame began but did not complete within %d ms",
+                      FRAME_TIMEOUT_MS);
+            reply_fail(MXOP_EPROTOCOL, m, 0);
+            close_data();
+            return;
+        }
+    }
+}
+
+/* Serves the newest frame of the mailbox, if there is one; returns 1 if so. */
+static int serve_mbox(void)
+{
+    uint16_t kind;
+    uint32_t len;
+    int rc = mxop__mbox_take(&mbox, mbox_buf, MXOP__MBOX_SLOT_BYTES, &kind, &len);
+    if (rc == 0)
+        return 0;
+    if (rc < 0) {
+        /* A slot cannot lose its framing: say why and carry on. */
+        char m[160];
+        mxop__fmt(m, sizeof(m), "bad frame in the mailbox (%s)", mxop_err_name(rc));
+        reply_fail(rc, m, 1);
+        return 1;
+    }
+    serve_frame(kind, len, mbox_buf + MXOP__FRAME_HDR, 1, NULL, 0);
+    return 1;
+}
+
+int mxop__data_serve(void)
+{
+    for (;;) {
+        /* Fast path: the client sends its next call within the spin. */
+        if (mbox.sh != NULL) {
+            int64_t spent = 0;
+            if (mxop__mbox_ready(&mbox) || mxop__mbox_spin(&mbox, &spent)) {
+                mxop__mbox_note_wait(&mbox, mxop__now_ns() - idle_since);
+                serve_mbox();
+                int64_t now = mxop__now_ns();
+                idle_since = now;
+                if (now - last_socket_check < SOCKET_CHECK_NS)
+                    continue;
+                last_socket_check = now;
+                struct pollfd p = {.fd = sup_fd, .events = POLLIN};
+                if (poll(&p, 1, 0) > 0)
+                    return MXOP__W_SUP_READY;
+                continue;
+            }
+        }
+
+        struct pollfd pfd[3] = {{sup_fd, POLLIN, 0}, {data_fd, POLLIN, 0}, {-1, POLLIN, 0}};
+        int has_mbox = mbox.sh != NULL;
+        if (has_mbox) {
+            pfd[2].fd = mbox.bell_rx;
+            if (mxop__mbox_sleep_begin(&mbox))
+                continue;
+        }
+        /* A closed data channel is not polled (it would always be ready). */
+        if (!data_open)
+            pfd[1].fd = -1;
+        int n = poll(pfd, 3, -1);
+        if (has_mbox)
+            mxop__mbox_sleep_end(&mbox, n > 0 && (pfd[2].revents & POLLIN));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return MXOP_EIO;
+        }
+        last_socket_check = mxop__now_ns();
+        /* Supervisor first: after a restart, replayed loads and maps precede any call. */
+        if (pfd[0].revents != 0)
+            return MXOP__W_SUP_READY;
+        if (data_open && pfd[1].revents != 0) {
+            if (pfd[1].revents & POLLNVAL)
+                close_data();
+            else
+                serve_socket();
+            idle_since = mxop__now_ns();
+        }
+        /* A mailbox frame (the bell rang) is taken at the top of the loop. */
+    }
+}

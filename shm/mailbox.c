@@ -1,0 +1,307 @@
+/*
+ * shm/mailbox.c - the shared-memory mailbox: creation, attachment, the
+ * seqlocked slots and the spin-then-sleep policy (see mailbox.h).
+ */
+#include "shm/mailbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/errors.h"
+#include "proto/frame.h"
+#include "shm/region.h"
+
+_Static_assert(MXOP__FRAME_HDR == 12, "mxop__mbox_fits assumes a 12-byte frame header");
+_Static_assert(sizeof(mxop__mbox_slot_t) % 64 == 0, "slots keep their cache lines apart");
+
+/* A hint to the CPU that this is a spin loop (and to a hyperthread sibling to run). */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* A frame that keeps changing while it is copied is a peer that scribbles. */
+#define TAKE_TRIES 1000
+
+/* One wait counts at most this much, so one long pause does not stop spinning for long. */
+#define WAIT_SAMPLE_MAX_NS (20 * (int64_t)MXOP__MBOX_SPIN_NS)
+
+static void mbox_init(mxop__mbox_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->bell_tx = -1;
+    m->bell_rx = -1;
+}
+
+int mxop__mbox_create(mxop__mbox_t *m, int fds[3], char *msg, size_t msglen)
+{
+    int memfd = -1;
+    void *p = NULL;
+
+    mbox_init(m);
+    fds[0] = fds[1] = fds[2] = -1;
+    if (mxop__region_create_fd("mxop-mailbox", MXOP__MBOX_BYTES, &memfd) != 0) {
+        mxop__fmt(msg, msglen, "cannot create the mailbox memfd: %s", strerror(errno));
+        return MXOP_ESHM;
+    }
+    if (mxop__region_map(memfd, MXOP__MBOX_BYTES, 1, &p) != 0) {
+        mxop__fmt(msg, msglen, "cannot map the mailbox: %s", strerror(errno));
+        goto err_fd;
+    }
+    m->bell_tx = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    m->bell_rx = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (m->bell_tx < 0 || m->bell_rx < 0) {
+        mxop__fmt(msg, msglen, "cannot create the mailbox bells: %s", strerror(errno));
+        goto err_map;
+    }
+    /* Fault the slots in now, not on the first calls (a fault costs microseconds here). */
+    mxop__region_prefault(p, MXOP__MBOX_BYTES, 1);
+    m->sh = p;
+    atomic_store_explicit(&m->sh->req.cpu, -1, memory_order_relaxed);
+    atomic_store_explicit(&m->sh->rep.cpu, -1, memory_order_relaxed);
+    m->sh->magic = MXOP__MBOX_MAGIC;
+    m->sh->version = MXOP__MBOX_VERSION;
+    m->sh->slot_bytes = MXOP__MBOX_SLOT_BYTES;
+    m->tx = &m->sh->req;
+    m->rx = &m->sh->rep;
+    fds[0] = memfd;
+    fds[1] = m->bell_tx;
+    fds[2] = m->bell_rx;
+    return 0;
+
+err_map:
+    if (m->bell_tx >= 0)
+        close(m->bell_tx);
+    if (m->bell_rx >= 0)
+        close(m->bell_rx);
+    mxop__region_unmap(p, MXOP__MBOX_BYTES);
+err_fd:
+    close(memfd);
+    mbox_init(m);
+    return MXOP_ESHM;
+}
+
+int mxop__mbox_attach(mxop__mbox_t *m, int memfd, int bell_req, int bell_rep, uint64_t size,
+                      char *msg, size_t msglen)
+{
+    char why[256];
+    void *p = NULL;
+    int rc = MXOP_EINVAL;
+
+    mbox_init(m);
+    if (size != MXOP__MBOX_BYTES) {
+        mxop__fmt(msg, msglen, "mailbox of %llu bytes; this worker's layout has %zu",
+                  (unsigned long long)size, (size_t)MXOP__MBOX_BYTES);
+        goto err_fds;
+    }
+    why[0] = '\0';
+    if (mxop__region_check_fd(memfd, size, why, sizeof(why)) != 0) {
+        mxop__fmt(msg, msglen, "mailbox: %s", why);
+        goto err_fds;
+    }
+    /* An unsealed memfd could be shrunk under the mapping, and the next touch would SIGBUS. */
+    int seals = fcntl(memfd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        mxop__fmt(msg, msglen, "mailbox memfd is not sealed against shrinking");
+        goto err_fds;
+    }
+    /* The bells are read without blocking, whatever the peer set. */
+    for (int i = 0; i < 2; i++) {
+        int fd = i == 0 ? bell_req : bell_rep;
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+            mxop__fmt(msg, msglen, "mailbox bell %d is not usable: %s", i, strerror(errno));
+            goto err_fds;
+        }
+    }
+    if (mxop__region_map(memfd, MXOP__MBOX_BYTES, 1, &p) != 0) {
+        mxop__fmt(msg, msglen, "cannot map the mailbox: %s", strerror(errno));
+        rc = MXOP_ESHM;
+        goto err_fds;
+    }
+    mxop__mbox_shared_t *sh = p;
+    if (sh->magic != MXOP__MBOX_MAGIC || sh->version != MXOP__MBOX_VERSION ||
+        sh->slot_bytes != MXOP__MBOX_SLOT_BYTES) {
+        mxop__fmt(msg, msglen,
+                  "mailbox header (magic 0x%08x, version %u, slots of %u bytes) is not version "
+                  "%d with slots of %u bytes",
+                  sh->magic, sh->version, sh->slot_bytes, MXOP__MBOX_VERSION,
+                  MXOP__MBOX_SLOT_BYTES);
+        mxop__region_unmap(p, MXOP__MBOX_BYTES);
+        goto err_fds;
+    }
+    close(memfd);
+    mxop__region_prefault(p, MXOP__MBOX_BYTES, 1);
+    m->sh = sh;
+    m->tx = &sh->rep;
+    m->rx = &sh->req;
+    m->bell_rx = bell_req;
+    m->bell_tx = bell_rep;
+    m->rx_seen = atomic_load_explicit(&m->rx->seq, memory_order_acquire) & ~1u;
+    m->tx_seq = atomic_load_explicit(&m->tx->seq, memory_order_relaxed) & ~1u;
+    return 0;
+
+err_fds:
+    close(memfd);
+    close(bell_req);
+    close(bell_rep);
+    return rc;
+}
+
+void mxop__mbox_close(mxop__mbox_t *m)
+{
+    /* The bells are only ever held together with the mapping, so a zeroed
+     * mailbox (never opened) closes nothing. */
+    if (m->sh != NULL) {
+        mxop__region_unmap(m->sh, MXOP__MBOX_BYTES);
+        if (m->bell_tx >= 0)
+            close(m->bell_tx);
+        if (m->bell_rx >= 0)
+            close(m->bell_rx);
+    }
+    mbox_init(m);
+}
+
+static void ring(int bell)
+{
+    uint64_t one = 1;
+    /* EAGAIN means the counter is saturated: the peer is woken anyway. */
+    while (write(bell, &one, sizeof(one)) < 0 && errno == EINTR)
+        ;
+}
+
+void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg, size_t payload)
+{
+    mxop__mbox_slot_t *s = m->tx;
+    uint32_t seq = m->tx_seq;
+
+    atomic_store_explicit(&s->seq, seq + 1, memory_order_relaxed);
+    /* The odd seq is visible before any byte of the frame changes. */
+    atomic_thread_fence(memory_order_release);
+    mxop__frame_hdr_encode(s->data, kind, (uint32_t)payload);
+    protobuf_c_message_pack(msg, s->data + MXOP__FRAME_HDR);
+    atomic_store_explicit(&s->len, (uint32_t)(MXOP__FRAME_HDR + payload), memory_order_relaxed);
+    atomic_store_explicit(&s->cpu, sched_getcpu(), memory_order_relaxed);
+    m->tx_seq = seq + 2;
+    /*
+     * Sequentially consistent store, then load: with the reader's store of
+     * `sleeping` before its load of seq, one of the two sees the other, so
+     * either the reader finds the frame or this side rings the bell.
+     */
+    atomic_store_explicit(&s->seq, seq + 2, memory_order_seq_cst);
+    if (atomic_load_explicit(&s->sleeping, memory_order_seq_cst) != 0)
+        ring(m->bell_tx);
+}
+
+int mxop__mbox_take(mxop__mbox_t *m, uint8_t *buf, size_t cap, uint16_t *kind, uint32_t *len)
+{
+    mxop__mbox_slot_t *s = m->rx;
+    for (int tries = 0; tries < TAKE_TRIES; tries++) {
+        uint32_t s1 = atomic_load_explicit(&s->seq, memory_order_acquire);
+        if (s1 == m->rx_seen)
+            return 0;
+        if (s1 & 1u) {
+            cpu_relax();
+            continue;
+        }
+        uint32_t n = atomic_load_explicit(&s->len, memory_order_relaxed);
+        int bad = n < MXOP__FRAME_HDR || n > MXOP__MBOX_SLOT_BYTES || n > cap;
+        if (!bad)
+            memcpy(buf, s->data, n);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&s->seq, memory_order_relaxed) != s1)
+            continue; /* torn: the peer wrote while we copied */
+        m->rx_seen = s1;
+        if (bad)
+            return MXOP_EPROTOCOL;
+        int rc = mxop__frame_hdr_decode(buf, kind, len);
+        if (rc != 0)
+            return rc;
+        if (*len != n - MXOP__FRAME_HDR)
+            return MXOP_EPROTOCOL;
+        return 1;
+    }
+    m->rx_seen = atomic_load_explicit(&s->seq, memory_order_acquire) & ~1u;
+    return MXOP_EPROTOCOL;
+}
+
+static int64_t spin_budget(const mxop__mbox_t *m)
+{
+    /* Spinning pays while waits are short; as they grow, spin less (and burn less). */
+    int64_t avg = m->wait_avg_ns;
+    if (avg <= MXOP__MBOX_SPIN_NS)
+        return MXOP__MBOX_SPIN_NS;
+    int64_t b = (int64_t)MXOP__MBOX_SPIN_NS * MXOP__MBOX_SPIN_NS / avg;
+    return b < MXOP__MBOX_SPIN_MIN_NS ? MXOP__MBOX_SPIN_MIN_NS : b;
+}
+
+int mxop__mbox_spin(mxop__mbox_t *m, int64_t *spent_ns)
+{
+    int64_t start = mxop__now_ns(), budget = spin_budget(m), now = start;
+    /*
+     * Two processes on one CPU: the peer can only answer when this side
+     * lets it run, so yield at each look instead of spinning (sched_getcpu
+     * is a read of the rseq area, no syscall).  Past half the budget, yield
+     * anyway, in case the peer moved here since it last wrote.
+     */
+    int me = sched_getcpu();
+    int peer = atomic_load_explicit(&m->rx->cpu, memory_order_relaxed);
+    int colocated = me >= 0 && me == peer;
+    for (;;) {
+        for (int i = 0; i < 32; i++) {
+            if (mxop__mbox_ready(m)) {
+                *spent_ns = mxop__now_ns() - start;
+                return 1;
+            }
+            cpu_relax();
+        }
+        now = mxop__now_ns();
+        if (now - start >= budget)
+            break;
+        if (colocated || now - start > budget / 2)
+            sched_yield();
+    }
+    *spent_ns = now - start;
+    return 0;
+}
+
+int mxop__mbox_sleep_begin(mxop__mbox_t *m)
+{
+    atomic_store_explicit(&m->rx->sleeping, 1, memory_order_seq_cst);
+    uint32_t s = atomic_load_explicit(&m->rx->seq, memory_order_seq_cst);
+    if (s != m->rx_seen && (s & 1u) == 0) {
+        atomic_store_explicit(&m->rx->sleeping, 0, memory_order_relaxed);
+        return 1;
+    }
+    return 0;
+}
+
+void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang)
+{
+    atomic_store_explicit(&m->rx->sleeping, 0, memory_order_relaxed);
+    if (bell_rang) {
+        uint64_t v;
+        while (read(m->bell_rx, &v, sizeof(v)) < 0 && errno == EINTR)
+            ;
+    }
+}
+
+void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t waited_ns)
+{
+    if (waited_ns > WAIT_SAMPLE_MAX_NS)
+        waited_ns = WAIT_SAMPLE_MAX_NS;
+    if (waited_ns < 0)
+        waited_ns = 0;
+    /* An average over about the last eight waits. */
+    m->wait_avg_ns += (waited_ns - m->wait_avg_ns) / 8;
+}

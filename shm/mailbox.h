@@ -1,0 +1,156 @@
+/*
+ * shm/mailbox.h - the shared-memory data path of one session.
+ *
+ * A mailbox is one small memfd shared by a client and its worker, beside
+ * their data socket.  It holds two slots, each the bytes of one frame
+ * (header and payload, as on the socket): the request slot (client to
+ * worker) and the reply slot (worker to client).  One call is in flight at
+ * a time, so a slot never holds more than one frame that matters.
+ *
+ * Publishing is a seqlock: the writer makes the slot's seq odd, writes the
+ * frame, and makes seq even again (+2 per frame); the reader copies the
+ * frame out and checks seq did not move while it copied.  The reader never
+ * decodes shared memory in place, so a peer that scribbles on the slot can
+ * only produce a frame that fails to decode.
+ *
+ * Waking: the reader first spins on seq for a bounded, adaptive time (the
+ * peer usually answers within a few microseconds), yielding the CPU while
+ * it spins if the peer last ran on the same CPU (spinning there would only
+ * keep the peer from running).  Then it raises the
+ * slot's `sleeping` flag and sleeps in poll() on its bell (an eventfd)
+ * together with its sockets, so that a dead peer (POLLHUP) or a supervisor
+ * request is seen at once and an idle side burns nothing.  A writer that
+ * finds the flag raised after publishing rings the bell.  Flag and seq are
+ * ordered by full fences on both sides (a Dekker pair), so a frame is never
+ * published unseen by a reader that went to sleep.
+ *
+ * Frames that do not fit a slot travel on the socket, which is always
+ * there; see docs/protocol.md.
+ */
+#ifndef MXOP_SHM_MAILBOX_H
+#define MXOP_SHM_MAILBOX_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#define MXOP__MBOX_MAGIC 0x584F424Du /* "MBOX", little-endian */
+#define MXOP__MBOX_VERSION 1
+/* The most frame bytes (header included) one slot holds. */
+#define MXOP__MBOX_SLOT_BYTES (64u * 1024)
+
+/*
+ * Spinning: the budget is SPIN_NS, cut down towards SPIN_MIN_NS as recent
+ * waits grow longer than that (spinning would not have caught them).  It
+ * is more than twice a wake-up here (20-30 us): with a budget close to the
+ * wake-up time, one side that slept makes the other miss its spin too, and
+ * the pair can stay in that slow rhythm for thousands of calls.
+ */
+#define MXOP__MBOX_SPIN_NS 50000
+#define MXOP__MBOX_SPIN_MIN_NS 2000
+
+typedef struct mxop__mbox_slot {
+    _Atomic uint32_t seq;      /* even: stable; odd: being written */
+    _Atomic uint32_t sleeping; /* 1: the reader sleeps (or is about to) on its bell */
+    _Atomic uint32_t len;      /* frame bytes in data[] */
+    _Atomic int32_t cpu;       /* the CPU the writer ran on when it last wrote (-1: unknown) */
+    uint32_t pad_[12];         /* the control words get their own cache line */
+    uint8_t data[MXOP__MBOX_SLOT_BYTES];
+} mxop__mbox_slot_t;
+
+/* The layout of the shared memfd; the client initialises the header. */
+typedef struct mxop__mbox_shared {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t slot_bytes;
+    uint32_t pad_[13];
+    mxop__mbox_slot_t req; /* client -> worker: CALL frames */
+    mxop__mbox_slot_t rep; /* worker -> client: CALL_RESULT frames */
+} mxop__mbox_shared_t;
+
+/* One side's view of a mailbox. */
+typedef struct mxop__mbox {
+    mxop__mbox_shared_t *sh; /* the shared mapping, or NULL */
+    mxop__mbox_slot_t *tx;   /* the slot this side writes */
+    mxop__mbox_slot_t *rx;   /* the slot this side reads */
+    int bell_tx;             /* eventfd that wakes the peer */
+    int bell_rx;             /* eventfd this side sleeps on */
+    uint32_t rx_seen;        /* seq of the last frame taken from rx */
+    uint32_t tx_seq;         /* seq of the last frame put (kept here, not trusted from the peer) */
+    int64_t wait_avg_ns;     /* moving average of recent waits, for the spin budget */
+} mxop__mbox_t;
+
+/* The size of the memfd. */
+#define MXOP__MBOX_BYTES sizeof(mxop__mbox_shared_t)
+
+/**
+ * Client side: creates a mailbox (a sealed memfd, mapped and pre-faulted
+ * here, and two eventfds).  fds[0..3) get the descriptors to pass to the
+ * worker with AttachMailbox: the memfd (taken by the caller, who closes it
+ * once sent), the request bell and the reply bell (borrowed: they stay the
+ * mailbox's).  Returns 0 or MXOP_ESHM with a reason in msg.
+ */
+int mxop__mbox_create(mxop__mbox_t *m, int fds[3], char *msg, size_t msglen);
+
+/**
+ * Worker side: maps the mailbox memfd `memfd` of `size` bytes and keeps the
+ * bells.  All three descriptors are taken (closed here on failure; the
+ * memfd also on success, the mapping stays).  Checks the size, the seals,
+ * the header.  Returns 0 or MXOP_EINVAL / MXOP_ESHM with the reason in msg.
+ */
+int mxop__mbox_attach(mxop__mbox_t *m, int memfd, int bell_req, int bell_rep, uint64_t size,
+                      char *msg, size_t msglen);
+
+/** Unmaps and closes everything; accepts a zeroed mailbox (never opened). */
+void mxop__mbox_close(mxop__mbox_t *m);
+
+/** Whether a frame whose payload packs to `payload` bytes fits a slot. */
+static inline int mxop__mbox_fits(size_t payload)
+{
+    return payload <= MXOP__MBOX_SLOT_BYTES - 12;
+}
+
+/**
+ * Packs `msg` as a frame of `kind` (its payload `payload` bytes, which must
+ * fit) into the tx slot, publishes it and rings the peer's bell if it
+ * sleeps.  Never blocks.
+ */
+void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg, size_t payload);
+
+/** Whether a frame newer than the last one taken is in the rx slot (no copy). */
+static inline int mxop__mbox_ready(const mxop__mbox_t *m)
+{
+    uint32_t s = atomic_load_explicit(&m->rx->seq, memory_order_acquire);
+    return s != m->rx_seen && (s & 1u) == 0;
+}
+
+/**
+ * Copies the newest frame of the rx slot into buf[cap] (cap at least
+ * MXOP__MBOX_SLOT_BYTES) and decodes its header.  Returns 1 with *kind,
+ * *len (payload bytes, at buf + 12); 0 when there is no new frame;
+ * MXOP_EPROTOCOL / MXOP_EVERSION / MXOP_EFRAME_TOO_LARGE for a frame that is
+ * not one (the frame is consumed).
+ */
+int mxop__mbox_take(mxop__mbox_t *m, uint8_t *buf, size_t cap, uint16_t *kind, uint32_t *len);
+
+/**
+ * Spins until a new frame is ready or this side's adaptive budget runs out.
+ * Returns 1 (ready) or 0.  *spent_ns gets the time spun.
+ */
+int mxop__mbox_spin(mxop__mbox_t *m, int64_t *spent_ns);
+
+/**
+ * Raises the sleeping flag before a poll() on bell_rx.  Returns 1 if a
+ * frame arrived meanwhile (the flag is lowered again: do not sleep).
+ */
+int mxop__mbox_sleep_begin(mxop__mbox_t *m);
+
+/** Lowers the flag after the poll; drains the bell when poll said it rang. */
+void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang);
+
+/** Tells the spin policy how long a wait took in all (spin and sleep). */
+void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t waited_ns);
+
+#endif /* MXOP_SHM_MAILBOX_H */
