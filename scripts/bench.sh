@@ -11,3 +11,10 @@ for b in "$B"/bin/bench_*; do
     "$b" "$B" || exit 1
 done
 [ $found = 1 ] || { echo "bench: no benchmarks built yet" >&2; exit 1; }
+
+# The Python layer: per-call cost and ops from PyTorch vs PyTorch's own.
+PY=${PYTHON:-/usr/bin/python3}
+echo
+echo "Python layer ($PY -m mxop.bench; microseconds per call):"
+MXOP_BUILD_DIR="$B" PYTHONPATH="$(pwd)/python${PYTHONPATH:+:$PYTHONPATH}" \
+    "$PY" -m mxop.bench --out "$B/bench/python.json" || exit 1

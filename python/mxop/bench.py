@@ -12,6 +12,8 @@ Rows (microseconds per call, median of 5 runs of N calls):
   torch_relu_grad     TorchOp building the autograd graph (Function.apply)
   torch_relu_fwd_bwd  forward + backward through autograd
   torch_builtin_relu  torch.relu, in process (the floor of any proxy)
+  torch_relu_1MiB_mxop / _builtin / _ratio: relu of 1 MiB from PyTorch through
+                  mxop vs torch.relu in process (target: ratio <= 1.2)
   gemm_mxop_NxN / gemm_torch_NxN: forward of an NxN f32 product
 The Python layer's cost is numpy_relu - c_forward; the stub_* rows measure
 it without the IPC's noise: the same calls with mxop_forward replaced by a
@@ -85,6 +87,16 @@ def run(socket=None, n=20000, gemm_n=256):
         rows["torch_relu_fwd_bwd"] = _time(fb, n // 2)
         rows["torch_builtin_relu"] = _time(lambda: torch.relu(tx), n)
 
+        # relu on 1 MiB (262144 f32) from PyTorch: through mxop (zero-copy
+        # input, output allocated in shared memory per call) vs torch.relu in
+        # process, each making a fresh output as an engine op would.
+        big = mt.to_shared(torch.randn(1 << 18))
+        m1 = max(100, n // 20)
+        rows["torch_relu_1MiB_mxop"] = _time(lambda: tr(big), m1)
+        rows["torch_relu_1MiB_builtin"] = _time(lambda: torch.relu(big), m1)
+        rows["torch_relu_1MiB_ratio"] = (rows["torch_relu_1MiB_mxop"] /
+                                         rows["torch_relu_1MiB_builtin"])
+
         tg = mt.TorchOp(gemm)
         a = mt.to_shared(torch.randn(gemm_n, gemm_n))
         b = mt.to_shared(torch.randn(gemm_n, gemm_n))
@@ -149,7 +161,8 @@ def main(argv=None):
         print()
     else:
         for k, v in rows.items():
-            print("%-24s %9.2f us/call" % (k, v))
+            unit = "x" if k.endswith("_ratio") else "us/call"
+            print("%-24s %9.2f %s" % (k, v, unit))
 
 
 if __name__ == "__main__":
