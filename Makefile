@@ -63,6 +63,37 @@ CRIT_LIBS := -lcriterion
 # its cost model keeps loops of unknown length scalar).
 PLUGIN_OPT ?= -O3
 
+# CUDA: found when nvcc is on PATH or at /usr/local/cuda/bin/nvcc; CUDA=0 or
+# CUDA=1 overrides.  With it the CUDA op libraries (plugins/*.cu and
+# tests/plugins/*.cu) are built with nvcc.  The worker and libmxop are the
+# same binaries either way: they load the CUDA runtime, cuBLAS and the
+# driver with dlopen when a device region first appears (see
+# server/worker/cuda.c), so that they run, and answer "no CUDA device",
+# where CUDA is missing.
+NVCC_FOUND := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA ?= $(if $(NVCC_FOUND),1,0)
+NVCC ?= $(or $(NVCC_FOUND),nvcc)
+CUDA_HOME ?= $(or $(patsubst %/bin/,%,$(dir $(realpath $(NVCC_FOUND)))),/usr/local/cuda)
+# SASS for Ampere and Hopper, PTX for everything from Turing on (JIT-compiled).
+NVCC_ARCH ?= -gencode arch=compute_75,code=compute_75 -gencode arch=compute_80,code=sm_80 \
+             -gencode arch=compute_90,code=sm_90
+# The shared runtime, found through the rpath: the worker loads the same
+# libcudart, so ops and worker share one runtime (streams, errors).
+NVCC_FLAGS := -O3 -std=c++17 -Iinclude -shared -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter,-Werror \
+              -cudart shared -Xlinker -rpath,$(CUDA_HOME)/lib64 $(NVCC_ARCH)
+ifeq ($(CUDA),1)
+ifeq ($(NVCC_FOUND)$(filter-out nvcc,$(NVCC)),)
+$(error CUDA=1, but nvcc is neither on PATH nor at /usr/local/cuda/bin/nvcc (set NVCC=...))
+endif
+endif
+ifeq ($(MAKELEVEL),0)
+ifeq ($(CUDA),1)
+$(info CUDA: yes ($(CUDA_HOME)))
+else
+$(info CUDA: no)
+endif
+endif
+
 # ---------------------------------------------------------------------------
 # Sources
 PROTOS    := $(wildcard proto/*.proto)
@@ -74,6 +105,8 @@ WORKER_C  := $(wildcard server/worker/*.c)
 CLIENT_C  := $(wildcard client/*.c)
 PLUGIN_C  := $(wildcard plugins/*.c)
 TPLUGIN_C := $(wildcard tests/plugins/*.c)
+PLUGIN_CU := $(wildcard plugins/*.cu)
+TPLUGIN_CU := $(wildcard tests/plugins/*.cu)
 TEST_C    := $(wildcard tests/test_*.c)
 TESTLIB_C := $(filter-out $(TEST_C),$(wildcard tests/*.c))
 DEMO_C    := $(wildcard demo/*.c)
@@ -92,6 +125,10 @@ LIB_SO   := $(B)/lib/libmxop.so
 LIB_A    := $(B)/lib/libmxop.a
 PLUGINS  := $(patsubst plugins/%.c,$(B)/plugins/%.so,$(PLUGIN_C))
 TPLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(TPLUGIN_C))
+ifeq ($(CUDA),1)
+CU_PLUGINS  := $(patsubst plugins/%.cu,$(B)/plugins/%.so,$(PLUGIN_CU))
+CU_TPLUGINS := $(patsubst tests/plugins/%.cu,$(B)/tests/plugins/%.so,$(TPLUGIN_CU))
+endif
 TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_C))
 DEMOS    := $(patsubst demo/%.c,$(B)/bin/%,$(DEMO_C))
 BENCHES  := $(patsubst bench/%.c,$(B)/bin/%,$(BENCH_C))
@@ -102,8 +139,8 @@ DEPS_OK  := $(B)/.deps-ok
         format format-check
 .DEFAULT_GOAL := all
 
-all: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(TPLUGINS) $(TESTS) $(DEMOS) \
-     $(BENCHES) $(PCS)
+all: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
+     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS)
 
 # Installs the Debian packages the build needs, once per build tree.
 deps: $(DEPS_OK)
@@ -158,6 +195,20 @@ $(B)/tests/plugins/%.so: tests/plugins/%.c include/mxop/op.h include/mxop/types.
 	@$(if $(Q),echo "  PLUGIN  $@")
 	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude $(WARN) -Wno-error -shared -fPIC -pthread $< -o $@ -lm
 
+# CUDA op libraries (CUDA=1 only): one nvcc command, as the op-author guide shows.
+$(B)/plugins/%.so: plugins/%.cu include/mxop/op.h include/mxop/types.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  NVCC    $@")
+	$(Q)$(NVCC) $(NVCC_FLAGS) $< -o $@
+
+$(B)/tests/plugins/%.so: tests/plugins/%.cu include/mxop/op.h include/mxop/types.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  NVCC    $@")
+	$(Q)$(NVCC) $(NVCC_FLAGS) $< -o $@
+
+# Where the worker looks for libcudart and libcublas after the loader's own path.
+$(B)/obj/server/worker/cuda%.o: MX_CFLAGS += -DMXOP_CUDA_HOME='"$(CUDA_HOME)"'
+
 TESTLIB_O := $(call obj,$(TESTLIB_C))
 $(B)/obj/tests/%.o: MX_CFLAGS += -DMXOP_TEST_BUILD_DIR='"$(abspath $(B))"' -DMXOP_TEST_SOURCE_DIR='"$(CURDIR)"'
 $(B)/tests/test_%: $(B)/obj/tests/test_%.o $(TESTLIB_O) $(LIB_A)
@@ -198,7 +249,7 @@ check-python: all
 bench: all
 	$(Q)sh scripts/bench.sh $(abspath $(B))
 
-install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(PCS)
+install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(CU_PLUGINS) $(PCS)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 	           $(DESTDIR)$(INCLUDEDIR)/mxop $(DESTDIR)$(PLUGINDIR)
 	install -m 755 $(DAEMON) $(DESTDIR)$(BINDIR)/
@@ -208,7 +259,7 @@ install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(PCS)
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	install -m 644 include/mxop/*.h $(DESTDIR)$(INCLUDEDIR)/mxop/
 	install -m 644 $(PCS) $(DESTDIR)$(LIBDIR)/pkgconfig/
-	install -m 755 $(PLUGINS) $(DESTDIR)$(PLUGINDIR)/
+	install -m 755 $(PLUGINS) $(CU_PLUGINS) $(DESTDIR)$(PLUGINDIR)/
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/mxop-serverd $(DESTDIR)$(LIBEXECDIR)/mxop-worker

@@ -217,8 +217,8 @@ static int query_pointer(mxop_client_t *c, const void *dev_ptr, cudeviceptr_t *b
     return rc;
 }
 
-int mxop_region_register_cuda(mxop_client_t *c, const void *dev_ptr, size_t bytes,
-                              uint32_t *region, uint64_t *offset)
+int mxop_region_register_cuda(mxop_client_t *c, const void *dev_ptr, size_t bytes, uint32_t *region,
+                              uint64_t *offset)
 {
     if (c == NULL)
         return MXOP_EINVAL;
@@ -311,8 +311,10 @@ int mxop_region_register_cuda_ipc(mxop_client_t *c, const void *handle, size_t h
         goto out;
     }
     if (device < 0) {
-        rc = mxop__fail(c, MXOP_EINVAL, "mxop_region_register_cuda_ipc: device %d is not a CUDA "
-                                        "ordinal", (int)device);
+        rc = mxop__fail(c, MXOP_EINVAL,
+                        "mxop_region_register_cuda_ipc: device %d is not a CUDA "
+                        "ordinal",
+                        (int)device);
         goto out;
     }
     if (bytes == 0) {

@@ -241,8 +241,8 @@ int mxop_region_release(mxop_client_t *c, uint32_t region);
  * allocation), MXOP_ECUDA (the allocation cannot be exported, or the
  * worker cannot open it: the CUDA error in the message).
  */
-int mxop_region_register_cuda(mxop_client_t *c, const void *dev_ptr, size_t bytes,
-                              uint32_t *region, uint64_t *offset);
+int mxop_region_register_cuda(mxop_client_t *c, const void *dev_ptr, size_t bytes, uint32_t *region,
+                              uint64_t *offset);
 
 /**
  * Registers a device region from a CUDA IPC handle the engine already has:

@@ -47,7 +47,8 @@
     XX(INPUT_WRITTEN, -1031, "op wrote into a read-only input tensor")                             \
     XX(WORKER_OOM, -1032, "worker ran out of memory")                                              \
     XX(QUARANTINED, -1033, "library quarantined after repeated crashes")                           \
-    XX(DUPLICATE, -1034, "name already registered")
+    XX(DUPLICATE, -1034, "name already registered")                                                \
+    XX(CUDA, -1035, "CUDA error")
 
 /** Error codes.  0 is success; every failure is negative. */
 enum mxop_error {

@@ -41,12 +41,15 @@ extern "C" {
 /**
  * A tensor as an op sees it.  `data` points into shared memory mapped in the
  * worker: inputs are mapped read-only (writing one faults, which ends only
- * the worker), outputs and declared mutated inputs read-write.
+ * the worker), outputs and declared mutated inputs read-write.  For a
+ * tensor in a device region (`device` >= 0) `data` is a CUDA device pointer
+ * into the engine's allocation, opened in the worker through CUDA IPC; GPU
+ * memory has no read-only mapping, so nothing stops a write to an input.
  * `strides` are in elements; for a contiguous row-major tensor (always the
  * case unless the op sets MXOP_OP_STRIDED) they are the usual products.
  */
 typedef struct mxop_tensor {
-    void *data;
+    void *data; /* host memory, or a device pointer when device >= 0 */
     int32_t dtype;
     int32_t ndim;
     int64_t shape[MXOP_MAX_DIMS];
@@ -141,6 +144,28 @@ typedef struct mxop_op_def {
     int (*state_backward)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in,
                           int n_out, mxop_tensor_t *out);
     void (*state_destroy)(void *state);
+
+    /* ---- ABI version 1, appended: GPU ---- */
+
+    /**
+     * The same callbacks for device tensors (CUDA memory; every tensor of
+     * the call has `device` >= 0, all the same ordinal).  The worker calls
+     * these instead of forward / backward / state_forward / state_backward
+     * when a call's tensors are on a GPU, with that device current and
+     * host->cuda_stream() giving the stream to launch on; it synchronises
+     * that stream before the result goes back, so a callback need not.
+     * NULL: the op cannot run on device tensors (MXOP_ENOT_SUPPORTED).
+     * An op may have only GPU callbacks; host tensors then answer
+     * MXOP_ENOT_SUPPORTED.  See docs/op-author-guide.md, "GPU ops".
+     */
+    int (*forward_gpu)(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
+                       mxop_tensor_t *out);
+    int (*backward_gpu)(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
+                        mxop_tensor_t *out);
+    int (*state_forward_gpu)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in,
+                             int n_out, mxop_tensor_t *out);
+    int (*state_backward_gpu)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in,
+                              int n_out, mxop_tensor_t *out);
 } mxop_op_def_t;
 
 /**
@@ -198,7 +223,10 @@ typedef struct mxop_host {
     double (*rng_uniform)(mxop_ctx_t *ctx); /* [0, 1) */
     double (*rng_normal)(mxop_ctx_t *ctx);  /* mean 0, variance 1 */
 
-    /** The CUDA stream to launch on (a cudaStream_t), NULL for CPU calls. */
+    /**
+     * The CUDA stream to launch on (a cudaStream_t): in a GPU call the
+     * worker's non-blocking stream of the call's device, NULL in a CPU call.
+     */
     void *(*cuda_stream)(mxop_ctx_t *ctx);
 
     /*
@@ -221,6 +249,35 @@ typedef struct mxop_host {
     int (*copy)(mxop_ctx_t *ctx, int32_t dtype, int64_t n, const void *src, void *dst);
     /** *out = sum of x (accumulated in double). */
     int (*sum)(mxop_ctx_t *ctx, int32_t dtype, int64_t n, const void *x, double *out);
+
+    /* ---- ABI version 1, appended: GPU ---- */
+
+    /**
+     * Temporary device memory for this call on the call's device, 256-byte
+     * aligned, valid until the callback returns (the worker reuses it; the
+     * stream is synchronised before it does).  NULL in a CPU call or if it
+     * cannot be had (the reason is recorded with set_error).
+     */
+    void *(*gpu_workspace)(mxop_ctx_t *ctx, size_t bytes);
+
+    /**
+     * gemm on device pointers through cuBLAS, on the call's stream: the
+     * arguments of gemm above (row-major, MXOP_F32 / MXOP_F64), for a GPU
+     * call only (MXOP_ENO_DEVICE otherwise).  A cuBLAS failure returns
+     * MXOP_ECUDA with cuBLAS's status in the message.
+     */
+    int (*gpu_gemm)(mxop_ctx_t *ctx, int32_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
+                    int64_t k, double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                    double beta, void *c, int64_t ldc);
+
+    /**
+     * The call's 64-bit random seed: the caller's seed when it gave one
+     * (reproducible), else a fresh one from the session's sequence.  The
+     * host generator (rng_u64 ...) starts from the same seed.  For device
+     * random numbers feed it to curand_init / Philox (seed, subsequence =
+     * thread, offset 0): every call gets its own stream of numbers.
+     */
+    uint64_t (*rng_seed)(mxop_ctx_t *ctx);
 } mxop_host_t;
 
 /** What a library says about itself; checked before its init runs. */
@@ -240,12 +297,19 @@ typedef int (*mxop_plugin_init_fn)(mxop_ctx_t *ctx, const mxop_host_t *host);
 #define MXOP_EXPORT
 #endif
 
+/* C linkage for the two exported symbols when a library is C++ or CUDA. */
+#ifdef __cplusplus
+#define MXOP_EXTERN_C extern "C"
+#else
+#define MXOP_EXTERN_C extern
+#endif
+
 /**
  * Declares the library.  Use once, at file scope:
  *     MXOP_PLUGIN("myops", "1.0");
  */
 #define MXOP_PLUGIN(name_, version_)                                                               \
-    MXOP_EXPORT extern const mxop_plugin_info_t mxop_plugin_info;                                  \
+    MXOP_EXTERN_C MXOP_EXPORT const mxop_plugin_info_t mxop_plugin_info;                           \
     const mxop_plugin_info_t mxop_plugin_info = {sizeof(mxop_plugin_info_t), MXOP_ABI_VERSION,     \
                                                  (name_), (version_)}
 
@@ -254,7 +318,7 @@ typedef int (*mxop_plugin_init_fn)(mxop_ctx_t *ctx, const mxop_host_t *host);
  *     MXOP_PLUGIN_INIT(ctx, host) { return host->register_op(ctx, &def); }
  */
 #define MXOP_PLUGIN_INIT(ctx_, host_)                                                              \
-    MXOP_EXPORT int mxop_plugin_init(mxop_ctx_t *ctx_, const mxop_host_t *host_);                  \
+    MXOP_EXTERN_C MXOP_EXPORT int mxop_plugin_init(mxop_ctx_t *ctx_, const mxop_host_t *host_);    \
     int mxop_plugin_init(mxop_ctx_t *ctx_, const mxop_host_t *host_)
 
 #ifdef __cplusplus

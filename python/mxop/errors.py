@@ -43,6 +43,7 @@ _TABLE = (
     ("WORKER_OOM", -1032, "WorkerOutOfMemory", None),
     ("QUARANTINED", -1033, "Quarantined", None),
     ("DUPLICATE", -1034, "Duplicate", None),
+    ("CUDA", -1035, "CudaError", None),
 )
 
 

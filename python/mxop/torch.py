@@ -21,6 +21,19 @@ Memory (CPU tensors):
     mxop allocation here (counted in Client.staged_copies).
 Outputs are tensors viewing shared memory (no copy); the allocation lives
 as long as any tensor or array viewing it.
+
+Memory (CUDA tensors): the same ops take CUDA tensors with no copy.  The
+CUDA allocation holding each tensor (a block of PyTorch's caching
+allocator) is registered once as a device region (mxop_region_register_cuda
+on its data_ptr: its CUDA IPC handle, opened once by the worker), outputs
+are allocated with torch.empty on the inputs' device, and the op's
+forward_gpu / backward_gpu run in the worker.  Ordering: before each call
+the current stream of the device is synchronised (the op reads what it
+produced); the worker synchronises its own stream before answering, so
+the outputs are complete on return.  All tensors of a call must be on one
+device.  Without a CUDA device (or driver) the call raises NoDevice.
+Before torch.cuda.empty_cache() (which frees cached blocks the worker may
+hold open), call release_cuda_regions(client).
 """
 
 import ctypes
@@ -161,16 +174,20 @@ def _copy_to_shm(c, t, code, keep):
     return b
 
 
-def _pack_tensor(c, buf, i, t, keep):
-    """Writes input record i for tensor `t`; returns (dtype, shape)."""
+def _pack_tensor(c, buf, i, t, keep, devs=None):
+    """Writes input record i for tensor `t`; returns (dtype, shape).  A CUDA
+    tensor's device is appended to `devs`."""
     if type(t) is not _Tensor and not isinstance(t, _Tensor):
         if isinstance(t, np.ndarray):
             return c._pack_np(buf, i, t, keep)
         t = torch.as_tensor(t)
         keep.append(t)
     if t.device.type != "cpu":
-        raise NotSupported(-1023, "input %d is on %s; this client passes CPU tensors only"
-                           % (i, t.device))
+        if t.device.type != "cuda" or devs is None:
+            raise NotSupported(-1023, "input %d is on %s; mxop passes CPU and CUDA tensors only"
+                               % (i, t.device))
+        devs.append(t.device)
+        return _pack_cuda(c, buf, i, t, keep, 0)
     code = _MX_OF_TORCH.get(t.dtype)
     if code is None:
         raise InvalidArgument(-1001, "input %d: torch dtype %s has no mxop equivalent"
@@ -199,6 +216,120 @@ def _pack_tensor(c, buf, i, t, keep):
     return code, shape
 
 
+# ---- CUDA tensors as device regions ------------------------------------------
+
+_register_cuda = None
+
+
+def _cuda_fn():
+    global _register_cuda
+    if _register_cuda is None:
+        f = _lib_.mxop_region_register_cuda
+        f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                      ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)]
+        f.restype = ctypes.c_int
+        _register_cuda = f
+    return _register_cuda
+
+
+def _cuda_regions(c):
+    r = getattr(c, "_cuda_region_ids", None)
+    if r is None:
+        r = c._cuda_region_ids = set()
+    return r
+
+
+def _pack_cuda(c, buf, i, t, keep, req):
+    """Writes array record i of `buf` for CUDA tensor `t`: its allocation
+    registered as a device region (once; libmxop finds it again), the
+    tensor an offset in it.  Returns (dtype, shape)."""
+    code = _MX_OF_TORCH.get(t.dtype)
+    if code is None:
+        raise InvalidArgument(-1001, "tensor %d: torch dtype %s has no mxop equivalent"
+                              % (i, t.dtype))
+    if not t.is_contiguous():
+        t = t.contiguous()
+        keep.append(t)
+    shape = tuple(t.shape)
+    ndim = len(shape)
+    if ndim > _lib.MAX_DIMS:
+        raise InvalidArgument(-1001, "tensor %d has %d dimensions; mxop allows at most %d"
+                              % (i, ndim, _lib.MAX_DIMS))
+    nbytes = t.numel() * t.element_size()
+    ptr = t.data_ptr()
+    if ptr == 0:
+        # An empty tensor may own no memory: any allocation on its device will do.
+        spare = torch.empty(1, dtype=torch.uint8, device=t.device)
+        keep.append(spare)
+        ptr = spare.data_ptr()
+    region = ctypes.c_uint32()
+    offset = ctypes.c_uint64()
+    rc = _cuda_fn()(c._handle(), ptr, nbytes, ctypes.byref(region), ctypes.byref(offset))
+    if rc < 0:
+        raise c._error(rc)
+    _cuda_regions(c).add(region.value)
+    _pack_array(buf, i * _ASZ, ptr, code, ndim, *shape, *_ZPAD[ndim],
+                region.value, offset.value, nbytes, req)
+    return code, shape
+
+
+def _sync(devs):
+    """The engine's half of the ordering: work queued on the current
+    streams (which produced the inputs) is done before the worker reads."""
+    for d in set(devs):
+        torch.cuda.current_stream(d).synchronize()
+
+
+def release_cuda_regions(client):
+    """Releases every device region this layer registered for `client`
+    (the worker closes their IPC handles).  Call it before memory the
+    worker may hold open is freed, e.g. before torch.cuda.empty_cache();
+    later calls register what they use again."""
+    ids = _cuda_regions(client)
+    n = 0
+    while ids:
+        rid = ids.pop()
+        if _lib_.mxop_region_release(client._handle(), rid) == 0:
+            n += 1
+    return n
+
+
+def cuda_regions(client):
+    """Number of device regions this layer registered for `client`."""
+    return len(_cuda_regions(client))
+
+
+def _forward_cuda(c, h, op, ent, bufs, n_in, specs, devs, keep):
+    dev = devs[0]
+    ob = bufs[2]
+    outs = []
+    for i, s in enumerate(specs):
+        o = torch.empty(s.shape, dtype=_TORCH_OF[s.dtype], device=dev)
+        _pack_cuda(c, ob, i, o, keep, 0)
+        outs.append(o)
+    _sync(devs)
+    rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, bufs[3], len(specs))
+    if rc < 0:
+        raise c._error(rc)
+    return tuple(outs)
+
+
+def _backward_cuda(c, h, op, ent, bufs, n_all, sig, off, needs, devs, keep):
+    dev = devs[0]
+    ob = bufs[2]
+    outs = []
+    for i in range(len(needs)):
+        dt, shape = sig[off + i]
+        g = torch.empty(shape, dtype=_TORCH_OF[dt], device=dev)
+        _pack_cuda(c, ob, i, g, keep, 0 if needs[i] else _lib.REQ_NULL)
+        outs.append(g)
+    _sync(devs)
+    rc = _lib_.mxop_backward(h, op._p, ent.addr, bufs[1], n_all, bufs[3], len(needs))
+    if rc < 0:
+        raise c._error(rc)
+    return tuple([g if needs[i] else None for i, g in enumerate(outs)])
+
+
 def _tensor_view(b, spec):
     """A tensor viewing block `b` (holds it alive through the NumPy base)."""
     if spec.npdtype is not None:
@@ -215,10 +346,13 @@ def _forward(op, ent, tensors):
     n_out = op.num_outputs
     bufs = c._bufs(n_in, n_out)
     keep = []
+    devs = []
     try:
         ib = bufs[0]
-        sig = tuple([_pack_tensor(c, ib, i, t, keep) for i, t in enumerate(tensors)])
+        sig = tuple([_pack_tensor(c, ib, i, t, keep, devs) for i, t in enumerate(tensors)])
         specs = op._specs(ent, sig)
+        if devs:
+            return _forward_cuda(c, h, op, ent, bufs, n_in, specs, devs, keep)
         ob_addr = bufs[3]
         blocks = []
         for i, s in enumerate(specs):
@@ -240,10 +374,13 @@ def _backward(op, ent, grads, inputs, outputs, needs):
     n_fwd = len(inputs)
     bufs = c._bufs(len(allin), n_fwd)
     keep = []
+    devs = []
     try:
         ib = bufs[0]
-        sig = [_pack_tensor(c, ib, i, t, keep) for i, t in enumerate(allin)]
+        sig = [_pack_tensor(c, ib, i, t, keep, devs) for i, t in enumerate(allin)]
         off = len(grads)
+        if devs:
+            return _backward_cuda(c, h, op, ent, bufs, len(allin), sig, off, needs, devs, keep)
         ob_addr = bufs[3]
         blocks = []
         for i in range(n_fwd):

@@ -247,10 +247,16 @@ typedef struct mxop__lib {
     char *name; /* as the client gave it */
 } mxop__lib_t;
 
+/* The size of a CUDA IPC handle (cudaIpcMemHandle_t) a device region carries. */
+#define MXOP__CUDA_IPC_BYTES 64
+
 typedef struct mxop__region {
     uint32_t id;
-    int fd;
+    int fd; /* -1 for a device region */
     uint64_t size;
+    bool cuda;      /* a device region: replayed from its IPC handle, not an fd */
+    int32_t device; /* its CUDA ordinal */
+    uint8_t ipc[MXOP__CUDA_IPC_BYTES];
 } mxop__region_t;
 
 enum mxop__pending_kind { MXOP__PENDING_LOAD, MXOP__PENDING_MAP, MXOP__PENDING_UNMAP };
@@ -266,7 +272,10 @@ typedef struct mxop__pending {
     char *name;  /* LOAD: the client's name for it (malloc'd) */
     uint32_t region;
     uint64_t size;
-    int fd; /* MAP of a new region: the region's fd until it is registered; else -1 */
+    int fd;    /* MAP of a new region: the region's fd until it is registered; else -1 */
+    bool cuda; /* MAP of a device region: the handle below instead of an fd */
+    int32_t device;
+    uint8_t ipc[MXOP__CUDA_IPC_BYTES];
 } mxop__pending_t;
 
 struct mxop__session {

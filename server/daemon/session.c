@@ -266,6 +266,11 @@ static int pending_send(mxop__session_t *s, mxop__pending_t *p, int fd)
     case MXOP__PENDING_MAP:
         map.region = p->region;
         map.size = p->size;
+        if (p->cuda) {
+            map.cuda_ipc_handle.data = p->ipc;
+            map.cuda_ipc_handle.len = sizeof(p->ipc);
+            map.device = p->device;
+        }
         req.body_case = MXOP__SUP_REQUEST__BODY_MAP;
         req.map = &map;
         break;
@@ -304,7 +309,8 @@ static void session_free(mxop__session_t *s)
         p = next;
     }
     for (size_t i = 0; i < s->n_regions; i++)
-        close(s->regions[i].fd);
+        if (s->regions[i].fd >= 0)
+            close(s->regions[i].fd);
     for (size_t i = 0; i < s->n_libs; i++) {
         free(s->libs[i].path);
         free(s->libs[i].name);
@@ -559,8 +565,83 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
     MXOP__LOGD(s->id, NULL, "loading library '%s' (%s)", name, resolved);
 }
 
+/* Gives a new region of the session its id (never 0, never one held). */
+static void new_region_id(mxop__session_t *s, mxop__pending_t *p)
+{
+    do {
+        p->region = s->next_region++;
+        if (s->next_region == 0)
+            s->next_region = 1;
+    } while (p->region == 0 || find_region(s, p->region) >= 0);
+}
+
+/*
+ * A device region: GPU memory of the engine, named by its CUDA IPC handle.
+ * The daemon cannot check it (it does not touch CUDA); it checks the form
+ * and keeps the handle, to be replayed like an fd; the worker opens it.
+ */
+static void handle_register_cuda(mxop__client_t *cl, mxop__session_t *s, const Mxop__Request *req)
+{
+    const Mxop__RegisterRegion *rr = req->register_region;
+    char err[MXOP__MSG_MAX];
+    int rc;
+    if (mxop__conn_frame_nfds(&cl->conn) != 0) {
+        mxop__client_reply_error(cl, req->id, MXOP_EINVAL,
+                                 "RegisterRegion of a device region carries an fd; a CUDA IPC "
+                                 "handle needs none");
+        return; /* the connection closes unclaimed descriptors */
+    }
+    if (rr->cuda_ipc_handle.len != MXOP__CUDA_IPC_BYTES) {
+        reply_errorf(cl, req->id, MXOP_EINVAL, "the CUDA IPC handle has %zu bytes, not %d",
+                     rr->cuda_ipc_handle.len, MXOP__CUDA_IPC_BYTES);
+        return;
+    }
+    if (rr->device < 0) {
+        reply_errorf(cl, req->id, MXOP_EINVAL, "device region on CUDA device %d: not an ordinal",
+                     (int)rr->device);
+        return;
+    }
+    if (rr->size == 0) {
+        mxop__client_reply_error(cl, req->id, MXOP_EINVAL, "region size is 0");
+        return;
+    }
+    if (s->n_regions + s->n_pending_maps >= MXOP__SESSION_MAX_REGIONS) {
+        reply_errorf(cl, req->id, MXOP_ELIMIT,
+                     "session %llu already holds %d regions, the most a session may have",
+                     (unsigned long long)s->id, MXOP__SESSION_MAX_REGIONS);
+        return;
+    }
+    rc = need_worker(s, err, sizeof(err));
+    if (rc != 0) {
+        mxop__client_reply_error(cl, req->id, rc, err);
+        return;
+    }
+    mxop__pending_t *p = pending_new(s, MXOP__PENDING_MAP, req->id, false);
+    if (p == NULL) {
+        mxop__client_reply_error(cl, req->id, MXOP_ENOMEM, "out of memory for a region");
+        return;
+    }
+    new_region_id(s, p);
+    p->size = rr->size;
+    p->cuda = true;
+    p->device = rr->device;
+    memcpy(p->ipc, rr->cuda_ipc_handle.data, sizeof(p->ipc));
+    rc = pending_send(s, p, -1);
+    if (rc != 0) {
+        pending_free(p);
+        reply_errorf(cl, req->id, rc, "cannot forward the region to the worker: %s",
+                     mxop_strerror(rc));
+        return;
+    }
+    s->n_pending_maps++;
+}
+
 static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__Request *req)
 {
+    if (req->register_region->cuda_ipc_handle.len > 0) {
+        handle_register_cuda(cl, s, req);
+        return;
+    }
     int nfds = mxop__conn_frame_nfds(&cl->conn);
     if (nfds != 1) {
         if (nfds == 0)
@@ -601,11 +682,7 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
         goto err_fd;
     }
     /* Ids are never 0 (that is MXOP_REGION_HEAP) and never reused while held. */
-    do {
-        p->region = s->next_region++;
-        if (s->next_region == 0)
-            s->next_region = 1;
-    } while (p->region == 0 || find_region(s, p->region) >= 0);
+    new_region_id(s, p);
     p->size = size;
     rc = pending_send(s, p, fd);
     if (rc != 0) {
@@ -632,7 +709,8 @@ static void handle_release(mxop__client_t *cl, mxop__session_t *s, const Mxop__R
         return;
     }
     /* Gone from the session at once, so a restart does not map it again. */
-    close(s->regions[i].fd);
+    if (s->regions[i].fd >= 0)
+        close(s->regions[i].fd);
     s->region_bytes -= s->regions[i].size;
     s->regions[i] = s->regions[--s->n_regions];
 
@@ -879,7 +957,11 @@ static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Sup
         mxop__client_reply_error(s->client, p->req_id, MXOP_ENOMEM, "out of memory for a region");
         return;
     }
-    s->regions[s->n_regions++] = (mxop__region_t){.id = p->region, .fd = p->fd, .size = p->size};
+    mxop__region_t *nr = &s->regions[s->n_regions++];
+    *nr = (mxop__region_t){
+        .id = p->region, .fd = p->fd, .size = p->size, .cuda = p->cuda, .device = p->device};
+    if (p->cuda)
+        memcpy(nr->ipc, p->ipc, sizeof(nr->ipc));
     s->region_bytes += p->size;
     p->fd = -1;
 
@@ -890,8 +972,8 @@ static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Sup
     reply.body_case = MXOP__REPLY__BODY_REGISTER_REGION;
     reply.register_region = &rr;
     send_reply(s->client, &reply, -1);
-    MXOP__LOGD(s->id, NULL, "registered region %u (%llu bytes)", (unsigned)p->region,
-               (unsigned long long)p->size);
+    MXOP__LOGD(s->id, NULL, "registered %sregion %u (%llu bytes)", p->cuda ? "device " : "",
+               (unsigned)p->region, (unsigned long long)p->size);
 }
 
 void mxop__session_sup_reply(mxop__session_t *s, const Mxop__SupReply *r)
@@ -1007,6 +1089,9 @@ static void replay(mxop__session_t *s)
             continue;
         p->region = s->regions[i].id;
         p->size = s->regions[i].size;
+        p->cuda = s->regions[i].cuda;
+        p->device = s->regions[i].device;
+        memcpy(p->ipc, s->regions[i].ipc, sizeof(p->ipc));
         if (pending_send(s, p, s->regions[i].fd) != 0) {
             MXOP__LOGW(s->id, NULL, "cannot re-map region %u into the new worker",
                        (unsigned)p->region);

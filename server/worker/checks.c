@@ -225,7 +225,7 @@ int mxop__check_desc(const Mxop__TensorDesc *d, const char *role, int index,
     else
         contiguous_strides(ndim, t->shape, t->strides);
     t->req = d->req;
-    t->device = -1;
+    t->device = r->cuda ? r->device : -1;
     t->size = (size_t)elems;
     *reg = r;
     return 0;

@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "common/util.h"
+#include "server/worker/cuda.h"
 #include "server/worker/host_math.h"
 #include "server/worker/worker.h"
 
@@ -42,6 +43,7 @@ static inline uint64_t rotl(uint64_t x, int k)
 static void rng_seed(struct mxop_ctx *c, uint64_t seed)
 {
     uint64_t x = seed;
+    c->call_seed = seed;
     for (int i = 0; i < 4; i++)
         c->rng[i] = splitmix64(&x);
     c->have_spare = 0;
@@ -291,10 +293,17 @@ void mxop__ctx_free(void)
     mxop__ctx.ws_cap = 0;
 }
 
+/* The worker's stream of the call's device in a GPU call (cuda.c), else NULL. */
 static void *host_cuda_stream(mxop_ctx_t *ctx)
 {
     (void)ctx;
-    return NULL;
+    return mxop__cuda_call_stream();
+}
+
+static uint64_t host_rng_seed(mxop_ctx_t *ctx)
+{
+    (void)ctx;
+    return mxop__ctx.call_seed;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -373,4 +382,7 @@ const mxop_host_t mxop__host = {
     .fill = mxop__host_fill,
     .copy = mxop__host_copy,
     .sum = mxop__host_sum,
+    .gpu_workspace = mxop__cuda_host_workspace,
+    .gpu_gemm = mxop__cuda_host_gemm,
+    .rng_seed = host_rng_seed,
 };

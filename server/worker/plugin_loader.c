@@ -73,11 +73,14 @@ static int check_def(struct mxop_ctx *c, const mxop_op_def_t *d, const char *nam
         return reg_fail(c, MXOP_EINVAL,
                         "op '%s': mutated_inputs 0x%llx names an input beyond its %d", name,
                         (unsigned long long)d->mutated_inputs, d->num_inputs);
-    if (d->forward == NULL && d->state_create == NULL)
-        return reg_fail(c, MXOP_EINVAL, "op '%s' has neither forward nor state_create", name);
-    if (d->state_create != NULL && (d->state_forward == NULL || d->state_destroy == NULL))
+    /* A GPU-only op is complete: host tensors are then refused at the call. */
+    if (d->forward == NULL && d->forward_gpu == NULL && d->state_create == NULL)
+        return reg_fail(c, MXOP_EINVAL, "op '%s' has neither forward, forward_gpu nor state_create",
+                        name);
+    if (d->state_create != NULL &&
+        ((d->state_forward == NULL && d->state_forward_gpu == NULL) || d->state_destroy == NULL))
         return reg_fail(c, MXOP_EINVAL, "op '%s' is stateful (it has state_create) but lacks %s",
-                        name, d->state_forward == NULL ? "state_forward" : "state_destroy");
+                        name, d->state_destroy == NULL ? "state_destroy" : "state_forward");
     return 0;
 }
 

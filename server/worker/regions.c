@@ -11,6 +11,7 @@
 
 #include "common/util.h"
 #include "shm/region.h"
+#include "server/worker/cuda.h"
 #include "server/worker/worker.h"
 
 static mxop__region_t *slots;
@@ -102,7 +103,8 @@ int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msgle
     mxop__region_prefault(ro, (size_t)size, 0);
     mxop__region_prefault(rw, (size_t)size, 1);
 
-    mxop__region_t r = {id, ro, rw, (size_t)size};
+    mxop__region_t r = {
+        .id = id, .ro = ro, .rw = rw, .size = (size_t)size, .cuda = 0, .device = -1};
     insert(slots, cap, &r);
     count++;
     return 0;
@@ -112,6 +114,45 @@ err_ro:
     return MXOP_ESHM;
 }
 
+int mxop__region_add_cuda(uint32_t id, uint64_t size, int32_t device, const uint8_t *handle,
+                          size_t len, char *msg, size_t msglen)
+{
+    if (id == 0) {
+        mxop__fmt(msg, msglen, "region id 0 is reserved (it never names a region)");
+        return MXOP_EINVAL;
+    }
+    if (size == 0 || size > SIZE_MAX / 2) {
+        mxop__fmt(msg, msglen, "device region %u: size %llu is not a valid size", id,
+                  (unsigned long long)size);
+        return MXOP_EINVAL;
+    }
+    if (mxop__region_find(id) != NULL) {
+        mxop__fmt(msg, msglen, "region %u is already mapped", id);
+        return MXOP_EINVAL;
+    }
+    if (grow() != 0) {
+        mxop__fmt(msg, msglen, "region %u: out of memory for the region table", id);
+        return MXOP_ENOMEM;
+    }
+    char why[MXOP__W_MSG_MAX - 64];
+    void *p = NULL;
+    int rc = mxop__cuda_open_ipc(device, handle, len, size, &p, why, sizeof(why));
+    if (rc != 0) {
+        /* The no-device sentence reads best on its own: it starts the message. */
+        if (rc == MXOP_ENO_DEVICE)
+            mxop__fmt(msg, msglen, "%s (device region %u)", why, id);
+        else
+            mxop__fmt(msg, msglen, "device region %u: %s", id, why);
+        return rc;
+    }
+    /* One pointer serves as both "mappings": GPU memory has no read-only view. */
+    mxop__region_t r = {
+        .id = id, .ro = p, .rw = p, .size = (size_t)size, .cuda = 1, .device = device};
+    insert(slots, cap, &r);
+    count++;
+    return 0;
+}
+
 int mxop__region_remove(uint32_t id, char *msg, size_t msglen)
 {
     mxop__region_t *r = (mxop__region_t *)mxop__region_find(id);
@@ -119,8 +160,12 @@ int mxop__region_remove(uint32_t id, char *msg, size_t msglen)
         mxop__fmt(msg, msglen, "region %u is not registered", id);
         return MXOP_EUNKNOWN_REGION;
     }
-    mxop__region_unmap(r->ro, r->size);
-    mxop__region_unmap(r->rw, r->size);
+    if (r->cuda) {
+        mxop__cuda_close_ipc(r->device, r->rw);
+    } else {
+        mxop__region_unmap(r->ro, r->size);
+        mxop__region_unmap(r->rw, r->size);
+    }
 
     /* Backward-shift deletion: pull later members of the probe run into the hole. */
     uint32_t hole = (uint32_t)(r - slots);

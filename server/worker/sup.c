@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "server/worker/cuda.h"
 #include "server/worker/worker.h"
 
 static char msg[MXOP__W_MSG_MAX];
@@ -66,6 +67,17 @@ static int load(const Mxop__WorkerLoad *wl, Mxop__SupReply *reply)
 
 static int map(const Mxop__WorkerMap *wm, int *fds, int nfds)
 {
+    if (wm->cuda_ipc_handle.len > 0) {
+        /* A device region: the handle is the memory, no descriptor comes with it. */
+        if (nfds != 0) {
+            mxop__fmt(msg, sizeof(msg),
+                      "WorkerMap of device region %u came with %d descriptors, not 0", wm->region,
+                      nfds);
+            return MXOP_EINVAL;
+        }
+        return mxop__region_add_cuda(wm->region, wm->size, wm->device, wm->cuda_ipc_handle.data,
+                                     wm->cuda_ipc_handle.len, msg, sizeof(msg));
+    }
     if (nfds != 1) {
         mxop__fmt(msg, sizeof(msg), "WorkerMap of region %u came with %d descriptors, not 1",
                   wm->region, nfds);

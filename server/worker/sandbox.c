@@ -1,0 +1,491 @@
+/*
+ * server/worker/sandbox.c - resource limits, capabilities, Landlock and the
+ * seccomp filter of a worker (see sandbox.h for the levels).
+ *
+ * The order matters: the user and the network namespace change first
+ * (they need root), then the limits (raising them back would need
+ * CAP_SYS_RESOURCE, which goes next), then the capabilities, then
+ * Landlock and last the seccomp filter, which refuses the very calls that
+ * the earlier steps make (setresuid, unshare, capset, prctl is kept).
+ */
+#include "server/worker/sandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/landlock.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/errors.h"
+
+/* The worker's channels (main.c): supervisor and data.  Fd 5 is closed before we run. */
+#define SUP_FD 3
+#define DATA_FD 4
+
+/* Landlock constants newer than some system headers. */
+#ifndef LANDLOCK_ACCESS_NET_BIND_TCP
+#define LANDLOCK_ACCESS_NET_BIND_TCP (1ULL << 0)
+#define LANDLOCK_ACCESS_NET_CONNECT_TCP (1ULL << 1)
+#endif
+#ifndef LANDLOCK_SCOPE_SIGNAL
+#define LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
+#define LANDLOCK_SCOPE_SIGNAL (1ULL << 1)
+#endif
+
+/*
+ * LeakSanitizer stops the world at exit with a tracer task (clone with
+ * CLONE_VM, not CLONE_THREAD) that ptrace-attaches to every thread.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_LEAK__)
+#define SANITIZER_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define SANITIZER_BUILD 1
+#endif
+#endif
+#ifndef SANITIZER_BUILD
+#define SANITIZER_BUILD 0
+#endif
+
+static int level = MXOP__SANDBOX_STRICT;
+static uint64_t memory_mb;
+static uint64_t max_fds = 1024;
+static long run_uid = -1;
+static long run_gid = -1;
+static uint64_t data_limit;
+
+uint64_t mxop__sandbox_memory_limit(void)
+{
+    return data_limit;
+}
+
+uint64_t mxop__sandbox_memory_mb(void)
+{
+    return memory_mb;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options */
+
+static int parse_num(const char *s, uint64_t max, uint64_t *out)
+{
+    char *end = NULL;
+    if (s == NULL || s[0] < '0' || s[0] > '9')
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
+{
+    static const char *const opts[] = {"--sandbox", "--memory-mb", "--max-fds", "--uid", "--gid"};
+    const char *opt = argv[*i];
+    int which = -1;
+    for (int k = 0; k < (int)(sizeof(opts) / sizeof(opts[0])); k++)
+        if (strcmp(opt, opts[k]) == 0)
+            which = k;
+    if (which < 0)
+        return 1;
+    if (*i + 1 >= argc) {
+        mxop__fmt(err, errlen, "option %s needs a value", opt);
+        return MXOP_EINVAL;
+    }
+    const char *val = argv[++*i];
+    uint64_t v;
+    switch (which) {
+    case 0:
+        if (strcmp(val, "none") == 0)
+            level = MXOP__SANDBOX_NONE;
+        else if (strcmp(val, "basic") == 0)
+            level = MXOP__SANDBOX_BASIC;
+        else if (strcmp(val, "strict") == 0)
+            level = MXOP__SANDBOX_STRICT;
+        else
+            goto bad;
+        return 0;
+    case 1:
+        /* The bound keeps the limit in bytes far inside a uint64_t. */
+        if (parse_num(val, 1ull << 30, &v) != 0)
+            goto bad;
+        memory_mb = v;
+        return 0;
+    case 2:
+        if (parse_num(val, 1ull << 30, &v) != 0 || v < 16)
+            goto bad;
+        max_fds = v;
+        return 0;
+    case 3:
+        if (parse_num(val, 0xfffffffeull, &v) != 0)
+            goto bad;
+        run_uid = (long)v;
+        return 0;
+    default:
+        if (parse_num(val, 0xfffffffeull, &v) != 0)
+            goto bad;
+        run_gid = (long)v;
+        return 0;
+    }
+bad:
+    mxop__fmt(err, errlen, "bad value '%s' for %s", val, opt);
+    return MXOP_EINVAL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* User, network namespace */
+
+static int change_user(char *err, size_t errlen)
+{
+    if (run_uid < 0 && run_gid < 0)
+        return 0;
+    if (run_uid < 0 || run_gid < 0) {
+        mxop__fmt(err, errlen, "--uid and --gid go together");
+        return MXOP_EINVAL;
+    }
+    if (geteuid() != 0) {
+        mxop__fmt(err, errlen, "--uid %ld needs the worker to start as root (it runs as uid %u)",
+                  run_uid, (unsigned)geteuid());
+        return MXOP_EDENIED;
+    }
+    /* A namespace of its own: only a loopback device, and that one down. */
+    if (unshare(CLONE_NEWNET) != 0) {
+        mxop__fmt(err, errlen, "cannot give the worker its own network namespace: %s",
+                  strerror(errno));
+        return MXOP_EDENIED;
+    }
+    if (setgroups(0, NULL) != 0 || setresgid((gid_t)run_gid, (gid_t)run_gid, (gid_t)run_gid) != 0 ||
+        setresuid((uid_t)run_uid, (uid_t)run_uid, (uid_t)run_uid) != 0) {
+        mxop__fmt(err, errlen, "cannot switch to uid %ld gid %ld: %s", run_uid, run_gid,
+                  strerror(errno));
+        return MXOP_EDENIED;
+    }
+    /* A change of credentials clears the parent-death signal: set it again. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+        mxop__fmt(err, errlen, "prctl(PR_SET_PDEATHSIG) after the user change: %s",
+                  strerror(errno));
+        return MXOP_EINTERNAL;
+    }
+    if (getppid() == 1)
+        _exit(0); /* the daemon died meanwhile: no one to serve */
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Limits */
+
+/* VmData of this process in bytes (what RLIMIT_DATA counts), or 0 if unknown. */
+static uint64_t current_data_bytes(void)
+{
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *p = strstr(buf, "\nVmData:");
+    if (p == NULL)
+        return 0;
+    return strtoull(p + 8, NULL, 10) * 1024u;
+}
+
+static int set_limit(int res, uint64_t v, const char *name, char *err, size_t errlen)
+{
+    struct rlimit rl = {.rlim_cur = (rlim_t)v, .rlim_max = (rlim_t)v};
+    if (setrlimit(res, &rl) != 0) {
+        mxop__fmt(err, errlen, "setrlimit(%s, %llu): %s", name, (unsigned long long)v,
+                  strerror(errno));
+        return MXOP_EINTERNAL;
+    }
+    return 0;
+}
+
+static int set_limits(char *err, size_t errlen)
+{
+    int rc = set_limit(RLIMIT_CORE, 0, "RLIMIT_CORE", err, errlen);
+    if (rc != 0)
+        return rc;
+
+    struct rlimit cur;
+    uint64_t nofile = max_fds;
+    if (getrlimit(RLIMIT_NOFILE, &cur) == 0 && cur.rlim_max != RLIM_INFINITY &&
+        (uint64_t)cur.rlim_max < nofile)
+        nofile = cur.rlim_max;
+    rc = set_limit(RLIMIT_NOFILE, nofile, "RLIMIT_NOFILE", err, errlen);
+    if (rc != 0)
+        return rc;
+
+    if (memory_mb == 0)
+        return 0;
+    /*
+     * RLIMIT_DATA counts private writable mappings (heap, anonymous mmap,
+     * thread stacks) but not the shared mappings of the session's regions,
+     * which may be far larger than any sane limit; RLIMIT_AS would count
+     * those, and the address space a sanitizer reserves.  The budget is
+     * what ops may add to what the worker already uses at this point.
+     */
+    uint64_t budget = memory_mb << 20;
+    uint64_t now = current_data_bytes();
+    data_limit = now + budget;
+    if (getrlimit(RLIMIT_DATA, &cur) == 0 && cur.rlim_max != RLIM_INFINITY &&
+        (uint64_t)cur.rlim_max < data_limit)
+        data_limit = cur.rlim_max;
+    return set_limit(RLIMIT_DATA, data_limit, "RLIMIT_DATA", err, errlen);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Capabilities */
+
+static int drop_capabilities(char *err, size_t errlen)
+{
+    /* The bounding set first (it needs CAP_SETPCAP, which capset then removes). */
+    for (int cap = 0; cap < 64; cap++) {
+        int r = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (r < 0)
+            break; /* past the last capability this kernel knows */
+        if (r == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EPERM) {
+            mxop__fmt(err, errlen, "cannot drop capability %d: %s", cap, strerror(errno));
+            return MXOP_EINTERNAL;
+        }
+    }
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof(data));
+    if (syscall(SYS_capset, &hdr, data) != 0) {
+        mxop__fmt(err, errlen, "cannot clear the capability sets: %s", strerror(errno));
+        return MXOP_EINTERNAL;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Landlock */
+
+/* The ruleset attribute as of ABI 6; older kernels are given its prefix. */
+struct ll_attr {
+    uint64_t handled_access_fs;
+    uint64_t handled_access_net;
+    uint64_t scoped;
+};
+
+/*
+ * A Landlock domain keeps ptrace (and so /proc/<pid>/mem and
+ * process_vm_readv) inside the worker's own process tree whatever the
+ * uid, refuses execution of any file, the creation of device nodes and
+ * socket files, and (ABI 4, 6) TCP and abstract unix sockets and signals
+ * to processes outside the domain: the daemon and other sessions' workers.
+ * Reading and writing files stays allowed: ops may need their data.
+ * A kernel without Landlock is not an error (the seccomp filter remains).
+ */
+static int apply_landlock(char *err, size_t errlen)
+{
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+    if (abi < 1)
+        return 0;
+    struct ll_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    size_t size = sizeof(attr.handled_access_fs);
+    attr.handled_access_fs = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
+                             LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SOCK;
+    if (abi >= 4) {
+        attr.handled_access_net = LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP;
+        size = offsetof(struct ll_attr, scoped);
+    }
+    if (abi >= 6) {
+        attr.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL;
+        size = sizeof(attr);
+    }
+    int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+    if (fd < 0) {
+        mxop__fmt(err, errlen, "landlock_create_ruleset (ABI %ld): %s", abi, strerror(errno));
+        return MXOP_EINTERNAL;
+    }
+    int rc = (int)syscall(SYS_landlock_restrict_self, fd, 0);
+    int e = errno;
+    close(fd);
+    if (rc != 0) {
+        mxop__fmt(err, errlen, "landlock_restrict_self: %s", strerror(e));
+        return MXOP_EINTERNAL;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* seccomp */
+
+/* Adds one rule; a syscall this architecture does not have is skipped. */
+static int rule(scmp_filter_ctx f, uint32_t action, const char *name, unsigned n,
+                const struct scmp_arg_cmp *cmp, char *err, size_t errlen)
+{
+    int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR)
+        return 0;
+    int rc = seccomp_rule_add_array(f, action, nr, n, cmp);
+    if (rc != 0) {
+        mxop__fmt(err, errlen, "cannot add the seccomp rule for %s: %s", name, strerror(-rc));
+        return MXOP_EINTERNAL;
+    }
+    return 0;
+}
+
+static int deny_all(scmp_filter_ctx f, const char *const *names, size_t n, char *err,
+                    size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = rule(f, SCMP_ACT_ERRNO(EPERM), names[i], 0, NULL, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Kernel administration and other processes: refused from basic on. */
+static const char *const basic_denied[] = {
+    "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
+    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr",
+    "init_module", "finit_module", "delete_module",
+    "kexec_load", "kexec_file_load", "bpf", "perf_event_open", "reboot", "swapon", "swapoff",
+    "keyctl", "add_key", "request_key", "unshare", "setns",
+    "acct", "quotactl", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+    "sethostname", "setdomainname", "iopl", "ioperm", "open_by_handle_at", "lookup_dcookie",
+    "vhangup", "syslog", "userfaultfd", "uselib",
+};
+
+/* strict: no new programs, no uid or capability changes, no io_uring (it bypasses seccomp). */
+static const char *const strict_denied[] = {
+    "execve", "execveat", "fork", "vfork",
+    "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setfsuid", "setfsgid",
+    "setgroups", "capset",
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
+};
+
+/*
+ * The worker's own channels: an op that closes, replaces or write(2)s into
+ * fd 3 or 4 (a stale descriptor number, a library that "cleans up" fds)
+ * would silently desynchronise the session; refused, the op sees EPERM and
+ * the session goes on.  The worker itself only sendmsg()s on them and
+ * never closes them.
+ */
+static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
+{
+    static const char *const fd0[] = {"close", "write", "writev", "pwrite64", "pwritev",
+                                      "pwritev2"};
+    static const char *const fd1[] = {"dup2", "dup3"};
+    const int fds[] = {SUP_FD, DATA_FD};
+    int rc;
+    for (size_t k = 0; k < COUNT(fds); k++) {
+        struct scmp_arg_cmp a0 = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fds[k]);
+        struct scmp_arg_cmp a1 = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fds[k]);
+        for (size_t i = 0; i < COUNT(fd0); i++)
+            if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), fd0[i], 1, &a0, err, errlen)) != 0)
+                return rc;
+        for (size_t i = 0; i < COUNT(fd1); i++)
+            if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), fd1[i], 1, &a1, err, errlen)) != 0)
+                return rc;
+    }
+    /* close_range(first, last, flags) covering 3 or 4. */
+    struct scmp_arg_cmp cr[2] = {SCMP_A0(SCMP_CMP_LE, DATA_FD), SCMP_A1(SCMP_CMP_GE, SUP_FD)};
+    return rule(f, SCMP_ACT_ERRNO(EPERM), "close_range", 2, cr, err, errlen);
+}
+
+static int apply_seccomp(char *err, size_t errlen)
+{
+    int rc = MXOP_EINTERNAL;
+    scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
+    if (f == NULL) {
+        mxop__fmt(err, errlen, "seccomp_init failed");
+        return MXOP_EINTERNAL;
+    }
+    /* Every thread, including those libraries started before main (OpenBLAS). */
+    if (seccomp_attr_set(f, SCMP_FLTATR_CTL_TSYNC, 1) != 0) {
+        mxop__fmt(err, errlen, "seccomp cannot synchronise the filter across threads");
+        goto out;
+    }
+    if ((rc = deny_all(f, basic_denied, COUNT(basic_denied), err, errlen)) != 0)
+        goto out;
+
+    /* ptrace: all of it, except what LeakSanitizer needs in a sanitizer build. */
+    if (SANITIZER_BUILD) {
+        struct scmp_arg_cmp me = SCMP_A0(SCMP_CMP_EQ, PTRACE_TRACEME);
+        rc = rule(f, SCMP_ACT_ERRNO(EPERM), "ptrace", 1, &me, err, errlen);
+    } else {
+        rc = rule(f, SCMP_ACT_ERRNO(EPERM), "ptrace", 0, NULL, err, errlen);
+    }
+    if (rc != 0)
+        goto out;
+    /* personality: queries (0xffffffff) only. */
+    struct scmp_arg_cmp query = SCMP_A0(SCMP_CMP_NE, 0xffffffffu);
+    if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "personality", 1, &query, err, errlen)) != 0)
+        goto out;
+    if ((rc = protect_channels(f, err, errlen)) != 0)
+        goto out;
+
+    if (level >= MXOP__SANDBOX_STRICT) {
+        if ((rc = deny_all(f, strict_denied, COUNT(strict_denied), err, errlen)) != 0)
+            goto out;
+        /* Threads yes, processes no.  clone3 hides its flags in memory: ENOSYS sends glibc to clone. */
+        scmp_datum_t mask = SANITIZER_BUILD ? (CLONE_THREAD | CLONE_VM) : CLONE_THREAD;
+        struct scmp_arg_cmp proc = SCMP_A0(SCMP_CMP_MASKED_EQ, mask, 0);
+        if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "clone", 1, &proc, err, errlen)) != 0 ||
+            (rc = rule(f, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL, err, errlen)) != 0)
+            goto out;
+        /* Sockets: AF_UNIX only. */
+        struct scmp_arg_cmp notunix = SCMP_A0(SCMP_CMP_NE, AF_UNIX);
+        if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "socket", 1, &notunix, err, errlen)) != 0 ||
+            (rc = rule(f, SCMP_ACT_ERRNO(EPERM), "socketpair", 1, &notunix, err, errlen)) != 0)
+            goto out;
+    }
+
+    rc = seccomp_load(f);
+    if (rc != 0) {
+        mxop__fmt(err, errlen, "cannot load the seccomp filter: %s", strerror(-rc));
+        rc = MXOP_EINTERNAL;
+        goto out;
+    }
+    rc = 0;
+out:
+    seccomp_release(f);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+
+int mxop__sandbox_apply(char *err, size_t errlen)
+{
+    int rc = change_user(err, errlen);
+    if (rc != 0)
+        return rc;
+    if (level == MXOP__SANDBOX_NONE)
+        return 0;
+    if ((rc = set_limits(err, errlen)) != 0)
+        return rc;
+    if (level >= MXOP__SANDBOX_STRICT) {
+        if ((rc = drop_capabilities(err, errlen)) != 0)
+            return rc;
+        if ((rc = apply_landlock(err, errlen)) != 0)
+            return rc;
+    }
+    return apply_seccomp(err, errlen);
+}
