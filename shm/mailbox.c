@@ -231,8 +231,13 @@ int mxop__mbox_take(mxop__mbox_t *m, uint8_t *buf, size_t cap, uint16_t *kind, u
             return MXOP_EPROTOCOL;
         return 1;
     }
-    m->rx_seen = atomic_load_explicit(&s->seq, memory_order_acquire) & ~1u;
-    return MXOP_EPROTOCOL;
+    /*
+     * The writer is still (or again) writing: it may have been preempted in
+     * the middle of its copy.  That is not a bad frame; say "not yet" and
+     * let the caller wait for the bell, which the writer rings once the
+     * frame is published (mxop__mbox_ready ignores a slot being written).
+     */
+    return 0;
 }
 
 static int64_t spin_budget(const mxop__mbox_t *m)

@@ -129,7 +129,7 @@ static inline int mxop__mbox_ready(const mxop__mbox_t *m)
 /**
  * Copies the newest frame of the rx slot into buf[cap] (cap at least
  * MXOP__MBOX_SLOT_BYTES) and decodes its header.  Returns 1 with *kind,
- * *len (payload bytes, at buf + 12); 0 when there is no new frame;
+ * *len (payload bytes, at buf + 12); 0 when there is no new frame (or one is still being written);
  * MXOP_EPROTOCOL / MXOP_EVERSION / MXOP_EFRAME_TOO_LARGE for a frame that is
  * not one (the frame is consumed).
  */

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,6 +70,28 @@ static void copy_plugins(const char *from, const char *to)
     closedir(dir);
 }
 
+/* Whether something accepts connections at the socket path. */
+static int socket_answers(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (n >= sizeof(sa.sun_path)) {
+        close(fd);
+        return 1; /* too long to test this way: take the file's presence */
+    }
+    memcpy(sa.sun_path, path, n + 1);
+    int ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+static void exec_daemon(mxt_daemon_t *d, const char *const *extra_args);
+
 void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args)
 {
     memset(d, 0, sizeof(*d));
@@ -82,11 +106,27 @@ void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args)
     copy_plugins(path, d->plugins);
     snprintf(path, sizeof(path), "%s/tests/plugins", mxt_build_dir());
     copy_plugins(path, d->plugins);
+    exec_daemon(d, extra_args);
+}
 
+void mxt_daemon_restart(mxt_daemon_t *d, const char *const *extra_args)
+{
+    cr_assert(d->pid == 0, "mxt_daemon_restart: the daemon still runs");
+    cr_assert(d->dir[0] != '\0', "mxt_daemon_restart: no directory");
+    exec_daemon(d, extra_args);
+}
+
+static void exec_daemon(mxt_daemon_t *d, const char *const *extra_args)
+{
     char daemon[512];
     snprintf(daemon, sizeof(daemon), "%s/bin/mxop-serverd", mxt_build_dir());
-    const char *argv[32] = {daemon, "--socket", d->sock, "--plugin-dir", d->plugins,
-                            "--log-level", getenv("MXOP_TEST_LOG") ? "debug" : "warn"};
+    const char *argv[32] = {daemon,
+                            "--socket",
+                            d->sock,
+                            "--plugin-dir",
+                            d->plugins,
+                            "--log-level",
+                            getenv("MXOP_TEST_LOG") ? "debug" : "warn"};
     int argc = 7;
     for (int i = 0; extra_args != NULL && extra_args[i] != NULL && argc < 31; i++)
         argv[argc++] = extra_args[i];
@@ -100,14 +140,22 @@ void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args)
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent)
             _exit(1);
-        /* Crash fixtures must die by their signal, not by a sanitizer's report. */
-        setenv("ASAN_OPTIONS", "handle_segv=0:handle_sigbus=0:handle_abort=0:detect_leaks=1", 0);
+        /*
+         * Crash fixtures must die by their signal, not by a sanitizer's report:
+         * an error ASan finds (a double free) aborts, and an allocation over the
+         * sandbox's memory limit returns NULL as it would without ASan.
+         */
+        setenv("ASAN_OPTIONS",
+               "handle_segv=0:handle_sigbus=0:handle_abort=0:detect_leaks=1:abort_on_error=1:"
+               "allocator_may_return_null=1",
+               0);
         execv(daemon, (char *const *)argv);
         _exit(127);
     }
     d->pid = pid;
+    /* A restarted daemon replaces the socket a killed one left: wait for a connectable one. */
     for (int i = 0; i < 500; i++) {
-        if (access(d->sock, F_OK) == 0)
+        if (access(d->sock, F_OK) == 0 && socket_answers(d->sock))
             return;
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
@@ -307,4 +355,75 @@ void mxt_assert_close(const mxop_array_t *got, const double *want, size_t n, dou
         cr_assert(fabs(g - want[i]) <= tol, "element %zu: got %.17g, expected %.17g", i, g,
                   want[i]);
     }
+}
+
+int mxt_session_procs(pid_t sid)
+{
+    DIR *dir = opendir("/proc");
+    if (dir == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0)
+            continue;
+        /* Zombies are dead: only the living count. */
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        char *p = strrchr(buf, ')');
+        char state;
+        int ppid, pgrp, session;
+        if (p != NULL && sscanf(p + 2, "%c %d %d %d", &state, &ppid, &pgrp, &session) == 4 &&
+            session == (int)sid && state != 'Z' && state != 'X')
+            n++;
+    }
+    closedir(dir);
+    return n;
+}
+
+pid_t mxt_worker_pid(mxop_client_t *c)
+{
+    mxop_stats_t st;
+    int rc = mxop_stats(c, &st);
+    cr_assert_eq(rc, 0, "mxop_stats: %s: %s", mxop_err_name(rc), mxop_last_error(c));
+    return (pid_t)st.worker_pid;
+}
+
+int mxt_proc_field(pid_t pid, const char *file, const char *key, char *out, size_t outlen)
+{
+    char path[128], line[512];
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t klen = strlen(key);
+    int found = -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, key, klen) != 0)
+            continue;
+        const char *v = line + klen;
+        while (*v == ' ' || *v == '\t' || *v == ':')
+            v++;
+        snprintf(out, outlen, "%s", v);
+        size_t n = strlen(out);
+        while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
+            out[--n] = '\0';
+        found = 0;
+        break;
+    }
+    fclose(f);
+    return found;
+}
+
+void mxt_sleep_ms(int ms)
+{
+    sleep_ms(ms);
 }

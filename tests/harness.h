@@ -29,6 +29,9 @@ const char *mxt_build_dir(void);
 /** Starts a daemon; extra_args is NULL or a NULL-terminated list of further arguments. */
 void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args);
 
+/** Starts a daemon again in the directory of one that was killed (same socket, same plugins). */
+void mxt_daemon_restart(mxt_daemon_t *d, const char *const *extra_args);
+
 /** SIGTERM, wait (asserting a clean exit 0 and that the socket is gone), remove the directory. */
 void mxt_daemon_stop(mxt_daemon_t *d);
 
@@ -53,6 +56,21 @@ int mxt_memfd_count(pid_t pid);
 
 /** The pids of the daemon's live children (workers), up to max; returns the count. */
 int mxt_children(pid_t pid, pid_t *out, int max);
+
+/** Number of live processes in session `sid` (a worker and what its ops started). */
+int mxt_session_procs(pid_t sid);
+
+/** The pid of the client's current worker (asks the daemon). */
+pid_t mxt_worker_pid(mxop_client_t *c);
+
+/**
+ * The value after "key" in /proc/PID/FILE (e.g. "status", "Seccomp"), trimmed,
+ * into out.  Returns 0, or -1 if the file or the key is not there.
+ */
+int mxt_proc_field(pid_t pid, const char *file, const char *key, char *out, size_t outlen);
+
+/** Sleeps. */
+void mxt_sleep_ms(int ms);
 
 /** Waits until fn(arg) is true or timeout_ms passes; returns the last value. */
 int mxt_wait_until(int (*fn)(void *), void *arg, int timeout_ms);

@@ -41,8 +41,7 @@ static void one_busy_session(int crash)
     cr_assert_eq(mxop_region_create(c, 1 << 20, &region, &base), 0);
     cr_assert_eq(mxop_forward(c, mxt_op(c, "relu"), NULL, &x, 1, &y, 1), 0);
     if (crash)
-        cr_assert_eq(mxop_forward(c, mxt_op(c, "segv"), NULL, &x, 1, &y, 1),
-                     MXOP_EWORKER_CRASHED);
+        cr_assert_eq(mxop_forward(c, mxt_op(c, "segv"), NULL, &x, 1, &y, 1), MXOP_EWORKER_CRASHED);
     cr_assert_eq(mxop_region_release(c, region), 0);
     mxop_close(c);
 }
@@ -60,10 +59,21 @@ static int back_to(void *arg)
            mxt_children(want->pid, kids, 8) == 0;
 }
 
+static int no_children(void *arg)
+{
+    pid_t kids[8];
+    return mxt_children(*(pid_t *)arg, kids, 8) == 0;
+}
+
 Test(lifecycle, no_fd_or_shared_memory_leak)
 {
     /* Warm up once so that lazily opened descriptors are counted in the baseline. */
     one_busy_session(0);
+    /* The baseline is taken once that session is gone (its workers reaped, its regions closed). */
+    cr_assert(mxt_wait_until(no_children, &daemon_.pid, 5000),
+              "the warm-up session's workers live on");
+    struct timespec settle = {0, 50 * 1000000L};
+    nanosleep(&settle, NULL);
     struct counts daemon_before = {daemon_.pid, mxt_fd_count(daemon_.pid),
                                    mxt_memfd_count(daemon_.pid)};
     int client_fds = mxt_fd_count(getpid());

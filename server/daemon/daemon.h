@@ -44,9 +44,26 @@
 
 /* The most regions one session may hold (registered plus being mapped). */
 #define MXOP__SESSION_MAX_REGIONS 4096
-/* A session whose worker dies this often within the window is not respawned. */
-#define MXOP__RESPAWN_BURST 5
-#define MXOP__RESPAWN_WINDOW_NS (2LL * 1000000000LL)
+/*
+ * Restart policy.  A worker that dies outside any call or request is
+ * respawned after a backoff that doubles with each consecutive such death
+ * of a worker that never served a call (0, then 10, 20, 40 ... ms, capped),
+ * and the session gives up after MXOP__RESPAWN_GIVE_UP of them in a row.
+ * A death inside a call is respawned at once: the client sets the pace.
+ */
+#define MXOP__BACKOFF_FIRST_MS 10
+#define MXOP__BACKOFF_MAX_MS 2000
+#define MXOP__RESPAWN_GIVE_UP 10
+/* A library that crashes its worker while loading this often is refused (MXOP_EQUARANTINED). */
+#define MXOP__QUARANTINE_CRASHES 3
+/* The most libraries the quarantine remembers (the oldest unquarantined entry makes room). */
+#define MXOP__QUARANTINE_MAX 256
+/*
+ * A warm spare is started this long after it is needed (at session open, after
+ * a crash), so that its start does not compete for the CPU with the calls
+ * that follow.
+ */
+#define MXOP__SPARE_DELAY_MS 100
 /* The watchdog's period. */
 #define MXOP__WATCHDOG_MS 20
 /* Descriptors a connection may hold that no frame has claimed yet. */
@@ -199,7 +216,27 @@ typedef struct mxop__config {
     uid_t allow_uids[MXOP__MAX_ALLOW_UIDS];
     int n_allow_uids;
     uint64_t max_timeout_ms;
+
+    /* The workers' sandbox (server/worker/sandbox.h, docs/isolation.md). */
+    const char *sandbox;       /* "none", "basic" or "strict" */
+    uint64_t worker_memory_mb; /* memory ops may use in a worker; 0: no limit */
+    uint64_t worker_max_fds;   /* RLIMIT_NOFILE of a worker */
+    bool has_worker_uid;       /* run workers as this user (the daemon runs as root) */
+    uid_t worker_uid;
+    gid_t worker_gid;
+    bool warm_spare; /* keep a started spare worker per session */
 } mxop__config_t;
+
+/* One library that crashed a worker while it was loading (quarantine.c). */
+typedef struct mxop__quarantine {
+    char *path; /* resolved */
+    dev_t dev;  /* the file's identity when it crashed: a rebuilt file starts afresh */
+    ino_t ino;
+    off_t size;
+    int64_t mtime_ns;
+    int crashes;
+    uint64_t seq; /* when last touched, to choose what to forget */
+} mxop__quarantine_t;
 
 struct mxop__daemon {
     uv_loop_t *loop;
@@ -223,6 +260,9 @@ struct mxop__daemon {
 
     mxop__list_t clients; /* mxop__client_t.link */
     mxop__list_t workers; /* mxop__worker_t.link */
+    mxop__quarantine_t quarantine[MXOP__QUARANTINE_MAX];
+    size_t n_quarantine;
+    uint64_t quarantine_seq;
     uint32_t n_sessions;
     uint64_t next_session_id;
     uint64_t next_client_id;
@@ -278,6 +318,22 @@ typedef struct mxop__pending {
     uint8_t ipc[MXOP__CUDA_IPC_BYTES];
 } mxop__pending_t;
 
+/* A session's timer, allocated apart so that it can outlive the session until closed. */
+typedef struct mxop__stimer {
+    uv_timer_t timer;
+    mxop__session_t *s; /* NULL once the session is gone */
+} mxop__stimer_t;
+
+/* The news of a death, kept while the respawn waits out its backoff. */
+typedef struct mxop__death {
+    int code;
+    int term_signal;
+    int exit_status;
+    uint64_t call_id;
+    char op[MXOP__STATUS_OP_MAX];
+    char message[MXOP__MSG_MAX];
+} mxop__death_t;
+
 struct mxop__session {
     mxop__daemon_t *d;
     mxop__client_t *client;
@@ -285,10 +341,27 @@ struct mxop__session {
     uint32_t generation;
     mxop__worker_t *worker; /* the live worker, or NULL */
     bool dead;              /* respawning gave up: worker-bound requests fail */
+    int dead_code;
     char dead_msg[MXOP__MSG_MAX];
     uint64_t restarts;
-    int64_t deaths[MXOP__RESPAWN_BURST]; /* ring of death times */
-    int n_deaths;
+    int idle_deaths; /* consecutive deaths outside calls of workers that served no call */
+
+    /*
+     * The warm spare: a worker started ahead of need (generation + 1) and
+     * given every library and region the session has, in the same order,
+     * as soon as the live worker has them.  When the live worker dies, the
+     * spare takes its place at once: nothing to start, nothing to replay.
+     * Its requests in flight have their own FIFO (all replays).
+     */
+    mxop__worker_t *spare;
+    mxop__pending_t *spare_head;
+    mxop__pending_t *spare_tail;
+    int spare_deaths; /* consecutive deaths of spares */
+    mxop__stimer_t *respawn_timer;
+    mxop__stimer_t *spare_timer;
+    bool respawn_due;    /* a respawn waits for respawn_timer */
+    int64_t respawn_at;  /* when (mxop__now_ns) */
+    mxop__death_t death; /* what the event will say when it comes */
 
     mxop__lib_t *libs;
     size_t n_libs;
@@ -323,6 +396,9 @@ struct mxop__worker {
     mxop__status_page_t *page;
     bool killed_timeout;
     char timeout_msg[MXOP__MSG_MAX];
+    bool spare;    /* a warm spare, not yet the session's worker */
+    int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
+    char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -346,12 +422,17 @@ void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
 void mxop__client_close(mxop__client_t *cl);
 /* A SupReply from the session's current worker. */
 void mxop__session_sup_reply(mxop__session_t *s, const Mxop__SupReply *r);
+/* A SupReply from the session's warm spare. */
+void mxop__session_spare_reply(mxop__session_t *s, const Mxop__SupReply *r);
 /*
  * The session's worker died (already reaped).  code/message classify it;
- * the session fails what was pending, then respawns or gives up.
+ * `served` says whether it ever ran a call.  The session fails what was
+ * pending, then respawns (promoting its spare) or gives up.
  */
 void mxop__session_worker_died(mxop__session_t *s, int code, int term_signal, int exit_status,
-                               uint64_t call_id, const char *op, const char *message);
+                               uint64_t call_id, const char *op, const char *message, bool served);
+/* The session's spare died (already reaped) before it was needed. */
+void mxop__session_spare_died(mxop__session_t *s, int term_signal, const char *message);
 /* Sends an error Reply (id, code, message) to a client. */
 void mxop__client_reply_error(mxop__client_t *cl, uint64_t id, int code, const char *msg);
 
@@ -370,6 +451,10 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
 int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd);
 /* Detaches the worker from its session and kills its process group. */
 void mxop__worker_detach_kill(mxop__worker_t *w);
+/* Kills the worker's process group, attached or not; `why` goes into the report of its death. */
+void mxop__worker_kill(mxop__worker_t *w, const char *why);
+/* True if some live worker is `pid` or shares its session (an op's child). */
+bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid);
 /* Starts the deadline watchdog. */
 int mxop__watchdog_start(mxop__daemon_t *d);
 void mxop__watchdog_stop(mxop__daemon_t *d);
@@ -387,6 +472,19 @@ void mxop__watchdog_stop(mxop__daemon_t *d);
  */
 int mxop__plugin_resolve(const char *dir_real, const char *name, size_t name_len, char *out,
                          size_t outlen, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* quarantine.c */
+
+/*
+ * MXOP_EQUARANTINED with a sentence in err when the library at `path` (a
+ * resolved path) is quarantined, else 0.
+ */
+int mxop__quarantine_check(mxop__daemon_t *d, const char *path, char *err, size_t errlen);
+/* Records that the library at `path` crashed a worker while loading; returns its count. */
+int mxop__quarantine_crash(mxop__daemon_t *d, const char *path);
+/* Forgets everything (at exit). */
+void mxop__quarantine_free(mxop__daemon_t *d);
 
 /* ------------------------------------------------------------------------ */
 /* main.c */

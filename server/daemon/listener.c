@@ -93,12 +93,9 @@ static bool uid_allowed(const mxop__daemon_t *d, uid_t uid)
     return false;
 }
 
-/* Sends a refusal on a connection that never becomes a client, then closes it. */
-static void refuse(int fd, uid_t uid)
+/* Sends a refusal (`msg`) on a connection that never becomes a client, then closes it. */
+static void refuse(int fd, char *msg)
 {
-    char msg[160];
-    mxop__fmt(msg, sizeof(msg), "uid %u is not allowed to use this daemon (see --allow-uid)",
-              (unsigned)uid);
     Mxop__Reply r = MXOP__REPLY__INIT;
     r.id = 0;
     r.status = MXOP_EDENIED;
@@ -130,10 +127,25 @@ static void accept_one(mxop__daemon_t *d, int fd)
         close(fd);
         return;
     }
+    char msg[160];
     if (!uid_allowed(d, cred.uid)) {
         MXOP__LOGW(0, NULL, "refused connection from uid %u (pid %d): not allowed",
                    (unsigned)cred.uid, (int)cred.pid);
-        refuse(fd, cred.uid);
+        mxop__fmt(msg, sizeof(msg), "uid %u is not allowed to use this daemon (see --allow-uid)",
+                  (unsigned)cred.uid);
+        refuse(fd, msg);
+        return;
+    }
+    /*
+     * A worker runs as the daemon's own user; if its ops could open
+     * sessions, one op could start workers without end.  Workers, and what
+     * their ops start, are refused.
+     */
+    if (mxop__is_worker_process(d, cred.pid)) {
+        MXOP__LOGW(0, NULL, "refused connection from pid %d: it is a worker (or started by one)",
+                   (int)cred.pid);
+        mxop__fmt(msg, sizeof(msg), "workers may not connect to the daemon");
+        refuse(fd, msg);
         return;
     }
     mxop__client_start(d, fd, cred.uid, cred.pid);

@@ -26,12 +26,15 @@
 #include "server/daemon/log.h"
 
 #define DEFAULT_MAX_TIMEOUT_MS 600000ull
+#define DEFAULT_WORKER_MAX_FDS 1024ull
 /* How long shutdown waits for killed workers to be reaped before giving up. */
 #define SHUTDOWN_GRACE_MS 5000
 
 static const char usage_text[] =
     "usage: mxop-serverd --socket PATH --plugin-dir DIR [--log-level debug|info|warn|error]\n"
     "                    [--worker PATH] [--allow-uid UID]... [--max-timeout-ms N]\n"
+    "                    [--sandbox none|basic|strict] [--worker-memory-mb N]\n"
+    "                    [--worker-max-fds N] [--worker-uid UID] [--warm-spare on|off]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
@@ -39,7 +42,16 @@ static const char usage_text[] =
     "  --worker PATH        worker executable (default: mxop-worker beside this program,\n"
     "                       else " MXOP_LIBEXECDIR "/mxop-worker)\n"
     "  --allow-uid UID      also accept clients of this user (number or name); repeatable\n"
-    "  --max-timeout-ms N   longest any call may run, deadline or not (default 600000)\n";
+    "  --max-timeout-ms N   longest any call may run, deadline or not (default 600000)\n"
+    "  --sandbox LEVEL      what workers may not do: none, basic or strict (default strict;\n"
+    "                       see docs/isolation.md)\n"
+    "  --worker-memory-mb N memory ops may use in a worker, in MiB (basic and strict;\n"
+    "                       default half the physical memory, at least 1024; 0: no limit)\n"
+    "  --worker-max-fds N   descriptors a worker may open (basic and strict; default 1024)\n"
+    "  --worker-uid UID     run workers as this user, each in a network namespace of its\n"
+    "                       own (the daemon must run as root)\n"
+    "  --warm-spare on|off  keep one started spare worker per session, so that the call\n"
+    "                       after a crash does not wait for a new worker (default on)\n";
 
 static uv_timer_t shutdown_guard;
 
@@ -75,6 +87,15 @@ static int parse_uid(const char *s, uid_t *out)
     return 0;
 }
 
+/* Half the physical memory, at least 1 GiB: a runaway op stops there, not at the OOM killer. */
+static uint64_t default_memory_mb(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES);
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t mb = pages > 0 && page > 0 ? ((uint64_t)pages * (uint64_t)page >> 20) / 2 : 0;
+    return mb < 1024 ? 1024 : mb;
+}
+
 /* The worker beside our own executable, else the installed one. */
 static char *default_worker(void)
 {
@@ -99,7 +120,11 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
 {
     const char *plugin_dir = NULL;
     const char *worker = NULL;
+    bool memory_set = false;
     cfg->max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS;
+    cfg->sandbox = "strict";
+    cfg->worker_max_fds = DEFAULT_WORKER_MAX_FDS;
+    cfg->warm_spare = true;
     *done = false;
 
     for (int i = 1; i < argc; i++) {
@@ -127,8 +152,10 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             return usage_error("unknown option '%s'", arg);
         memcpy(opt, arg, olen);
         opt[olen] = '\0';
-        static const char *const known[] = {"--socket", "--plugin-dir", "--log-level",
-                                            "--worker", "--allow-uid",  "--max-timeout-ms"};
+        static const char *const known[] = {
+            "--socket",         "--plugin-dir",     "--log-level", "--worker",
+            "--allow-uid",      "--max-timeout-ms", "--sandbox",   "--worker-memory-mb",
+            "--worker-max-fds", "--worker-uid",     "--warm-spare"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -165,6 +192,42 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             if (cfg->n_allow_uids == MXOP__MAX_ALLOW_UIDS)
                 return usage_error("at most %d --allow-uid options", MXOP__MAX_ALLOW_UIDS);
             cfg->allow_uids[cfg->n_allow_uids++] = uid;
+        } else if (strcmp(opt, "--sandbox") == 0) {
+            if (strcmp(val, "none") != 0 && strcmp(val, "basic") != 0 && strcmp(val, "strict") != 0)
+                return usage_error("--sandbox must be none, basic or strict, not '%s'", val);
+            cfg->sandbox = val;
+        } else if (strcmp(opt, "--worker-memory-mb") == 0 || strcmp(opt, "--worker-max-fds") == 0) {
+            bool mem = strcmp(opt, "--worker-memory-mb") == 0;
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(val, &end, 10);
+            if (val[0] == '-' || *end != '\0' || errno != 0 || v > (1ull << 30) || (!mem && v < 16))
+                return usage_error("%s must be a number %s, not '%s'", opt,
+                                   mem ? "of MiB (0: no limit)" : "from 16", val);
+            if (mem) {
+                cfg->worker_memory_mb = v;
+                memory_set = true;
+            } else {
+                cfg->worker_max_fds = v;
+            }
+        } else if (strcmp(opt, "--worker-uid") == 0) {
+            uid_t uid;
+            if (parse_uid(val, &uid) != 0)
+                return usage_error("--worker-uid '%s' is neither a uid number nor a user name",
+                                   val);
+            if (geteuid() != 0)
+                return usage_error("--worker-uid needs the daemon to run as root");
+            struct passwd *pw = getpwuid(uid);
+            cfg->has_worker_uid = true;
+            cfg->worker_uid = uid;
+            cfg->worker_gid = pw != NULL ? pw->pw_gid : (gid_t)uid;
+        } else if (strcmp(opt, "--warm-spare") == 0) {
+            if (strcmp(val, "on") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
+                cfg->warm_spare = true;
+            else if (strcmp(val, "off") == 0 || strcmp(val, "no") == 0 || strcmp(val, "0") == 0)
+                cfg->warm_spare = false;
+            else
+                return usage_error("--warm-spare must be on or off, not '%s'", val);
         } else {
             char *end;
             errno = 0;
@@ -178,6 +241,8 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
         }
     }
 
+    if (!memory_set)
+        cfg->worker_memory_mb = default_memory_mb();
     if (cfg->socket_path == NULL)
         return usage_error("--socket PATH is required");
     if (plugin_dir == NULL)
@@ -318,6 +383,14 @@ int main(int argc, char **argv)
 
     MXOP__LOGI(0, NULL, "mxop-serverd %s listening on %s (plugins %s, worker %s)",
                MXOP_VERSION_STRING, d.cfg.socket_path, d.cfg.plugin_dir, d.cfg.worker_path);
+    char as_uid[48] = "";
+    if (d.cfg.has_worker_uid)
+        mxop__fmt(as_uid, sizeof(as_uid), ", as uid %u in their own network namespaces",
+                  (unsigned)d.cfg.worker_uid);
+    MXOP__LOGI(0, NULL, "workers: sandbox %s, %llu MiB for ops, %llu descriptors%s, %s spare",
+               d.cfg.sandbox, (unsigned long long)d.cfg.worker_memory_mb,
+               (unsigned long long)d.cfg.worker_max_fds, as_uid,
+               d.cfg.warm_spare ? "a warm" : "no");
     uv_run(&loop, UV_RUN_DEFAULT);
 
     if (!mxop__list_empty(&d.workers)) {
@@ -338,6 +411,7 @@ out_loop:
         MXOP__LOGI(0, NULL, "stopped");
     }
 out_cfg:
+    mxop__quarantine_free(&d);
     free(d.cfg.plugin_dir);
     free(d.cfg.worker_path);
     return rc;

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,36 +221,71 @@ static void pending_free(mxop__pending_t *p)
     free(p);
 }
 
-static void pending_push(mxop__session_t *s, mxop__pending_t *p)
+/* A FIFO of pending entries: the live worker's, or the spare's. */
+typedef struct fifo {
+    mxop__pending_t **head;
+    mxop__pending_t **tail;
+} fifo_t;
+
+static fifo_t main_fifo(mxop__session_t *s)
 {
-    p->next = NULL;
-    if (s->pend_tail != NULL)
-        s->pend_tail->next = p;
-    else
-        s->pend_head = p;
-    s->pend_tail = p;
+    return (fifo_t){&s->pend_head, &s->pend_tail};
 }
 
-static mxop__pending_t *pending_take(mxop__session_t *s, uint64_t sup_id)
+static fifo_t spare_fifo(mxop__session_t *s)
+{
+    return (fifo_t){&s->spare_head, &s->spare_tail};
+}
+
+static void fifo_push(fifo_t q, mxop__pending_t *p)
+{
+    p->next = NULL;
+    if (*q.tail != NULL)
+        (*q.tail)->next = p;
+    else
+        *q.head = p;
+    *q.tail = p;
+}
+
+static mxop__pending_t *fifo_take(fifo_t q, uint64_t sup_id)
 {
     mxop__pending_t *prev = NULL;
-    for (mxop__pending_t *p = s->pend_head; p != NULL; prev = p, p = p->next) {
+    for (mxop__pending_t *p = *q.head; p != NULL; prev = p, p = p->next) {
         if (p->sup_id != sup_id)
             continue;
         if (prev != NULL)
             prev->next = p->next;
         else
-            s->pend_head = p->next;
-        if (s->pend_tail == p)
-            s->pend_tail = prev;
+            *q.head = p->next;
+        if (*q.tail == p)
+            *q.tail = prev;
         p->next = NULL;
         return p;
     }
     return NULL;
 }
 
-/* Sends the SupRequest for a pending entry; `fd` rides with it (borrowed) when >= 0. */
-static int pending_send(mxop__session_t *s, mxop__pending_t *p, int fd)
+static void fifo_free(fifo_t q)
+{
+    mxop__pending_t *p = *q.head;
+    while (p != NULL) {
+        mxop__pending_t *next = p->next;
+        pending_free(p);
+        p = next;
+    }
+    *q.head = *q.tail = NULL;
+}
+
+static mxop__pending_t *pending_take(mxop__session_t *s, uint64_t sup_id)
+{
+    return fifo_take(main_fifo(s), sup_id);
+}
+
+/*
+ * Sends the SupRequest for a pending entry to the live worker, or to the
+ * spare when `to_spare`; `fd` rides with it (borrowed) when >= 0.
+ */
+static int pending_send_to(mxop__session_t *s, mxop__pending_t *p, int fd, bool to_spare)
 {
     Mxop__SupRequest req = MXOP__SUP_REQUEST__INIT;
     Mxop__WorkerLoad load = MXOP__WORKER_LOAD__INIT;
@@ -280,10 +316,15 @@ static int pending_send(mxop__session_t *s, mxop__pending_t *p, int fd)
         req.unmap = &unmap;
         break;
     }
-    int rc = mxop__worker_send(s->worker, &req, fd);
+    int rc = mxop__worker_send(to_spare ? s->spare : s->worker, &req, fd);
     if (rc == 0)
-        pending_push(s, p);
+        fifo_push(to_spare ? spare_fifo(s) : main_fifo(s), p);
     return rc;
+}
+
+static int pending_send(mxop__session_t *s, mxop__pending_t *p, int fd)
+{
+    return pending_send_to(s, p, fd, false);
 }
 
 /* 0 when the session has a worker to forward to, else the code and a message. */
@@ -291,6 +332,15 @@ static int need_worker(mxop__session_t *s, char *err, size_t errlen)
 {
     if (s->dead) {
         mxop__fmt(err, errlen, "%s", s->dead_msg);
+        return s->dead_code != 0 ? s->dead_code : MXOP_EWORKER_CRASHED;
+    }
+    if (s->worker == NULL && s->respawn_due) {
+        int64_t left = (s->respawn_at - mxop__now_ns()) / 1000000;
+        mxop__fmt(err, errlen,
+                  "session %llu's worker died (%s) and is restarted in %lld ms, after %d deaths "
+                  "in a row",
+                  (unsigned long long)s->id, s->death.message, (long long)(left > 0 ? left : 0),
+                  s->idle_deaths);
         return MXOP_EWORKER_CRASHED;
     }
     if (s->worker == NULL) {
@@ -300,14 +350,72 @@ static int need_worker(mxop__session_t *s, char *err, size_t errlen)
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Timers */
+
+static void stimer_closed_cb(uv_handle_t *h)
+{
+    free(MXOP__CONTAINER_OF((uv_timer_t *)h, mxop__stimer_t, timer));
+}
+
+static mxop__stimer_t *stimer_new(mxop__session_t *s)
+{
+    mxop__stimer_t *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    if (uv_timer_init(s->d->loop, &t->timer) != 0) {
+        free(t);
+        return NULL;
+    }
+    t->s = s;
+    return t;
+}
+
+static void stimer_free(mxop__stimer_t *t)
+{
+    if (t == NULL)
+        return;
+    t->s = NULL;
+    uv_timer_stop(&t->timer);
+    uv_close((uv_handle_t *)&t->timer, stimer_closed_cb);
+}
+
+/* 0 for the first death in a row, then MXOP__BACKOFF_FIRST_MS doubling, capped. */
+static uint64_t backoff_ms(int deaths)
+{
+    if (deaths <= 1)
+        return 0;
+    uint64_t ms = MXOP__BACKOFF_FIRST_MS;
+    for (int i = 2; i < deaths && ms < MXOP__BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return ms < MXOP__BACKOFF_MAX_MS ? ms : MXOP__BACKOFF_MAX_MS;
+}
+
+static void spare_cb(uv_timer_t *t);
+
+/* Starts a spare after `delay_ms`, if the session wants one and has none. */
+static void schedule_spare(mxop__session_t *s, uint64_t delay_ms)
+{
+    if (!s->d->cfg.warm_spare || s->spare != NULL || s->dead || s->spare_timer == NULL ||
+        s->spare_deaths >= MXOP__RESPAWN_GIVE_UP || s->d->shutting_down)
+        return;
+    uv_timer_start(&s->spare_timer->timer, spare_cb, delay_ms, 0);
+}
+
+/* Ends the spare (if any) and forgets what it was asked. */
+static void drop_spare(mxop__session_t *s)
+{
+    if (s->spare != NULL) {
+        mxop__worker_detach_kill(s->spare);
+        s->spare = NULL;
+    }
+    fifo_free(spare_fifo(s));
+}
+
 static void session_free(mxop__session_t *s)
 {
-    mxop__pending_t *p = s->pend_head;
-    while (p != NULL) {
-        mxop__pending_t *next = p->next;
-        pending_free(p);
-        p = next;
-    }
+    fifo_free(main_fifo(s));
+    fifo_free(spare_fifo(s));
     for (size_t i = 0; i < s->n_regions; i++)
         if (s->regions[i].fd >= 0)
             close(s->regions[i].fd);
@@ -332,11 +440,18 @@ static void session_end(mxop__session_t *s)
         mxop__worker_detach_kill(s->worker);
         s->worker = NULL;
     }
+    drop_spare(s);
+    stimer_free(s->respawn_timer);
+    stimer_free(s->spare_timer);
+    s->respawn_timer = s->spare_timer = NULL;
+    s->respawn_due = false;
     s->client = NULL;
     s->d->n_sessions--;
     MXOP__LOGI(s->id, NULL, "session ended (%llu worker restarts)",
                (unsigned long long)s->restarts);
 }
+
+static void mirror_unmap(mxop__session_t *s, uint32_t region);
 
 /* ------------------------------------------------------------------------ */
 /* Requests. */
@@ -431,6 +546,9 @@ static void handle_open(mxop__client_t *cl, const Mxop__Request *req)
     s->client = cl;
     cl->session = s;
     d->n_sessions++;
+    /* Without timers there is no backoff (respawns are immediate) and no spare. */
+    s->respawn_timer = stimer_new(s);
+    s->spare_timer = stimer_new(s);
 
     Mxop__OpenSessionReply osr = MXOP__OPEN_SESSION_REPLY__INIT;
     osr.session = s->id;
@@ -444,6 +562,7 @@ static void handle_open(mxop__client_t *cl, const Mxop__Request *req)
     close(client_fd);
     MXOP__LOGI(s->id, NULL, "session opened by client %llu '%s'; worker %d",
                (unsigned long long)cl->id, cl->name, (int)w->pid);
+    schedule_spare(s, MXOP__SPARE_DELAY_MS);
 }
 
 /*
@@ -542,6 +661,12 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
     if (find_lib(s, resolved) != NULL) {
         /* Already loaded: the list as it is, without troubling the worker. */
         reply_ops(s, req->id);
+        return;
+    }
+    rc = mxop__quarantine_check(s->d, resolved, err, sizeof(err));
+    if (rc != 0) {
+        MXOP__LOGI(s->id, NULL, "LoadLibrary of '%s' refused: %s", name, err);
+        mxop__client_reply_error(cl, req->id, rc, err);
         return;
     }
     rc = need_worker(s, err, sizeof(err));
@@ -713,6 +838,7 @@ static void handle_release(mxop__client_t *cl, mxop__session_t *s, const Mxop__R
         close(s->regions[i].fd);
     s->region_bytes -= s->regions[i].size;
     s->regions[i] = s->regions[--s->n_regions];
+    mirror_unmap(s, id);
 
     char err[MXOP__MSG_MAX];
     if (need_worker(s, err, sizeof(err)) != 0) {
@@ -907,15 +1033,235 @@ void mxop__client_close(mxop__client_t *cl)
 /* ------------------------------------------------------------------------ */
 /* The worker's side. */
 
+/* The spare cannot follow the session any more: end it and start another later. */
+static void spare_failed(mxop__session_t *s, const char *why)
+{
+    MXOP__LOGW(s->id, NULL, "spare worker %d: %s; replacing it",
+               s->spare != NULL ? (int)s->spare->pid : 0, why);
+    drop_spare(s);
+    s->spare_deaths++;
+    schedule_spare(s, backoff_ms(s->spare_deaths) + MXOP__SPARE_DELAY_MS);
+}
+
+static mxop__pending_t *load_entry(mxop__session_t *s, const mxop__lib_t *lib)
+{
+    mxop__pending_t *p = pending_new(s, MXOP__PENDING_LOAD, 0, true);
+    if (p != NULL &&
+        ((p->path = strdup(lib->path)) == NULL || (p->name = strdup(lib->name)) == NULL)) {
+        pending_free(p);
+        p = NULL;
+    }
+    return p;
+}
+
+static void mirror_load(mxop__session_t *s, const mxop__lib_t *lib)
+{
+    if (s->spare == NULL)
+        return;
+    mxop__pending_t *p = load_entry(s, lib);
+    if (p == NULL || pending_send_to(s, p, -1, true) != 0) {
+        pending_free(p);
+        spare_failed(s, "cannot send it a library");
+    }
+}
+
+/*
+ * Device regions are not given to the spare: opening one makes a CUDA
+ * context, which costs GPU memory a spare should not hold.  The spare
+ * gets them when it takes over (replay_device_regions).
+ */
+static void mirror_map(mxop__session_t *s, const mxop__region_t *r)
+{
+    if (s->spare == NULL || r->cuda)
+        return;
+    mxop__pending_t *p = pending_new(s, MXOP__PENDING_MAP, 0, true);
+    if (p != NULL) {
+        p->region = r->id;
+        p->size = r->size;
+        p->cuda = r->cuda;
+        p->device = r->device;
+        memcpy(p->ipc, r->ipc, sizeof(p->ipc));
+    }
+    if (p == NULL || pending_send_to(s, p, r->fd, true) != 0) {
+        pending_free(p);
+        spare_failed(s, "cannot send it a region");
+    }
+}
+
+static void mirror_unmap(mxop__session_t *s, uint32_t region)
+{
+    if (s->spare == NULL)
+        return;
+    mxop__pending_t *p = pending_new(s, MXOP__PENDING_UNMAP, 0, true);
+    if (p != NULL)
+        p->region = region;
+    if (p == NULL || pending_send_to(s, p, -1, true) != 0) {
+        pending_free(p);
+        spare_failed(s, "cannot tell it to release a region");
+    }
+}
+
+/*
+ * Gives a new worker (or the spare) every library, in order, and every
+ * region of the session.  False if something could not be sent (the worker
+ * is already gone, or memory is short): it is then incomplete.
+ */
+static bool replay_to(mxop__session_t *s, bool to_spare)
+{
+    for (size_t i = 0; i < s->n_libs; i++) {
+        mxop__pending_t *p = load_entry(s, &s->libs[i]);
+        if (p == NULL || pending_send_to(s, p, -1, to_spare) != 0) {
+            MXOP__LOGD(s->id, NULL, "cannot replay library '%s' into the new worker",
+                       s->libs[i].name);
+            pending_free(p);
+            return false;
+        }
+    }
+    for (size_t i = 0; i < s->n_regions; i++) {
+        if (to_spare && s->regions[i].cuda)
+            continue; /* see mirror_map */
+        mxop__pending_t *p = pending_new(s, MXOP__PENDING_MAP, 0, true);
+        if (p == NULL)
+            return false;
+        p->region = s->regions[i].id;
+        p->size = s->regions[i].size;
+        p->cuda = s->regions[i].cuda;
+        p->device = s->regions[i].device;
+        memcpy(p->ipc, s->regions[i].ipc, sizeof(p->ipc));
+        if (pending_send_to(s, p, s->regions[i].fd, to_spare) != 0) {
+            MXOP__LOGD(s->id, NULL, "cannot re-map region %u into the new worker",
+                       (unsigned)p->region);
+            pending_free(p);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The device regions a spare did not get, once it is the session's worker. */
+static bool replay_device_regions(mxop__session_t *s)
+{
+    for (size_t i = 0; i < s->n_regions; i++) {
+        const mxop__region_t *r = &s->regions[i];
+        if (!r->cuda)
+            continue;
+        mxop__pending_t *p = pending_new(s, MXOP__PENDING_MAP, 0, true);
+        if (p == NULL)
+            return false;
+        p->region = r->id;
+        p->size = r->size;
+        p->cuda = true;
+        p->device = r->device;
+        memcpy(p->ipc, r->ipc, sizeof(p->ipc));
+        if (pending_send(s, p, -1) != 0) {
+            pending_free(p);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void spare_cb(uv_timer_t *t)
+{
+    mxop__session_t *s = MXOP__CONTAINER_OF(t, mxop__stimer_t, timer)->s;
+    if (s == NULL || s->spare != NULL || s->dead || s->client == NULL || s->d->shutting_down)
+        return;
+    if (s->worker == NULL)
+        return; /* a respawn is due; it schedules the next spare itself */
+    char err[MXOP__MSG_MAX];
+    int client_fd = -1;
+    mxop__worker_t *w = NULL;
+    if (mxop__worker_spawn(s->d, s, s->generation + 1, &w, &client_fd, err, sizeof(err)) != 0) {
+        MXOP__LOGW(s->id, NULL, "cannot start a spare worker: %s", err);
+        s->spare_deaths++;
+        schedule_spare(s, backoff_ms(s->spare_deaths) + MXOP__SPARE_DELAY_MS);
+        return;
+    }
+    w->spare = true;
+    w->client_fd = client_fd;
+    s->spare = w;
+    if (!replay_to(s, true)) {
+        spare_failed(s, "it could not be given the session's libraries and regions");
+        return;
+    }
+    MXOP__LOGD(s->id, NULL, "spare worker %d started (generation %u)", (int)w->pid,
+               (unsigned)w->generation);
+}
+
+void mxop__session_spare_reply(mxop__session_t *s, const Mxop__SupReply *r)
+{
+    mxop__pending_t *p = fifo_take(spare_fifo(s), r->id);
+    if (p == NULL) {
+        MXOP__LOGW(s->id, NULL, "spare answered supervisor request %llu, which is not pending",
+                   (unsigned long long)r->id);
+        return;
+    }
+    if (r->status != 0) {
+        char why[MXOP__MSG_MAX];
+        const char *what = p->kind == MXOP__PENDING_LOAD  ? "load library"
+                           : p->kind == MXOP__PENDING_MAP ? "map region"
+                                                          : "unmap region";
+        mxop__fmt(why, sizeof(why), "it could not %s %s: %s", what,
+                  p->kind == MXOP__PENDING_LOAD ? p->name : "",
+                  r->message != NULL && r->message[0] ? r->message : mxop_strerror(r->status));
+        pending_free(p);
+        spare_failed(s, why);
+        return;
+    }
+    pending_free(p);
+}
+
+void mxop__session_spare_died(mxop__session_t *s, int term_signal, const char *message)
+{
+    s->spare = NULL;
+    /* A spare that faults while loading a library counts against that library too. */
+    if (s->spare_head != NULL && s->spare_head->kind == MXOP__PENDING_LOAD &&
+        term_signal != SIGKILL && term_signal != SIGTERM)
+        mxop__quarantine_crash(s->d, s->spare_head->path);
+    fifo_free(spare_fifo(s));
+    if (s->client == NULL || s->d->shutting_down)
+        return;
+    MXOP__LOGW(s->id, NULL, "%s; it was not in use yet", message);
+    s->spare_deaths++;
+    if (s->spare_deaths >= MXOP__RESPAWN_GIVE_UP)
+        MXOP__LOGW(s->id, NULL, "%d spare workers died in a row: this session gets no more",
+                   s->spare_deaths);
+    schedule_spare(s, backoff_ms(s->spare_deaths) + MXOP__SPARE_DELAY_MS);
+}
+
+static void fail_pending(mxop__session_t *s, const char *message, const char *load_note);
+static void give_up(mxop__session_t *s, int code, const char *msg);
+
+/* The live worker cannot be given what the session had: end it and the session's service. */
+static void cannot_restore(mxop__session_t *s, const char *why)
+{
+    if (s->worker != NULL) {
+        mxop__worker_detach_kill(s->worker);
+        s->worker = NULL;
+    }
+    fail_pending(s, why, "");
+    memset(&s->death, 0, sizeof(s->death));
+    s->death.code = MXOP_EWORKER_CRASHED;
+    s->death.exit_status = -1;
+    give_up(s, MXOP_EWORKER_CRASHED, why);
+}
+
 static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__SupReply *r)
 {
     const char *msg = r->message != NULL && r->message[0] != '\0' ? r->message : NULL;
     if (p->replay) {
-        if (r->status != 0)
-            MXOP__LOGW(s->id, NULL,
-                       "reloading library '%s' into worker generation %u failed: %s; op "
-                       "indices after it may no longer match",
-                       p->name, (unsigned)s->generation, msg ? msg : mxop_strerror(r->status));
+        if (r->status != 0) {
+            /*
+             * Without it the ops after it would take other indices: a call
+             * could run the wrong op.  The session cannot be restored.
+             */
+            char why[MXOP__MSG_MAX];
+            mxop__fmt(why, sizeof(why),
+                      "library '%s' no longer loads into a new worker (%s), so the session's "
+                      "ops cannot be restored and its requests now fail",
+                      p->name, msg ? msg : mxop_strerror(r->status));
+            cannot_restore(s, why);
+        }
         return;
     }
     if (r->status != 0) {
@@ -928,10 +1274,14 @@ static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Su
                          mxop_strerror(r->status));
         return;
     }
-    if (find_lib(s, p->path) == NULL && add_lib(s, p->path, p->name, r) != 0) {
-        mxop__client_reply_error(s->client, p->req_id, MXOP_ENOMEM,
-                                 "out of memory recording the library's ops");
-        return;
+    if (find_lib(s, p->path) == NULL) {
+        if (add_lib(s, p->path, p->name, r) != 0) {
+            mxop__client_reply_error(s->client, p->req_id, MXOP_ENOMEM,
+                                     "out of memory recording the library's ops");
+            return;
+        }
+        /* Only now that it loaded without crashing does the spare get it too. */
+        mirror_load(s, &s->libs[s->n_libs - 1]);
     }
     MXOP__LOGI(s->id, NULL, "loaded library '%s' (%zu ops)", p->name, r->n_ops);
     reply_ops(s, p->req_id);
@@ -964,6 +1314,7 @@ static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Sup
         memcpy(nr->ipc, p->ipc, sizeof(nr->ipc));
     s->region_bytes += p->size;
     p->fd = -1;
+    mirror_map(s, &s->regions[s->n_regions - 1]);
 
     Mxop__RegisterRegionReply rr = MXOP__REGISTER_REGION_REPLY__INIT;
     rr.region = p->region;
@@ -1002,8 +1353,11 @@ void mxop__session_sup_reply(mxop__session_t *s, const Mxop__SupReply *r)
     pending_free(p);
 }
 
-/* Answers every request that was waiting on the dead worker. */
-static void fail_pending(mxop__session_t *s, const char *message)
+/*
+ * Answers every request that was waiting on the dead worker.  `load_note`
+ * (may be "") is added to the answer of the load that was running.
+ */
+static void fail_pending(mxop__session_t *s, const char *message, const char *load_note)
 {
     bool first = true;
     mxop__pending_t *p = s->pend_head;
@@ -1017,7 +1371,8 @@ static void fail_pending(mxop__session_t *s, const char *message)
             /* The head was running; the rest never reached the worker's loader. */
             if (first)
                 reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
-                             "library '%s' crashed the worker while loading: %s", p->name, message);
+                             "library '%s' crashed the worker while loading: %s%s", p->name,
+                             message, load_note);
             else
                 reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
                              "the worker died before library '%s' was loaded: %s", p->name,
@@ -1034,18 +1389,6 @@ static void fail_pending(mxop__session_t *s, const char *message)
         pending_free(p);
         p = next;
     }
-}
-
-/* Records a death; true when the session has died too often to respawn again. */
-static bool respawn_burst(mxop__session_t *s)
-{
-    int64_t now = mxop__now_ns();
-    s->deaths[s->n_deaths % MXOP__RESPAWN_BURST] = now;
-    s->n_deaths++;
-    if (s->n_deaths < MXOP__RESPAWN_BURST)
-        return false;
-    int64_t oldest = s->deaths[s->n_deaths % MXOP__RESPAWN_BURST];
-    return now - oldest <= MXOP__RESPAWN_WINDOW_NS;
 }
 
 static void send_event(mxop__session_t *s, int code, int term_signal, int exit_status,
@@ -1071,89 +1414,166 @@ static void send_event(mxop__session_t *s, int code, int term_signal, int exit_s
     send_reply(s->client, &r, client_fd);
 }
 
-/* Gives the new worker every library (in order) and region of the session. */
-static void replay(mxop__session_t *s)
+/* No more workers for this session: requests fail with `code` and `msg` from now on. */
+static void give_up(mxop__session_t *s, int code, const char *msg)
 {
-    for (size_t i = 0; i < s->n_libs; i++) {
-        mxop__pending_t *p = pending_new(s, MXOP__PENDING_LOAD, 0, true);
-        if (p == NULL || (p->path = strdup(s->libs[i].path)) == NULL ||
-            (p->name = strdup(s->libs[i].name)) == NULL || pending_send(s, p, -1) != 0) {
-            MXOP__LOGW(s->id, NULL, "cannot replay library '%s' into the new worker",
-                       s->libs[i].name);
-            pending_free(p);
+    s->dead = true;
+    s->dead_code = code == MXOP_EQUARANTINED ? code : MXOP_EWORKER_CRASHED;
+    s->respawn_due = false;
+    mxop__fmt(s->dead_msg, sizeof(s->dead_msg), "%s", msg);
+    drop_spare(s);
+    MXOP__LOGE(s->id, NULL, "%s", msg);
+    const mxop__death_t *e = &s->death;
+    send_event(s, code, e->term_signal, e->exit_status, e->call_id, e->op, msg, false, -1);
+}
+
+/*
+ * Puts a worker in place of the dead one and tells the client: the spare
+ * when there is one (it has every library and region already), else a new
+ * worker given them now.  Then a new spare is started.
+ */
+static void respawn(mxop__session_t *s)
+{
+    mxop__daemon_t *d = s->d;
+    const mxop__death_t *e = &s->death;
+    s->respawn_due = false;
+    if (s->client == NULL || s->client->conn.closing || d->shutting_down || s->dead)
+        return;
+
+    mxop__worker_t *w = s->spare;
+    int client_fd = -1;
+    bool warm = w != NULL && !w->exited && w->sup_open;
+    if (warm) {
+        s->spare = NULL;
+        w->spare = false;
+        client_fd = w->client_fd;
+        w->client_fd = -1;
+        /* What it still has in flight joins the session's FIFO, as the replays they are. */
+        s->pend_head = s->spare_head;
+        s->pend_tail = s->spare_tail;
+        s->spare_head = s->spare_tail = NULL;
+        s->spare_deaths = 0;
+    } else {
+        drop_spare(s);
+        char err[MXOP__MSG_MAX];
+        w = NULL;
+        if (mxop__worker_spawn(d, s, s->generation + 1, &w, &client_fd, err, sizeof(err)) != 0) {
+            char msg[MXOP__MSG_MAX];
+            mxop__fmt(msg, sizeof(msg), "%s; no replacement worker could be started: %s",
+                      e->message, err);
+            give_up(s, e->code, msg);
+            return;
         }
     }
-    for (size_t i = 0; i < s->n_regions; i++) {
-        mxop__pending_t *p = pending_new(s, MXOP__PENDING_MAP, 0, true);
-        if (p == NULL)
-            continue;
-        p->region = s->regions[i].id;
-        p->size = s->regions[i].size;
-        p->cuda = s->regions[i].cuda;
-        p->device = s->regions[i].device;
-        memcpy(p->ipc, s->regions[i].ipc, sizeof(p->ipc));
-        if (pending_send(s, p, s->regions[i].fd) != 0) {
-            MXOP__LOGW(s->id, NULL, "cannot re-map region %u into the new worker",
-                       (unsigned)p->region);
-            pending_free(p);
-        }
-    }
+    s->generation = w->generation;
+    s->worker = w;
+    s->restarts++;
+    /*
+     * A new worker missing a library would number the ops after it wrongly:
+     * it must not serve.  Its death (outside any call) restarts it, with backoff.
+     */
+    if (warm ? !replay_device_regions(s) : !replay_to(s, false))
+        mxop__worker_kill(w, "it could not be given the session's libraries and regions");
+    send_event(s, e->code, e->term_signal, e->exit_status, e->call_id, e->op, e->message, true,
+               client_fd);
+    close(client_fd);
+    MXOP__LOGI(s->id, NULL,
+               "worker restarted: pid %d, generation %u, %s (%zu libraries, %zu regions)",
+               (int)w->pid, (unsigned)s->generation, warm ? "the warm spare" : "started cold",
+               s->n_libs, s->n_regions);
+    schedule_spare(s, MXOP__SPARE_DELAY_MS);
+}
+
+static void respawn_cb(uv_timer_t *t)
+{
+    mxop__session_t *s = MXOP__CONTAINER_OF(t, mxop__stimer_t, timer)->s;
+    if (s != NULL && s->respawn_due)
+        respawn(s);
+}
+
+/* True if one of the session's libraries is quarantined (it cannot be given to a new worker). */
+static const mxop__lib_t *quarantined_lib(mxop__session_t *s, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < s->n_libs; i++)
+        if (mxop__quarantine_check(s->d, s->libs[i].path, err, errlen) != 0)
+            return &s->libs[i];
+    return NULL;
 }
 
 void mxop__session_worker_died(mxop__session_t *s, int code, int term_signal, int exit_status,
-                               uint64_t call_id, const char *op, const char *message)
+                               uint64_t call_id, const char *op, const char *message, bool served)
 {
     mxop__daemon_t *d = s->d;
-    /* A worker that died idle while loading a library: say which library. */
-    char ev_msg[MXOP__MSG_MAX];
-    mxop__fmt(ev_msg, sizeof(ev_msg), "%s", message);
-    if ((op == NULL || op[0] == '\0') && s->pend_head != NULL &&
-        s->pend_head->kind == MXOP__PENDING_LOAD)
-        mxop__fmt(ev_msg, sizeof(ev_msg), "%s while loading library '%s'", message,
-                  s->pend_head->name);
+    mxop__death_t *e = &s->death;
+    memset(e, 0, sizeof(*e));
+    e->code = code;
+    e->term_signal = term_signal;
+    e->exit_status = exit_status;
+    e->call_id = call_id;
+    mxop__fmt(e->op, sizeof(e->op), "%s", op != NULL ? op : "");
+    mxop__fmt(e->message, sizeof(e->message), "%s", message);
+
     /*
-     * The loop guard counts only deaths nobody asked for: a worker dying at
-     * start-up or while its libraries are replayed would otherwise respawn
-     * at full speed for ever.  A death inside a client's call or request is
-     * always followed by a restart: the next one needs another call, so the
-     * client sets the pace (and five crashing calls in a row must each
-     * recover, as tests/test_crash.c expects).
+     * A worker that died idle while loading a library: say which, and count
+     * it against it if the library did it (a fault or an exit, not a
+     * SIGKILL from outside or from the OOM killer, nor a timeout).
+     */
+    char load_note[160] = "";
+    if ((op == NULL || op[0] == '\0') && s->pend_head != NULL &&
+        s->pend_head->kind == MXOP__PENDING_LOAD) {
+        bool by_library = code != MXOP_ETIMEOUT && term_signal != SIGKILL &&
+                          term_signal != SIGTERM && term_signal != SIGINT && term_signal != SIGHUP;
+        int n = by_library ? mxop__quarantine_crash(d, s->pend_head->path) : 0;
+        if (n >= MXOP__QUARANTINE_CRASHES)
+            mxop__fmt(load_note, sizeof(load_note),
+                      "; it has crashed a worker %d times while loading and is now quarantined", n);
+        mxop__fmt(e->message, sizeof(e->message), "%s while loading library '%s'%s", message,
+                  s->pend_head->name, load_note);
+    }
+    /*
+     * The loop guard counts only deaths nobody asked for, of workers that
+     * never served a call: a worker dying at start-up or while its
+     * libraries are replayed would otherwise respawn at full speed for
+     * ever.  A death inside a client's call or request is always followed
+     * by a restart at once: the next one needs another call, so the client
+     * sets the pace (and five crashing calls in a row must each recover).
      */
     bool client_caused = call_id != 0 || (s->pend_head != NULL && !s->pend_head->replay);
-    fail_pending(s, message);
-    bool burst = !client_caused && respawn_burst(s);
+    fail_pending(s, message, load_note);
+    if (client_caused || served)
+        s->idle_deaths = 0;
+    if (!client_caused)
+        s->idle_deaths++;
     if (s->client == NULL || s->client->conn.closing || d->shutting_down)
         return;
 
     char msg[MXOP__MSG_MAX];
     char err[MXOP__MSG_MAX];
-    bool give_up = burst;
-    mxop__worker_t *w = NULL;
-    int client_fd = -1;
-    if (burst) {
+    const mxop__lib_t *q = quarantined_lib(s, err, sizeof(err));
+    if (q != NULL) {
         mxop__fmt(msg, sizeof(msg),
-                  "%s; the worker died %d times within %lld s, so it is not restarted and the "
-                  "session's requests now fail",
-                  ev_msg, MXOP__RESPAWN_BURST, (long long)(MXOP__RESPAWN_WINDOW_NS / 1000000000LL));
-    } else if (mxop__worker_spawn(d, s, s->generation + 1, &w, &client_fd, err, sizeof(err)) != 0) {
-        give_up = true;
-        mxop__fmt(msg, sizeof(msg), "%s; no replacement worker could be started: %s", ev_msg, err);
-    }
-    if (give_up) {
-        s->dead = true;
-        mxop__fmt(s->dead_msg, sizeof(s->dead_msg), "%s", msg);
-        MXOP__LOGE(s->id, NULL, "%s", msg);
-        send_event(s, code, term_signal, exit_status, call_id, op, msg, false, -1);
+                  "%s; the session's library '%s' is quarantined, so its worker cannot be "
+                  "restored and the session's requests now fail",
+                  e->message, q->name);
+        give_up(s, MXOP_EQUARANTINED, msg);
         return;
     }
-
-    s->generation++;
-    s->worker = w;
-    s->restarts++;
-    replay(s);
-    send_event(s, code, term_signal, exit_status, call_id, op, ev_msg, true, client_fd);
-    close(client_fd);
-    MXOP__LOGI(s->id, NULL,
-               "worker restarted: pid %d, generation %u; replaying %zu libraries and %zu regions",
-               (int)w->pid, (unsigned)s->generation, s->n_libs, s->n_regions);
+    if (s->idle_deaths >= MXOP__RESPAWN_GIVE_UP) {
+        mxop__fmt(msg, sizeof(msg),
+                  "%s; %d workers in a row died before serving a call, so no more are started "
+                  "and the session's requests now fail",
+                  e->message, s->idle_deaths);
+        give_up(s, code, msg);
+        return;
+    }
+    uint64_t delay = client_caused ? 0 : backoff_ms(s->idle_deaths);
+    if (delay == 0 || s->respawn_timer == NULL) {
+        respawn(s);
+        return;
+    }
+    s->respawn_due = true;
+    s->respawn_at = mxop__now_ns() + (int64_t)delay * 1000000LL;
+    uv_timer_start(&s->respawn_timer->timer, respawn_cb, delay, 0);
+    MXOP__LOGI(s->id, NULL, "restarting the worker in %llu ms (%d deaths in a row)",
+               (unsigned long long)delay, s->idle_deaths);
 }

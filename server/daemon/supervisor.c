@@ -111,6 +111,8 @@ static void worker_maybe_free(mxop__worker_t *w)
 {
     if (w->open_handles > 0)
         return;
+    if (w->client_fd >= 0)
+        close(w->client_fd);
     mxop__list_remove(&w->link);
     if (w->page != NULL)
         munmap(w->page, sizeof(*w->page));
@@ -150,13 +152,47 @@ static void sup_frame_cb(mxop__conn_t *c, uint16_t kind, const uint8_t *payload,
         MXOP__LOGE(w->session_id, NULL,
                    "worker %d sent an undecodable SupReply (%u bytes); killing it", (int)w->pid,
                    (unsigned)len);
+        mxop__fmt(w->kill_msg, sizeof(w->kill_msg),
+                  "it wrote an undecodable message (%u bytes) into its supervisor channel and "
+                  "was killed",
+                  (unsigned)len);
         kill_group(w);
         close_sup(w);
         return;
     }
     if (w->session != NULL && w->session->worker == w)
         mxop__session_sup_reply(w->session, r);
+    else if (w->session != NULL && w->session->spare == w)
+        mxop__session_spare_reply(w->session, r);
     mxop__pbarena_reset(&c->arena);
+}
+
+/*
+ * True if `pid` is dying or dead: a zombie, or a task already in exit
+ * (PF_EXITING, the 9th field of /proc/PID/stat), whose descriptors the
+ * kernel closes before it becomes a zombie.
+ */
+static bool is_exiting(pid_t pid)
+{
+    char path[64];
+    char buf[512];
+    mxop__fmt(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return true;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (p == NULL || p[1] != ' ')
+        return true;
+    char state;
+    int ppid, pgrp, sess, tty, tpgid;
+    unsigned flags;
+    if (sscanf(p + 2, "%c %d %d %d %d %d %u", &state, &ppid, &pgrp, &sess, &tty, &tpgid, &flags) !=
+        7)
+        return true;
+    return state == 'Z' || state == 'X' || (flags & 0x4u) != 0;
 }
 
 static void sup_error_cb(mxop__conn_t *c, int code, const char *msg)
@@ -168,8 +204,17 @@ static void sup_error_cb(mxop__conn_t *c, int code, const char *msg)
         MXOP__LOGW(w->session_id, NULL, "worker %d supervisor channel: %s", (int)w->pid, msg);
     /*
      * Without its supervisor channel a worker can be neither loaded nor
-     * mapped: end it, and let the exit callback report and respawn.
+     * mapped: end it, and let the exit callback report and respawn.  Say
+     * why, unless it was dying anyway (the kernel closed the channel).
      */
+    if (!w->exited && w->kill_msg[0] == '\0') {
+        if (code != 0 && code != MXOP_EDISCONNECTED)
+            mxop__fmt(w->kill_msg, sizeof(w->kill_msg),
+                      "its supervisor channel broke (%s) and it was killed", msg);
+        else if (!is_exiting(w->pid))
+            mxop__fmt(w->kill_msg, sizeof(w->kill_msg),
+                      "it closed its supervisor channel (fd 3) while running and was killed");
+    }
     if (!w->exited)
         kill_group(w);
     close_sup(w);
@@ -250,6 +295,21 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     close_sup(w);
 
     mxop__session_t *sess = w->session;
+    if (sess != NULL && sess->spare == w) {
+        char how[96];
+        if (term_signal != 0)
+            mxop__fmt(how, sizeof(how), "was killed by signal %d (%s)", term_signal,
+                      mxop__signal_name(term_signal));
+        else
+            mxop__fmt(how, sizeof(how), "exited with status %lld", (long long)exit_status);
+        char msg[MXOP__MSG_MAX];
+        mxop__fmt(msg, sizeof(msg), "spare worker %d %s%s%s", (int)w->pid, how,
+                  w->kill_msg[0] ? ": " : "", w->kill_msg);
+        w->session = NULL;
+        mxop__session_spare_died(sess, term_signal, msg);
+        uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
+        return;
+    }
     if (sess == NULL) {
         MXOP__LOGD(w->session_id, NULL, "worker %d (generation %u) reaped", (int)w->pid,
                    (unsigned)w->generation);
@@ -273,6 +333,9 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     } else if (s.fault_code < 0) {
         code = s.fault_code;
         mxop__fmt(msg, sizeof(msg), "%s %s: %s", what, how, s.fault_msg);
+    } else if (w->kill_msg[0] != '\0') {
+        code = MXOP_EWORKER_CRASHED;
+        mxop__fmt(msg, sizeof(msg), "%s: %s", what, w->kill_msg);
     } else {
         code = MXOP_EWORKER_CRASHED;
         mxop__fmt(msg, sizeof(msg), "%s %s", what, how);
@@ -281,8 +344,9 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
 
     sess->worker = NULL;
     w->session = NULL;
+    /* The page keeps the id of the last call begun: 0 means this worker never served one. */
     mxop__session_worker_died(sess, code, term_signal, term_signal != 0 ? -1 : (int)exit_status,
-                              s.busy ? s.call_id : 0, s.busy ? s.op : "", msg);
+                              s.busy ? s.call_id : 0, s.busy ? s.op : "", msg, s.call_id != 0);
     uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
 }
 
@@ -302,6 +366,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
     w->d = d;
     w->session_id = s->id;
     w->generation = generation;
+    w->client_fd = -1;
     mxop__list_init(&w->link);
 
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sup) != 0 ||
@@ -336,9 +401,32 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
 
     char sess_arg[24];
     char gen_arg[16];
+    char mem_arg[24];
+    char fds_arg[24];
+    char uid_arg[16];
+    char gid_arg[16];
     mxop__fmt(sess_arg, sizeof(sess_arg), "%llu", (unsigned long long)s->id);
     mxop__fmt(gen_arg, sizeof(gen_arg), "%u", (unsigned)generation);
-    char *args[] = {d->cfg.worker_path, "--session", sess_arg, "--generation", gen_arg, NULL};
+    mxop__fmt(mem_arg, sizeof(mem_arg), "%llu", (unsigned long long)d->cfg.worker_memory_mb);
+    mxop__fmt(fds_arg, sizeof(fds_arg), "%llu", (unsigned long long)d->cfg.worker_max_fds);
+    mxop__fmt(uid_arg, sizeof(uid_arg), "%u", (unsigned)d->cfg.worker_uid);
+    mxop__fmt(gid_arg, sizeof(gid_arg), "%u", (unsigned)d->cfg.worker_gid);
+    char *args[] = {d->cfg.worker_path,
+                    "--session",
+                    sess_arg,
+                    "--generation",
+                    gen_arg,
+                    "--sandbox",
+                    (char *)d->cfg.sandbox,
+                    "--memory-mb",
+                    mem_arg,
+                    "--max-fds",
+                    fds_arg,
+                    d->cfg.has_worker_uid ? "--uid" : NULL,
+                    uid_arg,
+                    "--gid",
+                    gid_arg,
+                    NULL};
     uv_stdio_container_t stdio[6];
     stdio[0].flags = UV_IGNORE;
     stdio[1].flags = UV_INHERIT_FD;
@@ -402,13 +490,43 @@ int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd)
 {
     if (w == NULL || w->exited || !w->sup_open)
         return MXOP_EWORKER_CRASHED;
-    return mxop__conn_send(&w->sup, MXOP__KIND_SUP_REQUEST, &req->base, fd >= 0 ? &fd : NULL,
-                           fd >= 0 ? 1 : 0);
+    int rc = mxop__conn_send(&w->sup, MXOP__KIND_SUP_REQUEST, &req->base, fd >= 0 ? &fd : NULL,
+                             fd >= 0 ? 1 : 0);
+    /* The worker is gone but not yet reaped: that is its death, not the client's connection. */
+    return rc == MXOP_EDISCONNECTED ? MXOP_EWORKER_CRASHED : rc;
+}
+
+void mxop__worker_kill(mxop__worker_t *w, const char *why)
+{
+    if (w->exited)
+        return;
+    if (w->kill_msg[0] == '\0')
+        mxop__fmt(w->kill_msg, sizeof(w->kill_msg), "%s", why);
+    kill_group(w);
+}
+
+bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid)
+{
+    if (pid <= 0)
+        return false;
+    /* Workers lead their own sessions: a process in one is the worker or what its ops started. */
+    pid_t sid = getsid(pid);
+    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+        if (!w->exited && (w->pid == pid || sid == w->pid))
+            return true;
+    }
+    return false;
 }
 
 void mxop__worker_detach_kill(mxop__worker_t *w)
 {
     w->session = NULL;
+    /* A spare's client end goes now: nobody will be given it. */
+    if (w->client_fd >= 0) {
+        close(w->client_fd);
+        w->client_fd = -1;
+    }
     if (!w->exited)
         kill_group(w);
     close_sup(w);

@@ -1,12 +1,32 @@
 /*
- * server/worker/fault.c - naming the input an op wrote into.
+ * server/worker/fault.c - saying why the worker died, from its signal handler.
  *
- * Inputs are mapped read-only, so an op that writes one takes a SIGSEGV.
- * The handler finds which input the faulting address belongs to and leaves
- * a note in the status page ("op 'x' wrote into read-only input 0") for
- * the daemon to report; then it returns, the handler having been reset to
- * the default action (SA_RESETHAND), so the faulting instruction runs
- * again and the worker dies by the signal as it would have anyway.
+ * The worker dies of a fault as it would anyway; on the way the handler
+ * leaves a note in the status page (a code and a sentence) for the daemon
+ * to report instead of a bare signal number:
+ *
+ *   - an op that wrote into one of its inputs (mapped read-only, so the
+ *     store faults): MXOP_EINPUT_WRITTEN, "op 'x' wrote into read-only
+ *     input 0";
+ *   - a stack overflow: a SIGSEGV whose address lies within 64 KiB of the
+ *     stack pointer of the interrupted code (a NULL or wild pointer lies
+ *     far from it), handled on the alternate stack: MXOP_EWORKER_CRASHED,
+ *     "stack overflow ...";
+ *   - memory exhaustion: a SIGSEGV, SIGBUS or SIGABRT while the worker has
+ *     almost nothing left of the sandbox's memory limit (RLIMIT_DATA).  A
+ *     failed malloc() cannot be seen from here, but its consequences can:
+ *     the NULL an op did not check, the std::bad_alloc that ends in
+ *     abort().  The handler asks the kernel for a mapping of an eighth of
+ *     the ops' budget (at least 64 MiB, at most 1 GiB); if that is refused,
+ *     the worker was at its limit when it died: MXOP_EWORKER_OOM, with
+ *     the limit named.  A crash with memory to spare is not called OOM;
+ *     a death by SIGKILL (the kernel's OOM killer) cannot be noted here
+ *     and is reported as the signal it is;
+ *   - a SIGBUS otherwise: memory with no backing (a truncated file).
+ *
+ * Then it returns, the handler having been reset to the default action
+ * (SA_RESETHAND), so the faulting instruction runs again (abort() raises
+ * again) and the worker dies by the signal.
  *
  * Everything here is async-signal-safe: no stdio, no malloc, digits by hand.
  */
@@ -14,7 +34,10 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 
+#include "server/worker/sandbox.h"
 #include "server/worker/worker.h"
 
 /*
@@ -80,32 +103,130 @@ static int which_input(uintptr_t addr)
     return -1;
 }
 
+static size_t put_hex(char *dst, size_t at, size_t cap, uintptr_t v)
+{
+    char digits[2 * sizeof(v)];
+    int n = 0;
+    do {
+        digits[n++] = "0123456789abcdef"[v & 15u];
+        v >>= 4;
+    } while (v != 0);
+    at = put(dst, at, cap, "0x");
+    while (n > 0 && at + 1 < cap)
+        dst[at++] = digits[--n];
+    return at;
+}
+
+/* The stack pointer of the interrupted code, or 0 where this port does not know it. */
+static uintptr_t interrupted_sp(const void *uctx)
+{
+    const ucontext_t *uc = uctx;
+    if (uc == NULL)
+        return 0;
+#if defined(__x86_64__)
+    return (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+    return (uintptr_t)uc->uc_mcontext.sp;
+#else
+    return 0;
+#endif
+}
+
+#define STACK_SLACK ((uintptr_t)64 * 1024)
+
+static int is_stack_overflow(const siginfo_t *si, const void *uctx)
+{
+    uintptr_t sp = interrupted_sp(uctx);
+    uintptr_t addr = (uintptr_t)si->si_addr;
+    return sp != 0 && addr + STACK_SLACK >= sp && addr <= sp + STACK_SLACK;
+}
+
+/*
+ * The mapping the handler asks for: what an op near its limit cannot have.
+ * An eighth of the budget ops were given (the limit itself also counts
+ * what the worker used at start, which under a sanitizer is terabytes).
+ */
+static size_t headroom_probe(void)
+{
+    uint64_t p = (mxop__sandbox_memory_mb() << 20) / 8;
+    if (p < ((uint64_t)64 << 20))
+        p = (uint64_t)64 << 20;
+    if (p > ((uint64_t)1 << 30))
+        p = (uint64_t)1 << 30;
+    return (size_t)p;
+}
+
+/* True when the worker could not map headroom_probe() more private memory. */
+static int near_memory_limit(void)
+{
+    uint64_t limit = mxop__sandbox_memory_limit();
+    if (limit == 0)
+        return 0;
+    size_t probe = headroom_probe();
+    /* Reserved, never touched: it costs no memory, only the accounting that RLIMIT_DATA does. */
+    void *p = mmap(NULL, probe, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p != MAP_FAILED) {
+        munmap(p, probe);
+        return 0;
+    }
+    return errno == ENOMEM;
+}
+
+/* The note is complete before the code says there is one. */
+static void publish(mxop__status_page_t *page, int code)
+{
+    atomic_store_explicit(&page->fault_code, code, memory_order_release);
+}
+
 static void on_fault(int sig, siginfo_t *si, void *uctx)
 {
-    (void)uctx;
+    int saved_errno = errno;
     /*
      * A signal sent with kill() has no faulting instruction to run again:
      * raise it once more (now with the default action) so it still kills.
+     * abort() sends SIGABRT to itself, and is looked at like a fault.
      */
-    if (si->si_code <= 0) {
+    if (si->si_code <= 0 && sig != SIGABRT) {
         raise(sig);
         return;
     }
     mxop__status_page_t *page = mxop__status_page();
-    if (!armed || page == NULL)
-        return;
-    int input = which_input((uintptr_t)si->si_addr);
-    if (input < 0)
+    if (page == NULL)
         return;
     char *m = page->fault_msg;
     size_t at = 0, cap = MXOP__STATUS_MSG_MAX;
-    at = put(m, at, cap, "op '");
-    at = put(m, at, cap, armed_op != NULL ? armed_op : "?");
-    at = put(m, at, cap, "' wrote into read-only input ");
-    at = put_uint(m, at, cap, (unsigned)input);
-    m[at] = '\0';
-    /* The note is complete before the code says there is one. */
-    atomic_store_explicit(&page->fault_code, MXOP_EINPUT_WRITTEN, memory_order_release);
+
+    int input = armed && sig == SIGSEGV ? which_input((uintptr_t)si->si_addr) : -1;
+    if (input >= 0) {
+        at = put(m, at, cap, "op '");
+        at = put(m, at, cap, armed_op != NULL ? armed_op : "?");
+        at = put(m, at, cap, "' wrote into read-only input ");
+        at = put_uint(m, at, cap, (unsigned)input);
+        m[at] = '\0';
+        publish(page, MXOP_EINPUT_WRITTEN);
+    } else if (sig == SIGSEGV && is_stack_overflow(si, uctx)) {
+        at = put(m, at, cap, "stack overflow (fault at ");
+        at = put_hex(m, at, cap, (uintptr_t)si->si_addr);
+        at = put(m, at, cap, ", next to the stack pointer; unbounded recursion or a huge local?)");
+        m[at] = '\0';
+        publish(page, MXOP_EWORKER_CRASHED);
+    } else if (near_memory_limit()) {
+        at = put(m, at, cap, "out of memory: the worker had less than ");
+        at = put_uint(m, at, cap, (unsigned)(headroom_probe() >> 20));
+        at = put(m, at, cap, " MiB left of its memory limit (");
+        at = put_uint(m, at, cap, (unsigned)mxop__sandbox_memory_mb());
+        at = put(m, at, cap, " MiB for ops, --worker-memory-mb) when it died");
+        m[at] = '\0';
+        publish(page, MXOP_EWORKER_OOM);
+    } else if (sig == SIGBUS) {
+        at = put(m, at, cap, "bus error at ");
+        at = put_hex(m, at, cap, (uintptr_t)si->si_addr);
+        at = put(m, at, cap, ": memory with nothing behind it (a truncated file or region?)");
+        m[at] = '\0';
+        publish(page, MXOP_EWORKER_CRASHED);
+    }
+    errno = saved_errno;
 }
 
 int mxop__fault_install(void)
@@ -122,7 +243,8 @@ int mxop__fault_install(void)
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, NULL) != 0 || sigaction(SIGBUS, &sa, NULL) != 0)
+    if (sigaction(SIGSEGV, &sa, NULL) != 0 || sigaction(SIGBUS, &sa, NULL) != 0 ||
+        sigaction(SIGABRT, &sa, NULL) != 0)
         return -errno;
     return 0;
 }

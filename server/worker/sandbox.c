@@ -290,13 +290,14 @@ struct ll_attr {
 /*
  * A Landlock domain keeps ptrace (and so /proc/<pid>/mem and
  * process_vm_readv) inside the worker's own process tree whatever the
- * uid, refuses execution of any file, the creation of device nodes and
- * socket files, and (ABI 4, 6) TCP and abstract unix sockets and signals
- * to processes outside the domain: the daemon and other sessions' workers.
+ * uid, and refuses the creation of device nodes and (ABI 6) signals to
+ * processes outside the domain: the daemon and other sessions' workers.
+ * strict also refuses the execution of any file, the creation of socket
+ * files, and (ABI 4, 6) TCP and abstract unix sockets outside the domain.
  * Reading and writing files stays allowed: ops may need their data.
  * A kernel without Landlock is not an error (the seccomp filter remains).
  */
-static int apply_landlock(char *err, size_t errlen)
+static int apply_landlock(int strict, char *err, size_t errlen)
 {
     long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
     if (abi < 1)
@@ -304,14 +305,20 @@ static int apply_landlock(char *err, size_t errlen)
     struct ll_attr attr;
     memset(&attr, 0, sizeof(attr));
     size_t size = sizeof(attr.handled_access_fs);
-    attr.handled_access_fs = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
-                             LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SOCK;
+    /* basic: a domain at all (for ptrace), device nodes, signals; programs and TCP stay. */
+    attr.handled_access_fs = LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK;
+    if (strict)
+        attr.handled_access_fs |= LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_MAKE_SOCK;
     if (abi >= 4) {
-        attr.handled_access_net = LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP;
+        if (strict)
+            attr.handled_access_net =
+                LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP;
         size = offsetof(struct ll_attr, scoped);
     }
     if (abi >= 6) {
-        attr.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL;
+        attr.scoped = LANDLOCK_SCOPE_SIGNAL;
+        if (strict)
+            attr.scoped |= LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET;
         size = sizeof(attr);
     }
     int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
@@ -347,8 +354,7 @@ static int rule(scmp_filter_ctx f, uint32_t action, const char *name, unsigned n
     return 0;
 }
 
-static int deny_all(scmp_filter_ctx f, const char *const *names, size_t n, char *err,
-                    size_t errlen)
+static int deny_all(scmp_filter_ctx f, const char *const *names, size_t n, char *err, size_t errlen)
 {
     for (size_t i = 0; i < n; i++) {
         int rc = rule(f, SCMP_ACT_ERRNO(EPERM), names[i], 0, NULL, err, errlen);
@@ -362,23 +368,60 @@ static int deny_all(scmp_filter_ctx f, const char *const *names, size_t n, char 
 
 /* Kernel administration and other processes: refused from basic on. */
 static const char *const basic_denied[] = {
-    "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
-    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr",
-    "init_module", "finit_module", "delete_module",
-    "kexec_load", "kexec_file_load", "bpf", "perf_event_open", "reboot", "swapon", "swapoff",
-    "keyctl", "add_key", "request_key", "unshare", "setns",
-    "acct", "quotactl", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-    "sethostname", "setdomainname", "iopl", "ioperm", "open_by_handle_at", "lookup_dcookie",
-    "vhangup", "syslog", "userfaultfd", "uselib",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "kcmp",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "perf_event_open",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "unshare",
+    "setns",
+    "acct",
+    "quotactl",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "sethostname",
+    "setdomainname",
+    "iopl",
+    "ioperm",
+    "open_by_handle_at",
+    "lookup_dcookie",
+    "vhangup",
+    "syslog",
+    "userfaultfd",
+    "uselib",
 };
 
 /* strict: no new programs, no uid or capability changes, no io_uring (it bypasses seccomp). */
 static const char *const strict_denied[] = {
-    "execve", "execveat", "fork", "vfork",
-    "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setfsuid", "setfsgid",
-    "setgroups", "capset",
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "execve",         "execveat",          "fork",      "vfork",     "setuid",
+    "setgid",         "setreuid",          "setregid",  "setresuid", "setresgid",
+    "setfsuid",       "setfsgid",          "setgroups", "capset",    "io_uring_setup",
+    "io_uring_enter", "io_uring_register",
 };
 
 /*
@@ -390,8 +433,8 @@ static const char *const strict_denied[] = {
  */
 static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
 {
-    static const char *const fd0[] = {"close", "write", "writev", "pwrite64", "pwritev",
-                                      "pwritev2"};
+    static const char *const fd0[] = {"close",    "write",   "writev",
+                                      "pwrite64", "pwritev", "pwritev2"};
     static const char *const fd1[] = {"dup2", "dup3"};
     const int fds[] = {SUP_FD, DATA_FD};
     int rc;
@@ -439,13 +482,19 @@ static int apply_seccomp(char *err, size_t errlen)
     struct scmp_arg_cmp query = SCMP_A0(SCMP_CMP_NE, 0xffffffffu);
     if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "personality", 1, &query, err, errlen)) != 0)
         goto out;
-    if ((rc = protect_channels(f, err, errlen)) != 0)
-        goto out;
 
     if (level >= MXOP__SANDBOX_STRICT) {
+        /*
+         * Only where no program can be started: a filter outlives execve,
+         * and a new program's first open() gets fd 3 back and must be able
+         * to close it.
+         */
+        if ((rc = protect_channels(f, err, errlen)) != 0)
+            goto out;
         if ((rc = deny_all(f, strict_denied, COUNT(strict_denied), err, errlen)) != 0)
             goto out;
-        /* Threads yes, processes no.  clone3 hides its flags in memory: ENOSYS sends glibc to clone. */
+        /* Threads yes, processes no.  clone3 hides its flags in memory: ENOSYS sends glibc to
+         * clone. */
         scmp_datum_t mask = SANITIZER_BUILD ? (CLONE_THREAD | CLONE_VM) : CLONE_THREAD;
         struct scmp_arg_cmp proc = SCMP_A0(SCMP_CMP_MASKED_EQ, mask, 0);
         if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "clone", 1, &proc, err, errlen)) != 0 ||
@@ -481,11 +530,9 @@ int mxop__sandbox_apply(char *err, size_t errlen)
         return 0;
     if ((rc = set_limits(err, errlen)) != 0)
         return rc;
-    if (level >= MXOP__SANDBOX_STRICT) {
-        if ((rc = drop_capabilities(err, errlen)) != 0)
-            return rc;
-        if ((rc = apply_landlock(err, errlen)) != 0)
-            return rc;
-    }
+    if (level >= MXOP__SANDBOX_STRICT && (rc = drop_capabilities(err, errlen)) != 0)
+        return rc;
+    if ((rc = apply_landlock(level >= MXOP__SANDBOX_STRICT, err, errlen)) != 0)
+        return rc;
     return apply_seccomp(err, errlen);
 }

@@ -18,27 +18,31 @@
  *   none    nothing beyond what every worker gets (no_new_privs, death
  *           with the daemon, inherited descriptors closed).
  *   basic   resource limits (memory through RLIMIT_DATA, open files, no
- *           core dumps) and a seccomp filter refusing, with EPERM, the
+ *           core dumps), a seccomp filter refusing, with EPERM, the
  *           kernel's administrative interfaces and access to other
  *           processes: ptrace, process_vm_readv/writev, mounts, modules,
  *           kexec, bpf, perf_event_open, reboot, swap, keyrings,
- *           unshare/setns, personality changes, clock changes, and the
- *           closing, replacing or write(2)-ing of the worker's own
- *           channels (fds 3 and 4).
+ *           unshare/setns, personality changes, clock changes; and a
+ *           Landlock domain (where the kernel has one) that keeps ptrace
+ *           and signals inside the worker's own process tree and refuses
+ *           device nodes.
  *   strict  basic, plus: no new programs (execve/execveat), no new
  *           processes (fork, vfork, clone without CLONE_THREAD), no
  *           sockets but AF_UNIX, no io_uring, no uid/gid/capability
- *           changes, every capability dropped, and a Landlock domain
- *           (where the kernel has one) that keeps ptrace, /proc/<pid>/mem
- *           and signals inside the worker's own process tree, refuses TCP
- *           bind/connect and abstract-socket connections outside it.
+ *           changes, no closing, replacing or write(2)-ing of the
+ *           worker's own channels (fds 3 and 4: the worker itself only
+ *           sendmsg()s on them and never closes them; a stale descriptor
+ *           number in an op would otherwise desynchronise the session),
+ *           every capability dropped, and a Landlock domain that also
+ *           refuses executing any file, socket files, TCP bind/connect and
+ *           abstract-socket connections outside the worker's tree.
  *
  * The filter never kills: a refused call returns EPERM (clone3 returns
  * ENOSYS so that glibc falls back to clone, where the flags can be seen).
  *
  * Sanitizer builds keep what LeakSanitizer needs at exit: ptrace (except
- * PTRACE_TRACEME) and clone with CLONE_VM for its tracer; under strict the
- * Landlock domain still confines ptrace to the worker's own threads.
+ * PTRACE_TRACEME) and clone with CLONE_VM for its tracer; the Landlock
+ * domain still confines ptrace to the worker's own process tree.
  */
 #ifndef MXOP_SERVER_WORKER_SANDBOX_H
 #define MXOP_SERVER_WORKER_SANDBOX_H
