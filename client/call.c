@@ -328,7 +328,11 @@ int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
     for (int attempt = 0;; attempt++) {
         if (c->mbox_wanted)
             attach_mailbox(c);
-        int rc = call_once(c, op, wait_ms, res);
+        /* Attaching may have taken in news that the session lost its worker. */
+        int rc = mxop__call_ready(c);
+        if (rc != 0)
+            return rc;
+        rc = call_once(c, op, wait_ms, res);
         if (rc != CALL_RETRY)
             return rc;
         if (attempt > 0)
