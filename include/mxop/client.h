@@ -120,7 +120,9 @@ int mxop_set_timeout(mxop_client_t *c, int32_t timeout_ms);
  * Returns MXOP_ELIB_NOT_FOUND, MXOP_ELIB_OUTSIDE (resolves outside the plugin
  * directory), MXOP_EABI, MXOP_ELIB_INVALID (not a library, no entry point),
  * MXOP_ELIB_INIT, MXOP_EDUPLICATE (an op name already loaded),
- * MXOP_EWORKER_CRASHED (the library crashed its worker while loading).
+ * MXOP_EWORKER_CRASHED (the library crashed its worker while loading),
+ * MXOP_EQUARANTINED (it crashed workers while loading too often and is now
+ * refused by this daemon until the file changes).
  */
 int mxop_load_library(mxop_client_t *c, const char *name);
 
