@@ -92,6 +92,64 @@ static int socket_answers(const char *path)
 
 static void exec_daemon(mxt_daemon_t *d, const char *const *extra_args);
 
+/*
+ * Daemons still running when the test process exits: a test that ends early
+ * (cr_skip_test, a failed assertion) never reaches its .fini, so its daemon
+ * would outlive it and its directory would stay behind.
+ */
+static mxt_daemon_t *live[16];
+static pid_t live_owner; /* forked children inherit the list, not the daemons */
+
+static void remove_tree(const char *path);
+
+static void stop_leftovers(void)
+{
+    if (getpid() != live_owner)
+        return;
+    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+        mxt_daemon_t *d = live[i];
+        if (d == NULL)
+            continue;
+        live[i] = NULL;
+        if (d->pid > 0) {
+            kill(d->pid, SIGTERM);
+            int waited = 0;
+            while (waitpid(d->pid, NULL, WNOHANG) == 0 && waited++ < 500) {
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+            }
+            if (waited > 500) {
+                kill(d->pid, SIGKILL);
+                waitpid(d->pid, NULL, 0);
+            }
+            d->pid = 0;
+        }
+        if (d->dir[0])
+            remove_tree(d->dir);
+        d->dir[0] = '\0';
+    }
+}
+
+static void track(mxt_daemon_t *d, int on)
+{
+    static int registered;
+    if (!registered) {
+        live_owner = getpid();
+        atexit(stop_leftovers);
+        registered = 1;
+    }
+    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+        if (on && live[i] == NULL) {
+            live[i] = d;
+            return;
+        }
+        if (!on && live[i] == d) {
+            live[i] = NULL;
+            return;
+        }
+    }
+}
+
 void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args)
 {
     memset(d, 0, sizeof(*d));
@@ -153,6 +211,7 @@ static void exec_daemon(mxt_daemon_t *d, const char *const *extra_args)
         _exit(127);
     }
     d->pid = pid;
+    track(d, 1);
     /* A restarted daemon replaces the socket a killed one left: wait for a connectable one. */
     for (int i = 0; i < 500; i++) {
         if (access(d->sock, F_OK) == 0 && socket_answers(d->sock))
@@ -177,6 +236,7 @@ static void remove_tree(const char *path)
 
 void mxt_daemon_stop(mxt_daemon_t *d)
 {
+    track(d, 0);
     if (d->pid > 0) {
         kill(d->pid, SIGTERM);
         int status = 0;
