@@ -365,6 +365,35 @@ static int set_sigs(mxop_client_t *c, int n_in, const int32_t *in_dtypes,
     return 0;
 }
 
+/*
+ * Infer and StateCreate carry the same signature (op, attributes, input
+ * dtypes and shapes): both are staged in the client's call buffers here and
+ * copied into their (distinct but same-shaped) messages by FILL_SIGNATURE.
+ */
+static int prepare_signature(mxop_client_t *c, const char *const *attrs, int n_in,
+                             const int32_t *in_dtypes, const mxop_shape_t *in_shapes,
+                             size_t *nattrs)
+{
+    int rc = set_sigs(c, n_in, in_dtypes, in_shapes);
+    if (rc < 0)
+        return rc;
+    rc = set_attrs(c, attrs, nattrs);
+    if (rc < 0)
+        return rc;
+    return mxop__call_ready(c);
+}
+
+#define FILL_SIGNATURE(m, c, op, nattrs, n_in)                                                     \
+    do {                                                                                           \
+        (m)->op = (op)->index;                                                                     \
+        (m)->n_attrs = (nattrs);                                                                   \
+        (m)->attrs = (nattrs) ? (c)->cb.attr_ptr : NULL;                                           \
+        (m)->n_in_dtypes = (size_t)(n_in);                                                         \
+        (m)->in_dtypes = (n_in) ? (c)->cb.dtypes : NULL;                                           \
+        (m)->n_in_shapes = (size_t)(n_in);                                                         \
+        (m)->in_shapes = (n_in) ? (c)->cb.shape_ptr : NULL;                                        \
+    } while (0)
+
 static int run_infer(mxop_client_t *c, const mxop_op_t *op, const char *const *attrs, int n_in,
                      const int32_t *in_dtypes, const mxop_shape_t *in_shapes, int n_out,
                      int32_t *out_dtypes, mxop_shape_t *out_shapes)
@@ -382,24 +411,12 @@ static int run_infer(mxop_client_t *c, const mxop_op_t *op, const char *const *a
     if (n_out > 0 && (out_dtypes == NULL || out_shapes == NULL))
         return mxop__fail(c, MXOP_EINVAL, "%s is NULL with n_out %d",
                           out_dtypes == NULL ? "out_dtypes" : "out_shapes", n_out);
-    rc = set_sigs(c, n_in, in_dtypes, in_shapes);
-    if (rc < 0)
-        return rc;
-    rc = set_attrs(c, attrs, &nattrs);
-    if (rc < 0)
-        return rc;
-    rc = mxop__call_ready(c);
+    rc = prepare_signature(c, attrs, n_in, in_dtypes, in_shapes, &nattrs);
     if (rc < 0)
         return rc;
 
     Mxop__Infer *m = &c->cb.infer;
-    m->op = op->index;
-    m->n_attrs = nattrs;
-    m->attrs = nattrs ? c->cb.attr_ptr : NULL;
-    m->n_in_dtypes = (size_t)n_in;
-    m->in_dtypes = n_in ? c->cb.dtypes : NULL;
-    m->n_in_shapes = (size_t)n_in;
-    m->in_shapes = n_in ? c->cb.shape_ptr : NULL;
+    FILL_SIGNATURE(m, c, op, nattrs, n_in);
     c->cb.call.body_case = MXOP__CALL__BODY_INFER;
     c->cb.call.infer = m;
 
@@ -455,24 +472,12 @@ static int run_state_create(mxop_client_t *c, const mxop_op_t *op, const char *c
     if (!op->stateful)
         return mxop__fail(c, MXOP_ENOT_SUPPORTED, "op '%s' (%s) is not stateful", op->name,
                           op->library);
-    rc = set_sigs(c, n_in, in_dtypes, in_shapes);
-    if (rc < 0)
-        return rc;
-    rc = set_attrs(c, attrs, &nattrs);
-    if (rc < 0)
-        return rc;
-    rc = mxop__call_ready(c);
+    rc = prepare_signature(c, attrs, n_in, in_dtypes, in_shapes, &nattrs);
     if (rc < 0)
         return rc;
 
     Mxop__StateCreate *m = &c->cb.state_create;
-    m->op = op->index;
-    m->n_attrs = nattrs;
-    m->attrs = nattrs ? c->cb.attr_ptr : NULL;
-    m->n_in_dtypes = (size_t)n_in;
-    m->in_dtypes = n_in ? c->cb.dtypes : NULL;
-    m->n_in_shapes = (size_t)n_in;
-    m->in_shapes = n_in ? c->cb.shape_ptr : NULL;
+    FILL_SIGNATURE(m, c, op, nattrs, n_in);
     c->cb.call.body_case = MXOP__CALL__BODY_STATE_CREATE;
     c->cb.call.state_create = m;
 
