@@ -234,10 +234,71 @@ $(B)/%.pc: scripts/%.pc.in include/mxop/client.h
 	        -e 's|@PLUGINDIR@|$(PLUGINDIR)|g' $< > $@
 
 # ---------------------------------------------------------------------------
+# Fuzzing (libFuzzer, clang from Debian).  Every target and the code it
+# reaches are built with clang under -fsanitize=fuzzer,address,undefined in
+# their own tree, $(B)/fuzz.  `make fuzz FUZZ_SECONDS=N` runs each target N
+# seconds from the seed corpus in tests/fuzz/corpus/<target>/ (new inputs go
+# to $(B)/fuzz/work/, crashes to $(B)/fuzz/artifacts/); `make fuzz-smoke`
+# (part of `make check`) runs each briefly.  `make fuzz-seeds` rewrites the
+# seed corpus from tests/fuzz/seeds.c.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 15
+FB           := $(B)/fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -pthread -Iinclude -I. -I$(B)/gen $(WARN) \
+                -Wno-unknown-warning-option -Wno-missing-field-initializers -fsanitize=fuzzer-no-link $(FUZZ_SAN) \
+                -DMXOP_LIBEXECDIR='"$(LIBEXECDIR)"' -DMXOP_FUZZ_PLUGINS='"$(abspath $(B))/plugins"'
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+# What each target links besides itself: the shared code, plus the worker
+# (without its main) for the call target and the daemon's request checks
+# for the control target.
+FUZZ_COMMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(COMMON_C)) \
+                 $(patsubst $(B)/gen/%.c,$(FB)/obj/gen/%.o,$(GEN_C))
+FUZZ_WORKER_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter-out server/worker/main.c,$(WORKER_C)))
+FUZZ_DAEMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter server/daemon/ctl_validate.c server/daemon/limits.c,$(DAEMON_C)))
+
+.PHONY: fuzz fuzz-build fuzz-smoke fuzz-seeds
+
+$(FB)/obj/gen/%.o: $(B)/gen/%.c $(GEN_H)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  FUZZCC  $<")
+	$(Q)$(FUZZ_CC) $(filter-out $(WARN),$(FUZZ_CFLAGS)) -w -c $< -o $@
+
+$(FB)/obj/%.o: %.c $(GEN_H) | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  FUZZCC  $<")
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FB)/fuzz_frame: $(FB)/obj/tests/fuzz/fuzz_frame.o $(FUZZ_COMMON_O)
+	@$(if $(Q),echo "  FUZZLD  $@")
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ $(PB_LIBS) -pthread
+
+$(FB)/fuzz_call: $(FB)/obj/tests/fuzz/fuzz_call.o $(FUZZ_WORKER_O) $(FUZZ_COMMON_O) | $(PLUGINS)
+	@$(if $(Q),echo "  FUZZLD  $@")
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -rdynamic $^ -o $@ $(PB_LIBS) -lseccomp -ldl -lm -pthread
+
+$(FB)/fuzz_control: $(FB)/obj/tests/fuzz/fuzz_control.o $(FUZZ_DAEMON_O) $(FUZZ_COMMON_O)
+	@$(if $(Q),echo "  FUZZLD  $@")
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ $(PB_LIBS) -pthread
+
+fuzz-build: $(addprefix $(FB)/,$(FUZZ_TARGETS))
+
+fuzz: fuzz-build
+	$(Q)sh scripts/fuzz.sh $(abspath $(FB)) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-smoke: fuzz-build
+	$(Q)sh scripts/fuzz.sh $(abspath $(FB)) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-seeds: $(COMMON_O)
+	$(Q)$(CC) $(CFLAGS) $(MX_CFLAGS) tests/fuzz/seeds.c $(COMMON_O) -o $(B)/fuzz-seeds $(PB_LIBS)
+	$(Q)$(B)/fuzz-seeds tests/fuzz/corpus
+
+# ---------------------------------------------------------------------------
 demo: all
 	$(Q)sh scripts/demo.sh $(abspath $(B))
 
-check: check-c check-python
+check: fuzz-smoke check-c check-python
 test: check
 
 check-c: all
@@ -280,4 +341,4 @@ clean:
 # Keep the generated sources (make would otherwise delete them as intermediates).
 .SECONDARY:
 
--include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/fuzz/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,232 @@
+/*
+ * tests/fuzz/seeds.c - writes the seed corpus of the fuzz targets.
+ *
+ *     seeds DIR      writes DIR/frame/, DIR/call/ and DIR/control/
+ *
+ * Each seed is a valid message of the kind its target reads, so that the
+ * fuzzer starts from inputs that pass the decoder and reach the checks
+ * behind it.  Op indices follow fuzz_call.c's load order: 0 relu, 1 gemm,
+ * 2 softmax, 3 sum_n, 4 running_mean_norm, 5 noop; regions 1 (1 MiB) and
+ * 2 (64 KiB).  `make fuzz-seeds` regenerates tests/fuzz/corpus/.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "control.pb-c.h"
+#include "data.pb-c.h"
+#include "proto/frame.h"
+#include "supervisor.pb-c.h"
+
+static const char *root;
+static unsigned n_written;
+
+static void write_file(const char *sub, const char *name, const uint8_t *p, size_t n)
+{
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof(dir), "%s/%s", root, sub);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        perror(dir);
+        exit(1);
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+    n_written++;
+}
+
+/* Writes `msg` packed as a seed of `sub`, and as a framed seed of the frame target. */
+static void seed(const char *sub, const char *name, uint16_t kind, const ProtobufCMessage *msg)
+{
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(MXOP__FRAME_HDR + n + 1);
+    if (buf == NULL)
+        exit(1);
+    protobuf_c_message_pack(msg, buf + 1 + MXOP__FRAME_HDR);
+    if (sub != NULL)
+        write_file(sub, name, buf + 1 + MXOP__FRAME_HDR, n);
+    /* The frame target's first byte chooses how the stream is cut; 0x3c: whole. */
+    buf[0] = 0x3c;
+    mxop__frame_hdr_encode(buf + 1, kind, (uint32_t)n);
+    char fname[256];
+    snprintf(fname, sizeof(fname), "%s-%u", name, kind);
+    write_file("frame", fname, buf, 1 + MXOP__FRAME_HDR + n);
+    free(buf);
+}
+
+static Mxop__TensorDesc desc(uint32_t region, uint64_t offset, int32_t dtype, int64_t *shape,
+                             size_t ndim)
+{
+    Mxop__TensorDesc d = MXOP__TENSOR_DESC__INIT;
+    d.region = region;
+    d.offset = offset;
+    d.dtype = dtype;
+    d.shape = shape;
+    d.n_shape = ndim;
+    return d;
+}
+
+static void invoke_seed(const char *name, uint32_t op, int backward, Mxop__TensorDesc **in,
+                        size_t n_in, Mxop__TensorDesc **out, size_t n_out, Mxop__Attr **attrs,
+                        size_t n_attrs)
+{
+    Mxop__Invoke iv = MXOP__INVOKE__INIT;
+    iv.op = op;
+    iv.backward = backward;
+    iv.inputs = in;
+    iv.n_inputs = n_in;
+    iv.outputs = out;
+    iv.n_outputs = n_out;
+    iv.attrs = attrs;
+    iv.n_attrs = n_attrs;
+    iv.deadline_ms = 1000;
+    Mxop__Call c = MXOP__CALL__INIT;
+    c.id = 7;
+    c.body_case = MXOP__CALL__BODY_INVOKE;
+    c.invoke = &iv;
+    seed("call", name, MXOP__KIND_CALL, &c.base);
+}
+
+static void call_seeds(void)
+{
+    int64_t s16[] = {16}, s44[] = {4, 4}, s23[] = {2, 3}, s34[] = {3, 4}, s24[] = {2, 4};
+    Mxop__TensorDesc x = desc(1, 0, 0, s16, 1), y = desc(1, 4096, 0, s16, 1);
+    Mxop__TensorDesc *in1[] = {&x}, *out1[] = {&y};
+    invoke_seed("relu", 0, 0, in1, 1, out1, 1, NULL, 0);
+    Mxop__TensorDesc dy = desc(2, 0, 0, s16, 1);
+    Mxop__TensorDesc *bin[] = {&dy, &x}, *bout[] = {&y};
+    invoke_seed("relu-backward", 0, 1, bin, 2, bout, 1, NULL, 0);
+
+    Mxop__TensorDesc a = desc(1, 0, 0, s23, 2), b = desc(1, 256, 0, s34, 2),
+                     c = desc(2, 0, 0, s24, 2);
+    Mxop__TensorDesc *gin[] = {&a, &b}, *gout[] = {&c};
+    Mxop__Attr alpha = MXOP__ATTR__INIT;
+    alpha.key = "alpha";
+    alpha.value = "2.5";
+    Mxop__Attr *attrs[] = {&alpha};
+    invoke_seed("gemm", 1, 0, gin, 2, gout, 1, attrs, 1);
+
+    Mxop__TensorDesc m = desc(1, 0, 0, s44, 2), o = desc(2, 64, 0, s44, 2);
+    Mxop__TensorDesc *sin[] = {&m}, *sout[] = {&o};
+    invoke_seed("softmax", 2, 0, sin, 1, sout, 1, NULL, 0);
+
+    Mxop__TensorDesc p = desc(1, 0, 0, s16, 1), q = desc(1, 64, 0, s16, 1),
+                     r = desc(1, 128, 0, s16, 1), z = desc(2, 0, 0, s16, 1);
+    Mxop__TensorDesc *nin[] = {&p, &q, &r}, *nout[] = {&z};
+    invoke_seed("sum_n", 3, 0, nin, 3, nout, 1, NULL, 0);
+
+    Mxop__TensorDesc *noin[] = {&x}, *noout[] = {&y};
+    invoke_seed("noop", 5, 0, noin, 1, noout, 1, NULL, 0);
+
+    /* Infer and state calls. */
+    Mxop__Shape sh = MXOP__SHAPE__INIT;
+    sh.dims = s44;
+    sh.n_dims = 2;
+    Mxop__Shape *shapes[] = {&sh};
+    int32_t dts[] = {0};
+    Mxop__Infer inf = MXOP__INFER__INIT;
+    inf.op = 2;
+    inf.in_dtypes = dts;
+    inf.n_in_dtypes = 1;
+    inf.in_shapes = shapes;
+    inf.n_in_shapes = 1;
+    Mxop__Call ci = MXOP__CALL__INIT;
+    ci.id = 8;
+    ci.body_case = MXOP__CALL__BODY_INFER;
+    ci.infer = &inf;
+    seed("call", "infer", MXOP__KIND_CALL, &ci.base);
+
+    Mxop__StateCreate sc = MXOP__STATE_CREATE__INIT;
+    sc.op = 4;
+    sc.in_dtypes = dts;
+    sc.n_in_dtypes = 1;
+    sc.in_shapes = shapes;
+    sc.n_in_shapes = 1;
+    Mxop__Call cs = MXOP__CALL__INIT;
+    cs.id = 9;
+    cs.body_case = MXOP__CALL__BODY_STATE_CREATE;
+    cs.state_create = &sc;
+    seed("call", "state-create", MXOP__KIND_CALL, &cs.base);
+
+    Mxop__StateDestroy sd = MXOP__STATE_DESTROY__INIT;
+    sd.state = (1ull << 32) | 1;
+    Mxop__Call cd = MXOP__CALL__INIT;
+    cd.id = 10;
+    cd.body_case = MXOP__CALL__BODY_STATE_DESTROY;
+    cd.state_destroy = &sd;
+    seed("call", "state-destroy", MXOP__KIND_CALL, &cd.base);
+}
+
+static void request_seed(const char *name, Mxop__Request *r)
+{
+    seed("control", name, MXOP__KIND_CTL_REQUEST, &r->base);
+}
+
+static void control_seeds(void)
+{
+    Mxop__Request r = MXOP__REQUEST__INIT;
+    r.id = 1;
+
+    Mxop__Hello h = MXOP__HELLO__INIT;
+    h.min_version = 1;
+    h.max_version = 1;
+    r.body_case = MXOP__REQUEST__BODY_HELLO;
+    r.hello = &h;
+    request_seed("hello", &r);
+
+    Mxop__OpenSession os = MXOP__OPEN_SESSION__INIT;
+    r.body_case = MXOP__REQUEST__BODY_OPEN_SESSION;
+    r.open_session = &os;
+    request_seed("open-session", &r);
+
+    Mxop__LoadLibrary ll = MXOP__LOAD_LIBRARY__INIT;
+    ll.path = "relu.so";
+    r.body_case = MXOP__REQUEST__BODY_LOAD_LIBRARY;
+    r.load_library = &ll;
+    request_seed("load-library", &r);
+
+    Mxop__ListOps lo = MXOP__LIST_OPS__INIT;
+    r.body_case = MXOP__REQUEST__BODY_LIST_OPS;
+    r.list_ops = &lo;
+    request_seed("list-ops", &r);
+
+    Mxop__RegisterRegion rr = MXOP__REGISTER_REGION__INIT;
+    rr.size = 1 << 20;
+    r.body_case = MXOP__REQUEST__BODY_REGISTER_REGION;
+    r.register_region = &rr;
+    request_seed("register-region", &r);
+
+    Mxop__ReleaseRegion rel = MXOP__RELEASE_REGION__INIT;
+    rel.region = 1;
+    r.body_case = MXOP__REQUEST__BODY_RELEASE_REGION;
+    r.release_region = &rel;
+    request_seed("release-region", &r);
+
+    Mxop__Stats st = MXOP__STATS__INIT;
+    r.body_case = MXOP__REQUEST__BODY_STATS;
+    r.stats = &st;
+    request_seed("stats", &r);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: seeds DIR\n");
+        return 2;
+    }
+    root = argv[1];
+    if (mkdir(root, 0755) != 0 && errno != EEXIST) {
+        perror(root);
+        return 1;
+    }
+    call_seeds();
+    control_seeds();
+    printf("seeds: %u files in %s\n", n_written, root);
+    return 0;
+}
