@@ -4,7 +4,8 @@
 # only when something is missing.
 set -e
 PKGS="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler
-libcriterion-dev libopenblas-dev libseccomp-dev python3-numpy python3-torch python3-pytest"
+libcriterion-dev libopenblas-dev libseccomp-dev python3-numpy python3-torch python3-pytest
+clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
