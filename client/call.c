@@ -90,6 +90,22 @@ int mxop__call_ready(mxop_client_t *c)
 {
     if (c->ctl_dead)
         return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
+    /*
+     * Without a worker, the daemon may since have started one (after a
+     * failed spawn is retried): hear its events first, waiting only for a
+     * frame that has begun to arrive.
+     */
+    for (int i = 0; i < 8 && c->data_fd < 0 && !c->ctl_dead; i++) {
+        struct pollfd pfd = {.fd = c->ctl_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 0) != 1)
+            break;
+        Mxop__Reply *r;
+        if (mxop__ctl_next(c, mxop__now_ns() + (int64_t)MXOP__EVENT_WAIT_MS * 1000000, &r, NULL) <
+            0)
+            break;
+    }
+    if (c->ctl_dead)
+        return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
     if (c->data_fd < 0)
         return mxop__fail(c, c->worker_gone ? c->worker_gone : MXOP_EDISCONNECTED, "%s",
                           c->worker_gone_msg[0] ? c->worker_gone_msg : "the session has no worker");

@@ -12,14 +12,16 @@
  *                    handshake state, and at most one session.
  *   mxop__session_t  what a client opened: its worker, loaded libraries,
  *                    ops, regions and the FIFO of supervisor requests in
- *                    flight.  Lives exactly as long as its client.
+ *                    flight.  Lives exactly as long as its client.  Its
+ *                    files and their shared declarations: session.h.
  *   mxop__worker_t   one spawned worker process (one generation of a
  *                    session's worker).  Outlives its session until the
  *                    process has been reaped.
  *
  * Ownership: the daemon owns clients and workers (intrusive lists); a
- * client owns its session; a session points at its current worker, which
- * points back while attached.  Handle memory is freed only in libuv close
+ * client owns its session; a session points at its current worker and its
+ * spare; a worker knows its owner only as the opaque pointer its callbacks
+ * (mxop__worker_cbs_t) are given, until it is detached.  Handle memory is freed only in libuv close
  * callbacks.
  */
 #ifndef MXOP_SERVER_DAEMON_H
@@ -45,15 +47,16 @@
 /* The most regions one session may hold (registered plus being mapped). */
 #define MXOP__SESSION_MAX_REGIONS 4096
 /*
- * Restart policy.  A worker that dies outside any call or request is
- * respawned after a backoff that doubles with each consecutive such death
- * of a worker that never served a call (0, then 10, 20, 40 ... ms, capped),
- * and the session gives up after MXOP__RESPAWN_GIVE_UP of them in a row.
- * A death inside a call is respawned at once: the client sets the pace.
+ * Restart policy (session_fsm.c).  A worker that dies outside any call or
+ * request is respawned after a backoff that doubles with each consecutive
+ * such death of a worker that never served a call (0, then 10, 20, 40 ...
+ * ms, capped); a spawn that fails is retried with the same backoff; the
+ * spare is re-armed with it.  None of them ever gives up: the cause may
+ * clear.  A death inside a call is respawned at once: the client sets the
+ * pace.
  */
 #define MXOP__BACKOFF_FIRST_MS 10
 #define MXOP__BACKOFF_MAX_MS 2000
-#define MXOP__RESPAWN_GIVE_UP 10
 /* A library that crashes its worker while loading this often is refused (MXOP_EQUARANTINED). */
 #define MXOP__QUARANTINE_CRASHES 3
 /* The most libraries the quarantine remembers (the oldest unquarantined entry makes room). */
@@ -334,17 +337,37 @@ typedef struct mxop__death {
     char message[MXOP__MSG_MAX];
 } mxop__death_t;
 
+/*
+ * The session's live worker slot (session_fsm.c owns it; the table is at
+ * the top of that file and in docs/architecture.md).
+ */
+typedef enum mxop__sess_state {
+    MXOP__SESS_RUNNING, /* s->worker serves */
+    MXOP__SESS_WAITING, /* no worker: a respawn (or a retry of a failed spawn) waits for its timer */
+    MXOP__SESS_FAILED,  /* the session cannot be restored: worker-bound requests fail */
+    MXOP__SESS_ENDED    /* the client is gone */
+} mxop__sess_state_t;
+
+/* The session's warm spare slot (spare.c owns it; its table is at the top of that file). */
+typedef enum mxop__spare_state {
+    MXOP__SPARE_NONE,      /* no spare and none planned (off, or the live worker is waiting) */
+    MXOP__SPARE_SCHEDULED, /* spare_timer will start one */
+    MXOP__SPARE_WARM,      /* s->spare runs and is given what the session has */
+    MXOP__SPARE_OFF        /* never again: --warm-spare off, or the session failed or ended */
+} mxop__spare_state_t;
+
 struct mxop__session {
     mxop__daemon_t *d;
     mxop__client_t *client;
     uint64_t id;
     uint32_t generation;
-    mxop__worker_t *worker; /* the live worker, or NULL */
-    bool dead;              /* respawning gave up: worker-bound requests fail */
-    int dead_code;
+    mxop__sess_state_t state; /* changed only by session_fsm.c's transition function */
+    mxop__worker_t *worker;   /* the live worker: set exactly in MXOP__SESS_RUNNING */
+    int dead_code;            /* MXOP__SESS_FAILED: what requests get */
     char dead_msg[MXOP__MSG_MAX];
     uint64_t restarts;
-    int idle_deaths; /* consecutive deaths outside calls of workers that served no call */
+    int idle_deaths;    /* consecutive deaths outside calls of workers that served no call */
+    int spawn_failures; /* consecutive failed spawns of a replacement */
 
     /*
      * The warm spare: a worker started ahead of need (generation + 1) and
@@ -353,14 +376,14 @@ struct mxop__session {
      * spare takes its place at once: nothing to start, nothing to replay.
      * Its requests in flight have their own FIFO (all replays).
      */
-    mxop__worker_t *spare;
+    mxop__spare_state_t spare_state; /* changed only by spare.c's transition function */
+    mxop__worker_t *spare;           /* set exactly in MXOP__SPARE_WARM */
     mxop__pending_t *spare_head;
     mxop__pending_t *spare_tail;
-    int spare_deaths; /* consecutive deaths of spares */
+    int spare_deaths; /* consecutive deaths or failures of spares: sets the backoff */
     mxop__stimer_t *respawn_timer;
     mxop__stimer_t *spare_timer;
-    bool respawn_due;    /* a respawn waits for respawn_timer */
-    int64_t respawn_at;  /* when (mxop__now_ns) */
+    int64_t respawn_at;  /* MXOP__SESS_WAITING: when (mxop__now_ns) */
     mxop__death_t death; /* what the event will say when it comes */
 
     mxop__lib_t *libs;
@@ -381,11 +404,43 @@ struct mxop__session {
     uint64_t next_sup_id;
 };
 
+/*
+ * What a worker's death looked like to the daemon, handed to the worker's
+ * owner by its exit callback.  `code` is derived from what the daemon
+ * observed (exit status, signal, its own clock); the worker's fault note
+ * only refines it where the observation agrees (supervisor.c).
+ */
+typedef struct mxop__worker_exit {
+    int code;
+    int term_signal;
+    int exit_status;     /* -1 when a signal ended it */
+    uint64_t call_id;    /* the call in flight when it died, or 0 */
+    bool served;         /* it began at least one call */
+    const char *op;      /* the op in flight, or "" */
+    const char *message; /* "worker 12 running op 'x' (call 3) was killed by signal 11 (SIGSEGV)" */
+    const char *how;     /* "was killed by signal 9 (SIGKILL)" or "exited with status 1" */
+    const char *kill_msg; /* why the daemon killed it, or "" */
+} mxop__worker_exit_t;
+
+/*
+ * How a worker reports to its owner, as libuv reports a process exit
+ * through exit_cb: supervisor.c never reaches into the owner's state.
+ * `owner` is the pointer given at spawn; neither callback runs once the
+ * worker is detached.
+ */
+typedef struct mxop__worker_cbs {
+    /* A SupReply arrived (valid only during the call). */
+    void (*on_reply)(void *owner, mxop__worker_t *w, const Mxop__SupReply *r);
+    /* The process was reaped; the worker is detached from then on. */
+    void (*on_exit)(void *owner, mxop__worker_t *w, const mxop__worker_exit_t *e);
+} mxop__worker_cbs_t;
+
 struct mxop__worker {
     mxop__list_t link;
     mxop__daemon_t *d;
-    mxop__session_t *session; /* NULL once detached */
-    uint64_t session_id;      /* kept for the log after detaching */
+    void *owner;                   /* the session, or NULL once detached */
+    const mxop__worker_cbs_t *cbs; /* borrowed, static */
+    uint64_t session_id;           /* kept for the log after detaching */
     uint32_t generation;
     pid_t pid;
     uv_process_t proc;
@@ -396,7 +451,6 @@ struct mxop__worker {
     mxop__status_page_t *page;
     bool killed_timeout;
     char timeout_msg[MXOP__MSG_MAX];
-    bool spare;    /* a warm spare, not yet the session's worker */
     int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
     char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
 };
@@ -414,39 +468,26 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen);
 void mxop__listener_stop(mxop__daemon_t *d);
 
 /* ------------------------------------------------------------------------ */
-/* session.c */
+/* client.c */
 
 /* Takes an accepted, credential-checked connection fd and serves it. */
 void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
 /* Ends a client: closes its connection and ends its session. */
 void mxop__client_close(mxop__client_t *cl);
-/* A SupReply from the session's current worker. */
-void mxop__session_sup_reply(mxop__session_t *s, const Mxop__SupReply *r);
-/* A SupReply from the session's warm spare. */
-void mxop__session_spare_reply(mxop__session_t *s, const Mxop__SupReply *r);
-/*
- * The session's worker died (already reaped).  code/message classify it;
- * `served` says whether it ever ran a call.  The session fails what was
- * pending, then respawns (promoting its spare) or gives up.
- */
-void mxop__session_worker_died(mxop__session_t *s, int code, int term_signal, int exit_status,
-                               uint64_t call_id, const char *op, const char *message, bool served);
-/* The session's spare died (already reaped) before it was needed. */
-void mxop__session_spare_died(mxop__session_t *s, int term_signal, const char *message);
-/* Sends an error Reply (id, code, message) to a client. */
-void mxop__client_reply_error(mxop__client_t *cl, uint64_t id, int code, const char *msg);
 
 /* ------------------------------------------------------------------------ */
 /* supervisor.c */
 
 /*
- * Spawns a worker for session `s` with `generation`.  On success *client_fd
- * is the client's end of the new data channel (taken by the caller) and
- * *out the worker, attached to `s`.  Returns 0, MXOP_EINTERNAL or
- * MXOP_ENOMEM with a sentence in err.
+ * Spawns a worker for session `session_id` with `generation`, reporting to
+ * `owner` through `cbs` (borrowed, must outlive the worker).  On success
+ * *client_fd is the client's end of the new data channel (taken by the
+ * caller) and *out the worker.  Returns 0, MXOP_EINTERNAL or MXOP_ENOMEM
+ * with a sentence in err; then no callback will ever run.
  */
-int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generation,
-                       mxop__worker_t **out, int *client_fd, char *err, size_t errlen);
+int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generation,
+                       const mxop__worker_cbs_t *cbs, void *owner, mxop__worker_t **out,
+                       int *client_fd, char *err, size_t errlen);
 /* Sends a SupRequest to the worker, with fd (borrowed) when fd >= 0. */
 int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd);
 /* Detaches the worker from its session and kills its process group. */
