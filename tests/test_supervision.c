@@ -11,11 +11,13 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,7 +94,7 @@ static void fds_back_to(int want, int timeout_ms)
     int n = -1;
     for (int waited = 0; waited <= timeout_ms; waited += 50) {
         n = mxt_fd_count(daemon_.pid);
-        if (n == want)
+        if (n <= want) /* back at the baseline (or below it: nothing leaked) */
             return;
         mxt_sleep_ms(50);
     }
@@ -350,4 +352,293 @@ Test(supervision, flood_of_unknown_fields_is_refused_quickly)
     cr_assert(mxt_daemon_alive(&daemon_));
     fds_back_to(base, 5000);
     mxop_close(other);
+}
+
+/* ---- every callback runs under a deadline the worker cannot move ---- */
+
+static void setup_deadlines(void)
+{
+    const char *args[] = {"--init-timeout-ms", "1500", NULL};
+    mxt_daemon_start(&daemon_, args);
+}
+
+TestSuite(deadlines, .init = setup_deadlines, .fini = teardown, .timeout = 90);
+
+/* After a hang: the named error, the client's bound, the daemon alive, both sessions serving. */
+static void after_hang(mxop_client_t *c, mxop_client_t *other, int rc, double t0, double bound_s,
+                       const char *n1, const char *n2)
+{
+    double took = now_s() - t0;
+    const char *msg = mxop_last_error(c);
+    cr_assert_eq(rc, MXOP_ETIMEOUT, "got %s (%s)", mxop_err_name(rc), msg);
+    if (n1 != NULL)
+        cr_assert(strstr(msg, n1) != NULL, "message '%s' lacks '%s'", msg, n1);
+    if (n2 != NULL)
+        cr_assert(strstr(msg, n2) != NULL, "message '%s' lacks '%s'", msg, n2);
+    cr_assert(took < bound_s, "returned after %.1f s, bound %.1f s", took, bound_s);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    cr_assert_eq(relu_ok(other), 0, "the other session: %s", mxop_last_error(other));
+    cr_assert_eq(relu_ok(c), 0, "the session after the hang: %s", mxop_last_error(c));
+}
+
+/* A call with a 500 ms deadline: it returns within deadline + 5 s grace (+ 3 s for a loaded host). */
+#define CALL_MS 500
+#define BOUND_S (CALL_MS / 1000.0 + 5 + 3)
+
+static void hang_forward(const char *op)
+{
+    const char *libs[] = {"relu.so", "forge_note.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000);
+    int base = mxt_fd_count(daemon_.pid);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    mxop_call_t call = {.struct_size = sizeof(call), .timeout_ms = CALL_MS};
+    double t0 = now_s();
+    int rc = mxop_forward(c, mxt_op(c, op), &call, &x, 1, &y, 1);
+    after_hang(c, other, rc, t0, BOUND_S, op, "forge_note");
+    /* A second call of the session is not stuck behind the hung worker. */
+    cr_assert_eq(relu_ok(c), 0);
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, status_page_saying_no_call_in_flight_does_not_save_a_hang)
+{
+    hang_forward("forge_idle_hang");
+}
+
+Test(deadlines, status_page_seqlock_left_odd_does_not_save_a_hang)
+{
+    hang_forward("forge_odd_hang");
+}
+
+Test(deadlines, status_page_deadline_zero_start_in_future_does_not_save_a_hang)
+{
+    hang_forward("forge_future_hang");
+}
+
+Test(deadlines, hang_in_init_is_killed_and_names_the_library)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(other), 0);
+    double t0 = now_s();
+    int rc = mxop_load_library(c, "hang_init.so");
+    after_hang(c, other, rc, t0, 1.5 + 8, "hang_init", "mxop_plugin_init");
+    /* The session loads and runs other libraries afterwards. */
+    cr_assert_eq(mxop_load_library(c, "crash.so"), 0, "%s", mxop_last_error(c));
+    mxop_close(c);
+    mxop_close(other);
+}
+
+static mxop_client_t *hang_client(mxop_client_t **other)
+{
+    const char *libs[] = {"relu.so", "hang_cb.so", NULL};
+    *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(*other), 0);
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    return c;
+}
+
+Test(deadlines, hang_in_infer_shape)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int32_t dt = MXOP_F32, odt;
+    mxop_shape_t sh = {.ndim = 1, .dims = {8}}, osh;
+    double t0 = now_s();
+    int rc = mxop_infer(c, mxt_op(c, "hang_infer"), NULL, 1, &dt, &sh, 1, &odt, &osh);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_infer", "infer");
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, hang_in_state_create)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int32_t dt = MXOP_F32;
+    mxop_shape_t sh = {.ndim = 1, .dims = {8}};
+    uint64_t state = 0;
+    double t0 = now_s();
+    int rc = mxop_state_create(c, mxt_op(c, "hang_create"), NULL, 1, &dt, &sh, &state);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_create", "state_create");
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, hang_in_state_destroy)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int32_t dt = MXOP_F32;
+    mxop_shape_t sh = {.ndim = 1, .dims = {8}};
+    uint64_t state = 0;
+    cr_assert_eq(mxop_state_create(c, mxt_op(c, "hang_destroy"), NULL, 1, &dt, &sh, &state), 0,
+                 "%s", mxop_last_error(c));
+    double t0 = now_s();
+    int rc = mxop_state_destroy(c, state);
+    after_hang(c, other, rc, t0, BOUND_S, "state_destroy", NULL);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, hang_in_backward)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int64_t s[] = {16};
+    mxop_array_t in[3], dx;
+    for (int i = 0; i < 3; i++)
+        mxt_array(c, MXOP_F32, 1, s, 1 + (unsigned)i, &in[i]);
+    mxt_array(c, MXOP_F32, 1, s, 9, &dx);
+    double t0 = now_s();
+    /* The output gradient, the input, the output; the input gradient. */
+    int rc = mxop_backward(c, mxt_op(c, "hang_backward"), NULL, in, 3, &dx, 1);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_backward", "backward");
+    for (int i = 0; i < 3; i++)
+        mxop_array_free(c, &in[i]);
+    mxop_array_free(c, &dx);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+/* ---- stopped workers: the client's bound holds ---- */
+
+/* The daemon's child that is neither c's live worker nor one of `known` (n of them), or -1. */
+static pid_t spare_of(mxop_client_t *c, const pid_t *known, int n_known)
+{
+    pid_t kids[16];
+    int n = mxt_children(daemon_.pid, kids, 16);
+    pid_t live = mxt_worker_pid(c);
+    for (int i = 0; i < n; i++) {
+        bool old = kids[i] == live;
+        for (int k = 0; k < n_known; k++)
+            old = old || kids[i] == known[k];
+        if (!old)
+            return kids[i];
+    }
+    return -1;
+}
+
+Test(deadlines, worker_stopped_while_idle_is_replaced_before_a_call_waits_on_it)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    pid_t stopped = mxt_worker_pid(c);
+    kill(stopped, SIGSTOP);
+    double t0 = now_s();
+    /* The stopped worker is replaced before the call waits on it: the call runs, on the new one. */
+    int rc = relu_ok(c);
+    cr_assert_eq(rc, 0, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(now_s() - t0 < BOUND_S, "returned after %.1f s", now_s() - t0);
+    cr_assert_neq(mxt_worker_pid(c), stopped, "the stopped worker still serves");
+    /* The next calls run too. */
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, stopped_replacement_worker_does_not_hold_a_call_past_its_bound)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* the other session's spare has started */
+    pid_t known[16];
+    int n_known = mxt_children(daemon_.pid, known, 16);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    double t0 = now_s();
+    pid_t spare = -1;
+    while ((spare = spare_of(c, known, n_known)) < 0 && now_s() - t0 < 10)
+        mxt_sleep_ms(50);
+    cr_assert(spare > 0, "no spare");
+    mxt_sleep_ms(500); /* it has its libraries */
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    /* The replacement (the warm spare) is stopped; then the live worker dies. */
+    kill(spare, SIGSTOP);
+    kill(mxt_worker_pid(c), SIGKILL);
+    t0 = now_s();
+    int rc = relu_ok(c);
+    /* It may even succeed, on the worker started after the stopped one was killed. */
+    cr_assert(rc == 0 || rc == MXOP_ETIMEOUT || rc == MXOP_EWORKER_CRASHED, "got %s (%s)",
+              mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(now_s() - t0 < BOUND_S, "returned after %.1f s (%s)", now_s() - t0,
+              mxop_last_error(c));
+    /* Within a few calls the session is served by a running worker again. */
+    double t1 = now_s();
+    while ((rc = relu_ok(c)) != 0 && now_s() - t1 < 20)
+        mxt_sleep_ms(100);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_close(c);
+    mxop_close(other);
+}
+
+/* ---- garbage on the data channel ---- */
+
+/* The client's data channel: its only unix socket connected to an unnamed peer (a socketpair). */
+static int data_channel_fd(void)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+            continue;
+        struct sockaddr_un sa;
+        socklen_t len = sizeof(sa);
+        if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0 || sa.sun_family != AF_UNIX)
+            continue;
+        if (len <= sizeof(sa_family_t))
+            return fd;
+    }
+    return -1;
+}
+
+Test(supervision, garbage_on_the_data_channel_replaces_the_worker_and_tells_the_client)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    mxt_sleep_ms(500);
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    int base = mxt_fd_count(daemon_.pid);
+    int fd = data_channel_fd();
+    cr_assert(fd >= 0, "no data channel found");
+    const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+    cr_assert(send(fd, junk, sizeof(junk) - 1, MSG_NOSIGNAL) > 0);
+    /* The next call reaches the replacement; the session keeps its results right. */
+    double t0 = now_s();
+    int rc;
+    while ((rc = relu_ok(c)) != 0 && now_s() - t0 < 10)
+        mxt_sleep_ms(50);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts + 1, "the worker was not replaced");
+    cr_assert_neq(after.worker_pid, before.worker_pid);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
 }

@@ -76,6 +76,7 @@ static void client_closed_cb(mxop__conn_t *c)
 {
     mxop__client_t *cl = c->data;
     mxop__list_remove(&cl->link);
+    cl->d->n_clients--;
     if (cl->session != NULL)
         mxop__session_free(cl->session);
     free(cl);
@@ -91,6 +92,7 @@ void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid)
     }
     cl->d = d;
     cl->id = ++d->next_client_id;
+    cl->connected_ns = mxop__now_ns();
     cl->uid = uid;
     cl->pid = pid;
     mxop__list_init(&cl->link);
@@ -102,6 +104,7 @@ void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid)
         return;
     }
     mxop__list_push(&d->clients, &cl->link);
+    d->n_clients++;
     MXOP__LOGD(0, NULL, "client %llu connected (uid %u, pid %d)", (unsigned long long)cl->id,
                (unsigned)uid, (int)pid);
 }
@@ -113,4 +116,33 @@ void mxop__client_close(mxop__client_t *cl)
     if (cl->session != NULL)
         mxop__session_end(cl->session);
     mxop__conn_close(&cl->conn);
+}
+
+void mxop__clients_tick(mxop__daemon_t *d, int64_t now)
+{
+    const mxop__config_t *cfg = &d->cfg;
+    for (mxop__list_t *n = d->clients.next; n != &d->clients;) {
+        mxop__client_t *cl = MXOP__CONTAINER_OF(n, mxop__client_t, link);
+        n = n->next; /* closing does not unlink at once, but keep the walk safe */
+        if (cl->conn.closing || cl->session != NULL)
+            continue;
+        int64_t age_ms = (now - cl->connected_ns) / 1000000;
+        char msg[MXOP__MSG_MAX];
+        if (!cl->hello_done && (uint64_t)age_ms > cfg->handshake_timeout_ms)
+            mxop__fmt(msg, sizeof(msg),
+                      "no Hello within %llu ms of connecting (--handshake-timeout-ms); closing",
+                      (unsigned long long)cfg->handshake_timeout_ms);
+        else if (cl->hello_done && cfg->idle_timeout_ms != 0 &&
+                 (uint64_t)age_ms > cfg->idle_timeout_ms)
+            mxop__fmt(msg, sizeof(msg),
+                      "no session opened within %llu ms of connecting (--idle-timeout-ms); "
+                      "closing",
+                      (unsigned long long)cfg->idle_timeout_ms);
+        else
+            continue;
+        MXOP__LOGI(0, NULL, "client %llu (pid %d): %s", (unsigned long long)cl->id, (int)cl->pid,
+                   msg);
+        mxop__client_reply_error(cl, 0, MXOP_ETIMEOUT, msg);
+        mxop__client_close(cl);
+    }
 }

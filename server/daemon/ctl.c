@@ -85,6 +85,17 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
         mxop__client_reply_error(cl, req->id, rc, err);
         return;
     }
+    size_t loading = 0;
+    for (const mxop__pending_t *q = s->pend_head; q != NULL; q = q->next)
+        loading += q->kind == MXOP__PENDING_LOAD && !q->replay;
+    if (s->n_libs + loading >= s->d->cfg.session_max_libs) {
+        mxop__reply_errorf(cl, req->id, MXOP_ELIMIT,
+                           "session %llu already has %zu libraries, the most a session may load "
+                           "(--session-max-libraries %llu)",
+                           (unsigned long long)s->id, s->n_libs + loading,
+                           (unsigned long long)s->d->cfg.session_max_libs);
+        return;
+    }
     rc = mxop__session_need_worker(s, err, sizeof(err));
     if (rc != 0) {
         mxop__client_reply_error(cl, req->id, rc, err);
@@ -104,6 +115,31 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
         return;
     }
     MXOP__LOGD(s->id, NULL, "loading library '%s' (%s)", name, resolved);
+}
+
+/* The session's region quotas (--session-max-regions, --session-max-region-mb), answered. */
+static int region_quota(mxop__client_t *cl, mxop__session_t *s, uint64_t req_id, uint64_t size)
+{
+    const mxop__config_t *cfg = &s->d->cfg;
+    if (s->n_regions + s->n_pending_maps >= cfg->session_max_regions) {
+        mxop__reply_errorf(cl, req_id, MXOP_ELIMIT,
+                           "session %llu already holds %zu regions, the most a session may have "
+                           "(--session-max-regions %llu)",
+                           (unsigned long long)s->id, s->n_regions + s->n_pending_maps,
+                           (unsigned long long)cfg->session_max_regions);
+        return MXOP_ELIMIT;
+    }
+    uint64_t limit = cfg->session_max_region_mb << 20;
+    if (limit != 0 && (size > limit || s->region_bytes + s->pending_map_bytes > limit - size)) {
+        mxop__reply_errorf(cl, req_id, MXOP_ELIMIT,
+                           "a region of %llu bytes would take session %llu past %llu MiB of "
+                           "regions (--session-max-region-mb); it holds %llu bytes",
+                           (unsigned long long)size, (unsigned long long)s->id,
+                           (unsigned long long)cfg->session_max_region_mb,
+                           (unsigned long long)(s->region_bytes + s->pending_map_bytes));
+        return MXOP_ELIMIT;
+    }
+    return 0;
 }
 
 /*
@@ -136,12 +172,8 @@ static void handle_register_cuda(mxop__client_t *cl, mxop__session_t *s, const M
         mxop__client_reply_error(cl, req->id, MXOP_EINVAL, "region size is 0");
         return;
     }
-    if (s->n_regions + s->n_pending_maps >= MXOP__SESSION_MAX_REGIONS) {
-        mxop__reply_errorf(cl, req->id, MXOP_ELIMIT,
-                     "session %llu already holds %d regions, the most a session may have",
-                     (unsigned long long)s->id, MXOP__SESSION_MAX_REGIONS);
+    if (region_quota(cl, s, req->id, rr->size) != 0)
         return;
-    }
     rc = mxop__session_need_worker(s, err, sizeof(err));
     if (rc != 0) {
         mxop__client_reply_error(cl, req->id, rc, err);
@@ -165,6 +197,7 @@ static void handle_register_cuda(mxop__client_t *cl, mxop__session_t *s, const M
         return;
     }
     s->n_pending_maps++;
+    s->pending_map_bytes += p->size;
 }
 
 static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__Request *req)
@@ -196,12 +229,8 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
         mxop__client_reply_error(cl, req->id, rc, why);
         goto err_fd;
     }
-    if (s->n_regions + s->n_pending_maps >= MXOP__SESSION_MAX_REGIONS) {
-        mxop__reply_errorf(cl, req->id, MXOP_ELIMIT,
-                     "session %llu already holds %d regions, the most a session may have",
-                     (unsigned long long)s->id, MXOP__SESSION_MAX_REGIONS);
+    if (region_quota(cl, s, req->id, size) != 0)
         goto err_fd;
-    }
     rc = mxop__session_need_worker(s, err, sizeof(err));
     if (rc != 0) {
         mxop__client_reply_error(cl, req->id, rc, err);
@@ -224,6 +253,7 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
     }
     p->fd = fd; /* kept until the worker has mapped it */
     s->n_pending_maps++;
+    s->pending_map_bytes += p->size;
     return;
 
 err_fd:

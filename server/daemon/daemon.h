@@ -44,7 +44,7 @@
 #define MXOP__DAEMON_PROTO_MIN 1u
 #define MXOP__DAEMON_PROTO_MAX 1u
 
-/* The most regions one session may hold (registered plus being mapped). */
+/* The most regions one session may hold by default (--session-max-regions). */
 #define MXOP__SESSION_MAX_REGIONS 4096
 /*
  * Restart policy (session_fsm.c).  A worker that dies outside any call or
@@ -219,6 +219,16 @@ typedef struct mxop__config {
     uid_t allow_uids[MXOP__MAX_ALLOW_UIDS];
     int n_allow_uids;
     uint64_t max_timeout_ms;
+    uint64_t init_timeout_ms; /* a library's load (mxop_plugin_init), by the daemon's clock */
+
+    /* Admission and quotas (docs/protocol.md, "Limits"); 0 turns a limit off where noted. */
+    uint64_t max_conns;            /* client connections at once (default from RLIMIT_NOFILE) */
+    uint64_t handshake_timeout_ms; /* from accept to Hello */
+    uint64_t idle_timeout_ms;      /* from accept to OpenSession; 0: none */
+    uint64_t max_buffered_mb;      /* partial frames held, all connections together */
+    uint64_t session_max_regions;  /* regions of one session */
+    uint64_t session_max_region_mb; /* bytes of regions of one session; 0: none */
+    uint64_t session_max_libs;     /* libraries of one session */
 
     /* The workers' sandbox (server/worker/sandbox.h, docs/isolation.md). */
     const char *sandbox;       /* "none", "basic" or "strict" */
@@ -260,8 +270,15 @@ struct mxop__daemon {
     uv_signal_t sigterm;
     uv_signal_t sigint;
     uv_timer_t watchdog;
+    /* Called at each watchdog tick (deadline.c's check of the sessions' calls), or NULL. */
+    void (*tick_cb)(mxop__daemon_t *d);
 
     mxop__list_t clients; /* mxop__client_t.link */
+    uint64_t n_clients;
+    uint64_t rx_bytes; /* receive buffers of all connections (conn.c) */
+    /* Refusals of new connections, logged once per second with a count (listener.c). */
+    int64_t refuse_log_ns;
+    uint64_t refused_quiet;
     mxop__list_t workers; /* mxop__worker_t.link */
     mxop__quarantine_t quarantine[MXOP__QUARANTINE_MAX];
     size_t n_quarantine;
@@ -277,6 +294,7 @@ struct mxop__client {
     mxop__daemon_t *d;
     mxop__conn_t conn;
     uint64_t id; /* for the log */
+    int64_t connected_ns; /* for the handshake and idle timeouts */
     uid_t uid;
     pid_t pid;
     bool hello_done;
@@ -397,11 +415,20 @@ struct mxop__session {
     size_t cap_regions;
     uint64_t region_bytes;
     uint32_t next_region;
-    size_t n_pending_maps; /* new regions being mapped (counted against the limit) */
+    size_t n_pending_maps;      /* new regions being mapped (counted against the limit) */
+    uint64_t pending_map_bytes; /* and their bytes */
 
     mxop__pending_t *pend_head;
     mxop__pending_t *pend_tail;
     uint64_t next_sup_id;
+
+    /* deadline.c: the calls the client publishes, and what the watchdog saw of them. */
+    struct mxop__call_page *call_page; /* mapped read-write by the daemon and the client only */
+    uint64_t cp_seen_id;               /* the call in flight at the last tick */
+    int64_t cp_seen_ns;                /* when the daemon first saw it (its own clock) */
+    uint64_t cp_killed_id;             /* the last call whose overrun killed a worker */
+    uint64_t head_sup_id[2];           /* the supervisor request at each FIFO's head ... */
+    int64_t head_since_ns[2];          /* ... and since when (live, spare) */
 };
 
 /*
@@ -451,6 +478,8 @@ struct mxop__worker {
     mxop__status_page_t *page;
     bool killed_timeout;
     char timeout_msg[MXOP__MSG_MAX];
+    uint64_t timeout_call_id;         /* the call whose deadline it overran, or 0 */
+    char timeout_op[MXOP__STATUS_OP_MAX]; /* its op, as the client named it */
     int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
     char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
 };
@@ -468,8 +497,25 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen);
 void mxop__listener_stop(mxop__daemon_t *d);
 
 /* ------------------------------------------------------------------------ */
+/* deadline.c */
+
+/*
+ * One watchdog tick over every session: kills a worker whose call, as the
+ * client published it, is past its deadline or the daemon's maximum, or
+ * whose supervisor request (a library's load) has run longer than
+ * --init-timeout-ms.  Set as d->tick_cb.
+ */
+void mxop__deadlines_tick(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
 /* client.c */
 
+/*
+ * Ends connections that overstay: no Hello within --handshake-timeout-ms,
+ * no session within --idle-timeout-ms (an error frame naming the limit,
+ * then the close).
+ */
+void mxop__clients_tick(mxop__daemon_t *d, int64_t now);
 /* Takes an accepted, credential-checked connection fd and serves it. */
 void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
 /* Ends a client: closes its connection and ends its session. */
@@ -494,6 +540,15 @@ int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd);
 void mxop__worker_detach_kill(mxop__worker_t *w);
 /* Kills the worker's process group, attached or not; `why` goes into the report of its death. */
 void mxop__worker_kill(mxop__worker_t *w, const char *why);
+/*
+ * Kills the worker for overrunning a deadline: its death reads
+ * MXOP_ETIMEOUT with `why`, for call `call_id` (0: a supervisor request)
+ * of op `op` (may be NULL).  Once per worker.
+ */
+void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op,
+                               const char *why);
+/* True if the worker's process is stopped (SIGSTOP, traced): it cannot serve. */
+bool mxop__worker_is_stopped(const mxop__worker_t *w);
 /* True if some live worker is `pid` or shares its session (an op's child). */
 bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid);
 /* Starts the deadline watchdog. */

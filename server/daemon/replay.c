@@ -211,6 +211,7 @@ static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Sup
         return;
     }
     s->n_pending_maps--;
+    s->pending_map_bytes -= p->size;
     if (r->status != 0) {
         mxop__client_reply_error(s->client, p->req_id, r->status, msg);
         return;
@@ -268,7 +269,8 @@ void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r)
  * Answers every request that was waiting on the dead worker.  `load_note`
  * (may be "") is added to the answer of the load that was running.
  */
-void mxop__replay_fail_pending(mxop__session_t *s, const char *message, const char *load_note)
+void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message,
+                               const char *load_note)
 {
     bool first = true;
     mxop__pending_t *p = s->pend_head;
@@ -280,7 +282,9 @@ void mxop__replay_fail_pending(mxop__session_t *s, const char *message, const ch
                        p->kind == MXOP__PENDING_LOAD ? "a library" : "a region");
         } else if (p->kind == MXOP__PENDING_LOAD) {
             /* The head was running; the rest never reached the worker's loader. */
-            if (first)
+            if (first && code == MXOP_ETIMEOUT)
+                mxop__reply_errorf(s->client, p->req_id, MXOP_ETIMEOUT, "%s", message);
+            else if (first)
                 mxop__reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
                              "library '%s' crashed the worker while loading: %s%s", p->name,
                              message, load_note);
@@ -290,6 +294,7 @@ void mxop__replay_fail_pending(mxop__session_t *s, const char *message, const ch
                              message);
         } else if (p->kind == MXOP__PENDING_MAP) {
             s->n_pending_maps--;
+            s->pending_map_bytes -= p->size;
             mxop__reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
                          "the worker died before mapping the region: %s", message);
         } else {

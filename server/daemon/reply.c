@@ -17,10 +17,14 @@
 
 void mxop__reply_send(mxop__client_t *cl, Mxop__Reply *r, int fd)
 {
+    mxop__reply_send_fds(cl, r, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0);
+}
+
+void mxop__reply_send_fds(mxop__client_t *cl, Mxop__Reply *r, const int *fds, int nfds)
+{
     if (cl == NULL || cl->conn.closing)
         return;
-    int rc = mxop__conn_send(&cl->conn, MXOP__KIND_CTL_REPLY, &r->base, fd >= 0 ? &fd : NULL,
-                             fd >= 0 ? 1 : 0);
+    int rc = mxop__conn_send(&cl->conn, MXOP__KIND_CTL_REPLY, &r->base, fds, nfds);
     if (rc == MXOP_EFRAME_TOO_LARGE) {
         /* Say so rather than leave the client waiting for an answer. */
         Mxop__Reply e = MXOP__REPLY__INIT;

@@ -29,6 +29,8 @@
 
 /* Sends a Reply to the client (nothing if it is gone); `fd` rides along when >= 0 (borrowed). */
 void mxop__reply_send(mxop__client_t *cl, Mxop__Reply *r, int fd);
+/* The same with `nfds` descriptors (borrowed) on the frame. */
+void mxop__reply_send_fds(mxop__client_t *cl, Mxop__Reply *r, const int *fds, int nfds);
 /* Sends an error Reply (id, code, message) to a client. */
 void mxop__client_reply_error(mxop__client_t *cl, uint64_t id, int code, const char *msg);
 void mxop__reply_errorf(mxop__client_t *cl, uint64_t id, int code, const char *fmt, ...)
@@ -69,6 +71,13 @@ void mxop__fifo_free(mxop__session_t *s, enum mxop__pending_fifo q);
 int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop__pending_fifo q);
 /* Frees the session's memory and descriptors (the workers are already detached). */
 void mxop__session_free(mxop__session_t *s);
+
+/* ------------------------------------------------------------------------ */
+/* deadline.c */
+
+/* Creates and maps the session's call page; *fd_out (taken) is for the client. */
+int mxop__call_page_create(mxop__session_t *s, int *fd_out, char *err, size_t errlen);
+void mxop__call_page_free(mxop__session_t *s);
 
 /* ------------------------------------------------------------------------ */
 /* ctl.c */
@@ -122,9 +131,12 @@ void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r);
 void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r);
 /*
  * Answers every request that was waiting on the dead worker.  `load_note`
- * (may be "") is added to the answer of the load that was running.
+ * (may be "") is added to the answer of the load that was running, which
+ * gets `code` when it is MXOP_ETIMEOUT (its load overran), else
+ * MXOP_EWORKER_CRASHED.
  */
-void mxop__replay_fail_pending(mxop__session_t *s, const char *message, const char *load_note);
+void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message,
+                               const char *load_note);
 
 /* ------------------------------------------------------------------------ */
 /* session_fsm.c */

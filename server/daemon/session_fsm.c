@@ -219,7 +219,7 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x)
      * the next one needs another call, so the client sets the pace.
      */
     bool client_caused = x->call_id != 0 || (s->pend_head != NULL && !s->pend_head->replay);
-    mxop__replay_fail_pending(s, x->message, load_note);
+    mxop__replay_fail_pending(s, x->code, x->message, load_note);
     if (client_caused || x->served)
         s->idle_deaths = 0;
     if (!client_caused)
@@ -255,7 +255,7 @@ static void on_unrestorable(mxop__session_t *s, const char *why)
         mxop__worker_detach_kill(s->worker);
         s->worker = NULL;
     }
-    mxop__replay_fail_pending(s, why, "");
+    mxop__replay_fail_pending(s, MXOP_EWORKER_CRASHED, why, "");
     memset(&s->death, 0, sizeof(s->death));
     s->death.code = MXOP_EWORKER_CRASHED;
     s->death.exit_status = -1;
@@ -326,13 +326,18 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     s->spare_state = MXOP__SPARE_NONE;
 
     char err[MXOP__MSG_MAX];
-    int client_fd = -1;
+    int fds[2] = {-1, -1}; /* the data channel, the call page */
     mxop__worker_t *w = NULL;
-    int rc = mxop__worker_spawn(d, s->id, s->generation, &mxop__session_worker_cbs, s, &w,
-                                &client_fd, err, sizeof(err));
+    int rc = mxop__call_page_create(s, &fds[1], err, sizeof(err));
+    if (rc == 0)
+        rc = mxop__worker_spawn(d, s->id, s->generation, &mxop__session_worker_cbs, s, &w, &fds[0],
+                                err, sizeof(err));
     if (rc != 0) {
         MXOP__LOGE(s->id, NULL, "cannot open a session: %s", err);
         mxop__client_reply_error(cl, req_id, rc, err);
+        if (fds[1] >= 0)
+            close(fds[1]);
+        mxop__call_page_free(s);
         free(s);
         return;
     }
@@ -353,8 +358,9 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     r.id = req_id;
     r.body_case = MXOP__REPLY__BODY_OPEN_SESSION;
     r.open_session = &osr;
-    mxop__reply_send(cl, &r, client_fd);
-    close(client_fd);
+    mxop__reply_send_fds(cl, &r, fds, 2);
+    close(fds[0]);
+    close(fds[1]);
     MXOP__LOGI(s->id, NULL, "session opened by client %llu '%s'; worker %d",
                (unsigned long long)cl->id, cl->name, (int)w->pid);
     mxop__spare_event(s, MXOP__SPARE_EV_WANTED, NULL);

@@ -345,6 +345,12 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
         mxop__fmt(msg, sizeof(msg), "%s %s: %s", what, how, s.fault_msg);
     } else if (w->kill_msg[0] != '\0') {
         mxop__fmt(msg, sizeof(msg), "%s: %s", what, w->kill_msg);
+    } else if (term_signal == 0 && exit_status == MXOP__W_EXIT_DATA_FRAMING) {
+        code = MXOP_EPROTOCOL;
+        mxop__fmt(msg, sizeof(msg),
+                  "%s exited: its data channel received a malformed frame from the client, so "
+                  "the channel was lost and the worker is replaced",
+                  what);
     } else if (note) {
         mxop__fmt(msg, sizeof(msg), "%s %s (its own note, which does not match how it ended, "
                   "claims %s: %s)", what, how, mxop_err_name(s.fault_code), s.fault_msg);
@@ -356,10 +362,11 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
         .code = code,
         .term_signal = term_signal,
         .exit_status = term_signal != 0 ? -1 : (int)exit_status,
-        .call_id = s.busy ? s.call_id : 0,
+        /* A timeout names what the daemon enforced; otherwise the page is the only witness. */
+        .call_id = w->killed_timeout ? w->timeout_call_id : s.busy ? s.call_id : 0,
         /* The page keeps the id of the last call begun: 0 means this worker never served one. */
-        .served = s.call_id != 0,
-        .op = s.busy ? s.op : "",
+        .served = s.call_id != 0 || w->timeout_call_id != 0,
+        .op = w->killed_timeout ? w->timeout_op : s.busy ? s.op : "",
         .message = msg,
         .how = how,
         .kill_msg = w->kill_msg,
@@ -526,6 +533,19 @@ void mxop__worker_kill(mxop__worker_t *w, const char *why)
     kill_group(w);
 }
 
+void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op,
+                               const char *why)
+{
+    if (w->exited || w->killed_timeout)
+        return;
+    w->killed_timeout = true;
+    w->timeout_call_id = call_id;
+    mxop__fmt(w->timeout_op, sizeof(w->timeout_op), "%s", op != NULL ? op : "");
+    mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg), "%s", why);
+    MXOP__LOGW(w->session_id, op != NULL && op[0] ? op : NULL, "watchdog: %s", why);
+    kill_group(w);
+}
+
 bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid)
 {
     if (pid <= 0)
@@ -553,42 +573,56 @@ void mxop__worker_detach_kill(mxop__worker_t *w)
     close_sup(w);
 }
 
+bool mxop__worker_is_stopped(const mxop__worker_t *w)
+{
+    if (w->exited)
+        return false;
+    char path[64];
+    char buf[256];
+    mxop__fmt(path, sizeof(path), "/proc/%d/stat", (int)w->pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+/*
+ * A stopped worker (SIGSTOP, a debugger that went away) cannot serve: it
+ * is replaced before a call waits on it.  Checked about once a second for
+ * every worker, live or spare, idle or not: one read of /proc each.
+ */
+static void kill_stopped(mxop__daemon_t *d)
+{
+    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+        if (w->owner == NULL || w->exited || w->kill_msg[0] != '\0' || w->killed_timeout)
+            continue;
+        if (mxop__worker_is_stopped(w)) {
+            MXOP__LOGW(w->session_id, NULL, "worker %d is stopped; replacing it", (int)w->pid);
+            mxop__worker_kill(w, "it was stopped (SIGSTOP or a tracer) and could not serve");
+        }
+    }
+}
+
 static void watchdog_cb(uv_timer_t *t)
 {
     mxop__daemon_t *d = MXOP__CONTAINER_OF(t, mxop__daemon_t, watchdog);
     static unsigned ticks;
-    int64_t now = mxop__now_ns();
-    int64_t max_ns = (int64_t)d->cfg.max_timeout_ms * 1000000LL;
-
-    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
-        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
-        if (w->exited || w->killed_timeout || w->owner == NULL)
-            continue;
-        page_snap_t s;
-        if (!read_page(w->page, &s, true) || !s.busy)
-            continue;
-        bool past_deadline = s.deadline_ns != 0 && now > s.deadline_ns;
-        bool past_max = s.start_ns != 0 && now - s.start_ns > max_ns;
-        if (!past_deadline && !past_max)
-            continue;
-        char what[160];
-        describe(what, sizeof(what), w->pid, &s);
-        long long ran_ms = (long long)((now - s.start_ns) / 1000000LL);
-        if (past_deadline)
-            mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg),
-                      "%s ran %lld ms, past its deadline of %lld ms, and was killed", what, ran_ms,
-                      (long long)((s.deadline_ns - s.start_ns) / 1000000LL));
-        else
-            mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg),
-                      "%s ran %lld ms, longer than the daemon's limit of %llu ms "
-                      "(--max-timeout-ms), and was killed",
-                      what, ran_ms, (unsigned long long)d->cfg.max_timeout_ms);
-        w->killed_timeout = true;
-        MXOP__LOGW(w->session_id, s.op, "watchdog: %s", w->timeout_msg);
-        kill_group(w);
-    }
-    if (++ticks % SWEEP_TICKS == 0)
+    /*
+     * Deadlines come from what the daemon trusts: the calls the client
+     * published, the daemon's own clock (d->tick_cb).  The worker's status
+     * page, which any op can write, is never read here.
+     */
+    if (d->tick_cb != NULL)
+        d->tick_cb(d);
+    if (++ticks % SWEEP_TICKS == 0) {
         sweep_escaped(d);
+        kill_stopped(d);
+    }
 }
 
 int mxop__watchdog_start(mxop__daemon_t *d)

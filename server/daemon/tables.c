@@ -263,6 +263,7 @@ void mxop__session_free(mxop__session_t *s)
     free(s->regions);
     free(s->libs);
     free(s->ops);
+    mxop__call_page_free(s);
     free(s);
 }
 

@@ -8,6 +8,14 @@
  *   forge_oom_exit  writes a note claiming MXOP_EWORKER_OOM, then exits
  *               with status 5: no fault signal, so no out-of-memory verdict.
  *
+ *   forge_idle_hang    writes "no call in flight" (busy 0) into the status
+ *                      page, then hangs
+ *   forge_odd_hang     leaves the page's seqlock odd, then hangs
+ *   forge_future_hang  writes deadline 0 and a start time an hour ahead,
+ *                      then hangs
+ *               Each must still be killed at the call's deadline, which
+ *               the watchdog takes from the client, never from this page.
+ *
  * The status page is found as the worker's mapping of the memfd named
  * "mxop-status" in /proc/self/maps: memory any op of the worker can write.
  * Ops expect 1 f32 input and 1 output.
@@ -68,8 +76,65 @@ static int forge_oom_exit(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, in
     _exit(5);
 }
 
+static int forge_hang(int how)
+{
+    mxop__status_page_t *page = find_page();
+    if (page != NULL) {
+        if (how == 0) {
+            atomic_store(&page->busy, 0);
+            page->call_id = 0;
+        } else if (how == 1) {
+            atomic_store(&page->seq, atomic_load(&page->seq) | 1u);
+        } else {
+            page->deadline_ns = 0;
+            page->start_ns += 3600LL * 1000000000LL;
+        }
+    }
+    for (;;)
+        sleep(1);
+    return 0;
+}
+
+static int forge_idle_hang(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
+                           mxop_tensor_t *out)
+{
+    (void)ctx, (void)n_in, (void)in, (void)n_out, (void)out;
+    return forge_hang(0);
+}
+
+static int forge_odd_hang(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
+                          mxop_tensor_t *out)
+{
+    (void)ctx, (void)n_in, (void)in, (void)n_out, (void)out;
+    return forge_hang(1);
+}
+
+static int forge_future_hang(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
+                             mxop_tensor_t *out)
+{
+    (void)ctx, (void)n_in, (void)in, (void)n_out, (void)out;
+    return forge_hang(2);
+}
+
 MXOP_PLUGIN_INIT(ctx, host)
 {
+    static const struct {
+        const char *name;
+        int (*fn)(mxop_ctx_t *, int, const mxop_tensor_t *, int, mxop_tensor_t *);
+    } hangs[] = {{"forge_idle_hang", forge_idle_hang},
+                 {"forge_odd_hang", forge_odd_hang},
+                 {"forge_future_hang", forge_future_hang}};
+    for (size_t i = 0; i < sizeof(hangs) / sizeof(hangs[0]); i++) {
+        mxop_op_def_t d = {.struct_size = sizeof(mxop_op_def_t),
+                           .name = hangs[i].name,
+                           .description = "forges the status page, then hangs",
+                           .num_inputs = 1,
+                           .num_outputs = 1,
+                           .forward = hangs[i].fn};
+        int rc = host->register_op(ctx, &d);
+        if (rc != 0)
+            return rc;
+    }
     mxop_op_def_t a = {.struct_size = sizeof(mxop_op_def_t),
                        .name = "forge_segv",
                        .description = "forges a fault note, then segfaults",
