@@ -277,7 +277,7 @@ static int call_kind(const mxop_client_t *c)
     switch (c->cb.call.body_case) {
     case MXOP__CALL__BODY_INVOKE:
         return c->cb.call.invoke != NULL && c->cb.call.invoke->backward ? MXOP__CALLK_BACKWARD
-                                                                         : MXOP__CALLK_FORWARD;
+                                                                        : MXOP__CALLK_FORWARD;
     case MXOP__CALL__BODY_INFER: return MXOP__CALLK_INFER;
     case MXOP__CALL__BODY_STATE_CREATE: return MXOP__CALLK_STATE_CREATE;
     case MXOP__CALL__BODY_STATE_DESTROY: return MXOP__CALLK_STATE_DESTROY;

@@ -132,8 +132,8 @@ struct mxop_client {
     mxop__pbarena_t pba;
 
     /* The shared-memory data path (call.c). */
-    int data_path;   /* MXOP_DATA_PATH_SOCKET or MXOP_DATA_PATH_SHM, as chosen */
-    int mbox_on;     /* the current worker has the mailbox: calls go through it */
+    int data_path; /* MXOP_DATA_PATH_SOCKET or MXOP_DATA_PATH_SHM, as chosen */
+    int mbox_on;   /* the current worker has the mailbox: calls go through it */
     /* The session's call page (shm/call_page.h), mapped from the OpenSession reply; or NULL. */
     struct mxop__call_page *call_page;
     int mbox_wanted; /* give the current worker a mailbox before the next call */

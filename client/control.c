@@ -132,8 +132,8 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
      * client publishes its calls' deadlines there for the daemon's watchdog.
      */
     if (r->body_case == MXOP__REPLY__BODY_OPEN_SESSION && nfds > 1 && c->call_page == NULL) {
-        void *m = mmap(NULL, sizeof(mxop__call_page_t), PROT_READ | PROT_WRITE, MAP_SHARED,
-                       fds[1], 0);
+        void *m =
+            mmap(NULL, sizeof(mxop__call_page_t), PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
         if (m != MAP_FAILED)
             c->call_page = m;
         close(fds[1]);

@@ -251,8 +251,8 @@ static void soak(bool chaos)
     fprintf(stderr,
             "soak%s: %d s, %d clients, %d kills, %d stops, %d spawn outages: %d calls, %d "
             "correct, %d crashed, %d timed out\n",
-            chaos ? " (chaos)" : "", seconds, CLIENTS, k.kills, k.stops, k.spawn_outages, calls,
-            ok, crashed, timeouts);
+            chaos ? " (chaos)" : "", seconds, CLIENTS, k.kills, k.stops, k.spawn_outages, calls, ok,
+            crashed, timeouts);
     for (int i = 0; i < CLIENTS; i++)
         cr_expect_eq(cl[i].bad, 0, "client %d: %d bad calls, first: %s", i, cl[i].bad, cl[i].why);
     for (int i = 0; i < CLIENTS; i++)

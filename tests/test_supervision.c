@@ -38,7 +38,6 @@ static struct {
     mxop_array_t x, y;
 } arrays[4];
 
-
 static void setup(void)
 {
     mxt_daemon_start(&daemon_, NULL);
@@ -309,8 +308,8 @@ Test(supervision, nul_in_library_path_is_refused_and_the_connection_stays)
     char msg[512];
     cr_assert_eq(raw_reply(s, msg, sizeof(msg)), 0, "%s", msg);
     /* LoadLibrary (id 2) of "relu.so\0x". */
-    const uint8_t req[] = {0x08, 0x02, 0x62, 0x0b, 0x0a, 0x09, 'r', 'e', 'l',
-                           'u',  '.',  's',  'o',  0x00, 'x'};
+    const uint8_t req[] = {0x08, 0x02, 0x62, 0x0b, 0x0a, 0x09, 'r', 'e',
+                           'l',  'u',  '.',  's',  'o',  0x00, 'x'};
     raw_send(s, req, sizeof(req));
     int rc = raw_reply(s, msg, sizeof(msg));
     cr_assert_eq(rc, MXOP_EINVAL, "got %s (%s)", mxop_err_name(rc), msg);
@@ -381,7 +380,8 @@ static void after_hang(mxop_client_t *c, mxop_client_t *other, int rc, double t0
     cr_assert_eq(relu_ok(c), 0, "the session after the hang: %s", mxop_last_error(c));
 }
 
-/* A call with a 500 ms deadline: it returns within deadline + 5 s grace (+ 3 s for a loaded host). */
+/* A call with a 500 ms deadline: it returns within deadline + 5 s grace (+ 3 s for a loaded host).
+ */
 #define CALL_MS 500
 #define BOUND_S (CALL_MS / 1000.0 + 5 + 3)
 

@@ -110,8 +110,8 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
     rc = mxop__pending_send(s, p, -1, MXOP__FIFO_LIVE);
     if (rc != 0) {
         mxop__pending_free(p);
-        mxop__reply_errorf(cl, req->id, rc, "cannot forward LoadLibrary of '%s' to the worker: %s", name,
-                     mxop_strerror(rc));
+        mxop__reply_errorf(cl, req->id, rc, "cannot forward LoadLibrary of '%s' to the worker: %s",
+                           name, mxop_strerror(rc));
         return;
     }
     MXOP__LOGD(s->id, NULL, "loading library '%s' (%s)", name, resolved);
@@ -160,12 +160,12 @@ static void handle_register_cuda(mxop__client_t *cl, mxop__session_t *s, const M
     }
     if (rr->cuda_ipc_handle.len != MXOP__CUDA_IPC_BYTES) {
         mxop__reply_errorf(cl, req->id, MXOP_EINVAL, "the CUDA IPC handle has %zu bytes, not %d",
-                     rr->cuda_ipc_handle.len, MXOP__CUDA_IPC_BYTES);
+                           rr->cuda_ipc_handle.len, MXOP__CUDA_IPC_BYTES);
         return;
     }
     if (rr->device < 0) {
-        mxop__reply_errorf(cl, req->id, MXOP_EINVAL, "device region on CUDA device %d: not an ordinal",
-                     (int)rr->device);
+        mxop__reply_errorf(cl, req->id, MXOP_EINVAL,
+                           "device region on CUDA device %d: not an ordinal", (int)rr->device);
         return;
     }
     if (rr->size == 0) {
@@ -193,7 +193,7 @@ static void handle_register_cuda(mxop__client_t *cl, mxop__session_t *s, const M
     if (rc != 0) {
         mxop__pending_free(p);
         mxop__reply_errorf(cl, req->id, rc, "cannot forward the region to the worker: %s",
-                     mxop_strerror(rc));
+                           mxop_strerror(rc));
         return;
     }
     s->n_pending_maps++;
@@ -212,7 +212,7 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
             mxop__client_reply_error(cl, req->id, MXOP_EINVAL, "RegisterRegion carries no fd");
         else
             mxop__reply_errorf(cl, req->id, MXOP_EINVAL,
-                         "RegisterRegion carries %d fds; exactly one is expected", nfds);
+                               "RegisterRegion carries %d fds; exactly one is expected", nfds);
         return; /* the connection closes unclaimed descriptors */
     }
     int fd = mxop__conn_take_fd(&cl->conn);
@@ -248,7 +248,7 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
     if (rc != 0) {
         mxop__pending_free(p);
         mxop__reply_errorf(cl, req->id, rc, "cannot forward the region to the worker: %s",
-                     mxop_strerror(rc));
+                           mxop_strerror(rc));
         goto err_fd;
     }
     p->fd = fd; /* kept until the worker has mapped it */
@@ -266,7 +266,7 @@ static void handle_release(mxop__client_t *cl, mxop__session_t *s, const Mxop__R
     ssize_t i = mxop__session_find_region(s, id);
     if (i < 0) {
         mxop__reply_errorf(cl, req->id, MXOP_EUNKNOWN_REGION, "session %llu has no region %u",
-                     (unsigned long long)s->id, (unsigned)id);
+                           (unsigned long long)s->id, (unsigned)id);
         return;
     }
     /* Gone from the session at once, so a restart does not map it again. */
@@ -319,8 +319,8 @@ static void handle_shutdown(mxop__client_t *cl, const Mxop__Request *req)
     mxop__daemon_t *d = cl->d;
     if (cl->uid != d->euid && cl->uid != 0) {
         mxop__reply_errorf(cl, req->id, MXOP_EDENIED,
-                     "uid %u may not shut the daemon down (only uid %u or root may)",
-                     (unsigned)cl->uid, (unsigned)d->euid);
+                           "uid %u may not shut the daemon down (only uid %u or root may)",
+                           (unsigned)cl->uid, (unsigned)d->euid);
         return;
     }
     mxop__reply_ok(cl, req->id);
@@ -339,8 +339,8 @@ void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_
     if (!cl->hello_done) {
         if (body != MXOP__REQUEST__BODY_HELLO) {
             mxop__reply_errorf(cl, req->id, MXOP_EPROTOCOL,
-                         "the first request on a connection must be Hello, not %s",
-                         mxop__ctl_body_name(body));
+                               "the first request on a connection must be Hello, not %s",
+                               mxop__ctl_body_name(body));
             mxop__client_close(cl);
             return;
         }
@@ -372,14 +372,14 @@ void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_
     case MXOP__REQUEST__BODY_RELEASE_REGION: break;
     default:
         mxop__reply_errorf(cl, req->id, MXOP_EPROTOCOL,
-                     "request %llu has no body this daemon knows (protocol %u)",
-                     (unsigned long long)req->id, (unsigned)cl->version);
+                           "request %llu has no body this daemon knows (protocol %u)",
+                           (unsigned long long)req->id, (unsigned)cl->version);
         return;
     }
 
     if (s == NULL) {
         mxop__reply_errorf(cl, req->id, MXOP_EPROTOCOL, "%s needs a session: open a session first",
-                     mxop__ctl_body_name(body));
+                           mxop__ctl_body_name(body));
         return;
     }
     switch (body) {

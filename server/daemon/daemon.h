@@ -222,13 +222,13 @@ typedef struct mxop__config {
     uint64_t init_timeout_ms; /* a library's load (mxop_plugin_init), by the daemon's clock */
 
     /* Admission and quotas (docs/protocol.md, "Limits"); 0 turns a limit off where noted. */
-    uint64_t max_conns;            /* client connections at once (default from RLIMIT_NOFILE) */
-    uint64_t handshake_timeout_ms; /* from accept to Hello */
-    uint64_t idle_timeout_ms;      /* from accept to OpenSession; 0: none */
-    uint64_t max_buffered_mb;      /* partial frames held, all connections together */
-    uint64_t session_max_regions;  /* regions of one session */
+    uint64_t max_conns;             /* client connections at once (default from RLIMIT_NOFILE) */
+    uint64_t handshake_timeout_ms;  /* from accept to Hello */
+    uint64_t idle_timeout_ms;       /* from accept to OpenSession; 0: none */
+    uint64_t max_buffered_mb;       /* partial frames held, all connections together */
+    uint64_t session_max_regions;   /* regions of one session */
     uint64_t session_max_region_mb; /* bytes of regions of one session; 0: none */
-    uint64_t session_max_libs;     /* libraries of one session */
+    uint64_t session_max_libs;      /* libraries of one session */
 
     /* The workers' sandbox (server/worker/sandbox.h, docs/isolation.md). */
     const char *sandbox;       /* "none", "basic" or "strict" */
@@ -293,7 +293,7 @@ struct mxop__client {
     mxop__list_t link;
     mxop__daemon_t *d;
     mxop__conn_t conn;
-    uint64_t id; /* for the log */
+    uint64_t id;          /* for the log */
     int64_t connected_ns; /* for the handshake and idle timeouts */
     uid_t uid;
     pid_t pid;
@@ -361,7 +361,8 @@ typedef struct mxop__death {
  */
 typedef enum mxop__sess_state {
     MXOP__SESS_RUNNING, /* s->worker serves */
-    MXOP__SESS_WAITING, /* no worker: a respawn (or a retry of a failed spawn) waits for its timer */
+    MXOP__SESS_WAITING, /* no worker: a respawn (or a retry of a failed spawn) waits for its timer
+                         */
     MXOP__SESS_FAILED,  /* the session cannot be restored: worker-bound requests fail */
     MXOP__SESS_ENDED    /* the client is gone */
 } mxop__sess_state_t;
@@ -478,7 +479,7 @@ struct mxop__worker {
     mxop__status_page_t *page;
     bool killed_timeout;
     char timeout_msg[MXOP__MSG_MAX];
-    uint64_t timeout_call_id;         /* the call whose deadline it overran, or 0 */
+    uint64_t timeout_call_id;             /* the call whose deadline it overran, or 0 */
     char timeout_op[MXOP__STATUS_OP_MAX]; /* its op, as the client named it */
     int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
     char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */

@@ -92,7 +92,8 @@ static void check_call(mxop__session_t *s, int64_t now)
         if (s->worker != NULL && mxop__worker_is_stopped(s->worker))
             mxop__worker_kill(s->worker, "it was stopped (SIGSTOP or a tracer) when a call came");
     }
-    /* A restart does not clear the page at once: the call that killed a worker cannot kill its heir. */
+    /* A restart does not clear the page at once: the call that killed a worker cannot kill its
+     * heir. */
     if (cp.call_id == s->cp_killed_id || s->worker == NULL)
         return;
     int64_t max_ns = (int64_t)s->d->cfg.max_timeout_ms * 1000000LL;

@@ -214,13 +214,25 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             return usage_error("unknown option '%s'", arg);
         memcpy(opt, arg, olen);
         opt[olen] = '\0';
-        static const char *const known[] = {
-            "--socket",         "--plugin-dir",     "--log-level", "--worker",
-            "--allow-uid",      "--max-timeout-ms", "--sandbox",   "--worker-memory-mb",
-            "--worker-max-fds", "--worker-uid",     "--warm-spare", "--init-timeout-ms",
-            "--max-connections", "--handshake-timeout-ms", "--idle-timeout-ms",
-            "--max-buffered-mb", "--session-max-regions", "--session-max-region-mb",
-            "--session-max-libraries"};
+        static const char *const known[] = {"--socket",
+                                            "--plugin-dir",
+                                            "--log-level",
+                                            "--worker",
+                                            "--allow-uid",
+                                            "--max-timeout-ms",
+                                            "--sandbox",
+                                            "--worker-memory-mb",
+                                            "--worker-max-fds",
+                                            "--worker-uid",
+                                            "--warm-spare",
+                                            "--init-timeout-ms",
+                                            "--max-connections",
+                                            "--handshake-timeout-ms",
+                                            "--idle-timeout-ms",
+                                            "--max-buffered-mb",
+                                            "--session-max-regions",
+                                            "--session-max-region-mb",
+                                            "--session-max-libraries"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;

@@ -183,8 +183,8 @@ static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Su
         if (msg != NULL)
             mxop__client_reply_error(s->client, p->req_id, r->status, msg);
         else
-            mxop__reply_errorf(s->client, p->req_id, r->status, "library '%s' did not load: %s", p->name,
-                         mxop_strerror(r->status));
+            mxop__reply_errorf(s->client, p->req_id, r->status, "library '%s' did not load: %s",
+                               p->name, mxop_strerror(r->status));
         return;
     }
     if (mxop__session_find_lib(s, p->path) == NULL) {
@@ -286,17 +286,17 @@ void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message
                 mxop__reply_errorf(s->client, p->req_id, MXOP_ETIMEOUT, "%s", message);
             else if (first)
                 mxop__reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
-                             "library '%s' crashed the worker while loading: %s%s", p->name,
-                             message, load_note);
+                                   "library '%s' crashed the worker while loading: %s%s", p->name,
+                                   message, load_note);
             else
                 mxop__reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
-                             "the worker died before library '%s' was loaded: %s", p->name,
-                             message);
+                                   "the worker died before library '%s' was loaded: %s", p->name,
+                                   message);
         } else if (p->kind == MXOP__PENDING_MAP) {
             s->n_pending_maps--;
             s->pending_map_bytes -= p->size;
             mxop__reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
-                         "the worker died before mapping the region: %s", message);
+                               "the worker died before mapping the region: %s", message);
         } else {
             /* The region is released either way: the dead worker's mappings died with it. */
             mxop__reply_ok(s->client, p->req_id);

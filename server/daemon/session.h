@@ -96,7 +96,10 @@ typedef struct mxop__limits {
 } mxop__limits_t;
 
 /* The limits a daemon without options applies. */
-#define MXOP__LIMITS_DEFAULT {.max_fields = 4096, .max_depth = 8}
+#define MXOP__LIMITS_DEFAULT                                                                       \
+    {                                                                                              \
+        .max_fields = 4096, .max_depth = 8                                                         \
+    }
 
 /*
  * Checks one control request without sockets or session state.  With `req`
@@ -117,7 +120,8 @@ const char *mxop__ctl_body_name(int body_case);
 /* ------------------------------------------------------------------------ */
 /* replay.c */
 
-/* Gives a new worker (or the spare) every library, in order, and every region; false if cut short. */
+/* Gives a new worker (or the spare) every library, in order, and every region; false if cut short.
+ */
 bool mxop__replay_to(mxop__session_t *s, enum mxop__pending_fifo q);
 /* The device regions a promoted spare did not get while it waited. */
 bool mxop__replay_device_regions(mxop__session_t *s);

@@ -352,8 +352,10 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
                   "the channel was lost and the worker is replaced",
                   what);
     } else if (note) {
-        mxop__fmt(msg, sizeof(msg), "%s %s (its own note, which does not match how it ended, "
-                  "claims %s: %s)", what, how, mxop_err_name(s.fault_code), s.fault_msg);
+        mxop__fmt(msg, sizeof(msg),
+                  "%s %s (its own note, which does not match how it ended, "
+                  "claims %s: %s)",
+                  what, how, mxop_err_name(s.fault_code), s.fault_msg);
     } else {
         mxop__fmt(msg, sizeof(msg), "%s %s", what, how);
     }
@@ -363,10 +365,14 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
         .term_signal = term_signal,
         .exit_status = term_signal != 0 ? -1 : (int)exit_status,
         /* A timeout names what the daemon enforced; otherwise the page is the only witness. */
-        .call_id = w->killed_timeout ? w->timeout_call_id : s.busy ? s.call_id : 0,
+        .call_id = w->killed_timeout ? w->timeout_call_id
+                   : s.busy          ? s.call_id
+                                     : 0,
         /* The page keeps the id of the last call begun: 0 means this worker never served one. */
         .served = s.call_id != 0 || w->timeout_call_id != 0,
-        .op = w->killed_timeout ? w->timeout_op : s.busy ? s.op : "",
+        .op = w->killed_timeout ? w->timeout_op
+              : s.busy          ? s.op
+                                : "",
         .message = msg,
         .how = how,
         .kill_msg = w->kill_msg,
@@ -496,7 +502,8 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     w->owner = owner;
     *out = w;
     *client_fd = data[0];
-    MXOP__LOGD(session_id, NULL, "spawned worker %d (generation %u)", (int)w->pid, (unsigned)generation);
+    MXOP__LOGD(session_id, NULL, "spawned worker %d (generation %u)", (int)w->pid,
+               (unsigned)generation);
     return 0;
 
 err_fds:
@@ -533,8 +540,7 @@ void mxop__worker_kill(mxop__worker_t *w, const char *why)
     kill_group(w);
 }
 
-void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op,
-                               const char *why)
+void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op, const char *why)
 {
     if (w->exited || w->killed_timeout)
         return;

@@ -172,8 +172,7 @@ static void fifo_push(fifo_t q, mxop__pending_t *p)
     *q.tail = p;
 }
 
-mxop__pending_t *mxop__fifo_take(mxop__session_t *s, enum mxop__pending_fifo which,
-                                 uint64_t sup_id)
+mxop__pending_t *mxop__fifo_take(mxop__session_t *s, enum mxop__pending_fifo which, uint64_t sup_id)
 {
     fifo_t q = fifo_of(s, which);
     mxop__pending_t *prev = NULL;
@@ -266,4 +265,3 @@ void mxop__session_free(mxop__session_t *s)
     mxop__call_page_free(s);
     free(s);
 }
-
