@@ -245,3 +245,15 @@ Test(admission, session_quotas_of_regions_bytes_and_libraries)
     mxop_close(c);
     mxop_close(other);
 }
+
+/* A Shutdown request from the daemon's user ends it cleanly (through main.c's callback). */
+Test(admission, shutdown_request_from_the_daemons_user_stops_it)
+{
+    mxop_client_t *c = mxt_connect(&daemon_);
+    cr_assert_eq(mxop_shutdown_daemon(c), 0, "%s", mxop_last_error(c));
+    mxop_close(c);
+    double t0 = now_s();
+    while (mxt_daemon_alive(&daemon_) && now_s() - t0 < 10)
+        mxt_sleep_ms(50);
+    cr_assert(!mxt_daemon_alive(&daemon_), "the daemon still runs");
+}

@@ -158,20 +158,7 @@ static void handle_register_cuda(mxop__client_t *cl, mxop__session_t *s, const M
                                  "handle needs none");
         return; /* the connection closes unclaimed descriptors */
     }
-    if (rr->cuda_ipc_handle.len != MXOP__CUDA_IPC_BYTES) {
-        mxop__reply_errorf(cl, req->id, MXOP_EINVAL, "the CUDA IPC handle has %zu bytes, not %d",
-                           rr->cuda_ipc_handle.len, MXOP__CUDA_IPC_BYTES);
-        return;
-    }
-    if (rr->device < 0) {
-        mxop__reply_errorf(cl, req->id, MXOP_EINVAL,
-                           "device region on CUDA device %d: not an ordinal", (int)rr->device);
-        return;
-    }
-    if (rr->size == 0) {
-        mxop__client_reply_error(cl, req->id, MXOP_EINVAL, "region size is 0");
-        return;
-    }
+    /* The handle's length, the ordinal and the size were checked by mxop__ctl_validate. */
     if (region_quota(cl, s, req->id, rr->size) != 0)
         return;
     rc = mxop__session_need_worker(s, err, sizeof(err));
@@ -219,10 +206,7 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
     uint64_t size = req->register_region->size;
     char err[MXOP__MSG_MAX];
     int rc;
-    if (size == 0) {
-        mxop__client_reply_error(cl, req->id, MXOP_EINVAL, "region size is 0");
-        goto err_fd;
-    }
+    /* A size of 0 was refused by mxop__ctl_validate. */
     char why[256];
     rc = mxop__region_check_fd(fd, size, why, sizeof(why));
     if (rc != 0) {
@@ -327,7 +311,7 @@ static void handle_shutdown(mxop__client_t *cl, const Mxop__Request *req)
     char why[96];
     mxop__fmt(why, sizeof(why), "Shutdown requested by client %llu (uid %u, pid %d)",
               (unsigned long long)cl->id, (unsigned)cl->uid, (int)cl->pid);
-    mxop__daemon_shutdown(d, why);
+    d->shutdown_cb(d, why);
 }
 
 void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_t *payload,

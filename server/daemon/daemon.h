@@ -270,8 +270,14 @@ struct mxop__daemon {
     uv_signal_t sigterm;
     uv_signal_t sigint;
     uv_timer_t watchdog;
-    /* Called at each watchdog tick (deadline.c's check of the sessions' calls), or NULL. */
+    /* Called at each watchdog tick (the calls' deadlines, the connections' timeouts). */
     void (*tick_cb)(mxop__daemon_t *d);
+    /*
+     * Begins the clean shutdown (a Shutdown request); set by main.c, so that
+     * the protocol reaches the daemon's lifecycle without calling into it.
+     * Idempotent.
+     */
+    void (*shutdown_cb)(mxop__daemon_t *d, const char *why);
 
     mxop__list_t clients; /* mxop__client_t.link */
     uint64_t n_clients;
@@ -582,11 +588,5 @@ int mxop__quarantine_check(mxop__daemon_t *d, const char *path, char *err, size_
 int mxop__quarantine_crash(mxop__daemon_t *d, const char *path);
 /* Forgets everything (at exit). */
 void mxop__quarantine_free(mxop__daemon_t *d);
-
-/* ------------------------------------------------------------------------ */
-/* main.c */
-
-/* Begins the clean shutdown (SIGTERM, SIGINT, a Shutdown request).  Idempotent. */
-void mxop__daemon_shutdown(mxop__daemon_t *d, const char *why);
 
 #endif /* MXOP_SERVER_DAEMON_H */

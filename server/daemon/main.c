@@ -364,12 +364,14 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
     return 0;
 }
 
+static void daemon_shutdown(mxop__daemon_t *d, const char *why);
+
 static void signal_cb(uv_signal_t *h, int signum)
 {
     mxop__daemon_t *d = h->data;
     char why[32];
     mxop__fmt(why, sizeof(why), "%s", mxop__signal_name(signum));
-    mxop__daemon_shutdown(d, why);
+    daemon_shutdown(d, why);
 }
 
 static void guard_cb(uv_timer_t *t)
@@ -379,7 +381,7 @@ static void guard_cb(uv_timer_t *t)
     uv_stop(t->loop);
 }
 
-void mxop__daemon_shutdown(mxop__daemon_t *d, const char *why)
+static void daemon_shutdown(mxop__daemon_t *d, const char *why)
 {
     if (d->shutting_down)
         return;
@@ -463,6 +465,7 @@ int main(int argc, char **argv)
     }
     /* The watchdog reaches the sessions and clients only through this callback. */
     d.tick_cb = watchdog_tick;
+    d.shutdown_cb = daemon_shutdown;
     if (uv_signal_init(&loop, &d.sigterm) != 0 || uv_signal_init(&loop, &d.sigint) != 0 ||
         mxop__watchdog_start(&d) != 0) {
         MXOP__LOGE(0, NULL, "cannot set up signal handling and the watchdog");
