@@ -394,7 +394,12 @@ int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
     for (int attempt = 0;; attempt++) {
         int64_t left_ns = end - mxop__now_ns();
         int32_t left = left_ns > 1000000 ? (int32_t)(left_ns / 1000000) : 1;
-        if (c->mbox_wanted)
+        /*
+         * With little of the budget left the call goes on the socket (which
+         * always works) and the mailbox waits for the next call: an attach
+         * cut short by the deadline would cost a healthy worker its life.
+         */
+        if (c->mbox_wanted && left >= 100)
             attach_mailbox(c, left);
         /* Attaching may have taken in news that the session lost its worker. */
         int rc = mxop__call_ready(c);
