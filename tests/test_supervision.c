@@ -642,3 +642,33 @@ Test(supervision, garbage_on_the_data_channel_replaces_the_worker_and_tells_the_
     fds_back_to(base, 10000);
     mxop_close(c);
 }
+
+/* ---- no process descended from a worker becomes a client ---- */
+
+static void setup_no_sandbox(void)
+{
+    const char *args[] = {"--sandbox", "none", NULL};
+    mxt_daemon_start(&daemon_, args);
+}
+
+TestSuite(ancestry, .init = setup_no_sandbox, .fini = teardown, .timeout = 60);
+
+Test(ancestry, a_worker_descendant_in_a_session_of_its_own_is_refused)
+{
+    const char *libs[] = {"hang_escape.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    int64_t s[] = {2};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F64, 1, s, 1, &x);
+    mxt_array(c, MXOP_F64, 1, s, 2, &y);
+    const char *attrs[] = {"socket", daemon_.sock, NULL};
+    mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs, .timeout_ms = 10000};
+    int rc = mxop_forward(c, mxt_op(c, "escape_connect"), &call, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    cr_assert_neq(mxt_get(&y, 0), 0, "the escape could not be attempted");
+    cr_assert_eq(mxt_get(&y, 0), -(double)ECONNRESET, "the daemon served a worker's descendant");
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxop_close(c);
+}

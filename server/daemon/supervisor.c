@@ -552,6 +552,26 @@ void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *
     kill_group(w);
 }
 
+/* The parent of `pid` from /proc, or 0 when it cannot be read. */
+static pid_t parent_of(pid_t pid)
+{
+    char path[64];
+    char buf[512];
+    mxop__fmt(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *q = strrchr(buf, ')');
+    char state;
+    int ppid;
+    if (q == NULL || sscanf(q + 1, " %c %d", &state, &ppid) != 2)
+        return 0;
+    return (pid_t)ppid;
+}
+
 bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid)
 {
     if (pid <= 0)
@@ -562,6 +582,18 @@ bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid)
         mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
         if (!w->exited && (w->pid == pid || sid == w->pid))
             return true;
+    }
+    /*
+     * A session is easy to leave (setsid); ancestry is not.  The daemon's
+     * only descendants are its workers and what their ops started (escaped
+     * ones are reparented to it, the subreaper), so a peer with the daemon
+     * among its ancestors came from a worker, whatever its session.
+     */
+    pid_t p = pid;
+    for (int depth = 0; depth < 64 && p > 1; depth++) {
+        if (p == d->pid)
+            return true;
+        p = parent_of(p);
     }
     return false;
 }
