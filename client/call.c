@@ -27,6 +27,7 @@
 
 #include "client/client_internal.h"
 #include "common/util.h"
+#include "shm/call_page.h"
 
 /* call_once's answer when the worker died before it took the call and a
  * replacement is there: the call is sent again, once. */
@@ -88,6 +89,22 @@ static int worker_died(mxop_client_t *c, const mxop_op_t *op, uint64_t id)
 
 int mxop__call_ready(mxop_client_t *c)
 {
+    if (c->ctl_dead)
+        return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
+    /*
+     * Without a worker, the daemon may since have started one (after a
+     * failed spawn is retried): hear its events first, waiting only for a
+     * frame that has begun to arrive.
+     */
+    for (int i = 0; i < 8 && c->data_fd < 0 && !c->ctl_dead; i++) {
+        struct pollfd pfd = {.fd = c->ctl_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 0) != 1)
+            break;
+        Mxop__Reply *r;
+        if (mxop__ctl_next(c, mxop__now_ns() + (int64_t)MXOP__EVENT_WAIT_MS * 1000000, &r, NULL) <
+            0)
+            break;
+    }
     if (c->ctl_dead)
         return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
     if (c->data_fd < 0)
@@ -254,13 +271,52 @@ done:
     return rc;
 }
 
+/* What c->cb.call asks of the library, for the call page. */
+static int call_kind(const mxop_client_t *c)
+{
+    switch (c->cb.call.body_case) {
+    case MXOP__CALL__BODY_INVOKE:
+        return c->cb.call.invoke != NULL && c->cb.call.invoke->backward ? MXOP__CALLK_BACKWARD
+                                                                        : MXOP__CALLK_FORWARD;
+    case MXOP__CALL__BODY_INFER: return MXOP__CALLK_INFER;
+    case MXOP__CALL__BODY_STATE_CREATE: return MXOP__CALLK_STATE_CREATE;
+    case MXOP__CALL__BODY_STATE_DESTROY: return MXOP__CALLK_STATE_DESTROY;
+    default: return MXOP__CALLK_NONE;
+    }
+}
+
+/*
+ * Publishes call `id` and its deadline for the daemon's watchdog (which
+ * kills a worker that overruns it, whatever the worker does), or clears
+ * the page when id is 0.
+ */
+static void publish_call(mxop_client_t *c, uint64_t id, int64_t deadline_ns, int kind,
+                         const mxop_op_t *op)
+{
+    if (c->call_page != NULL)
+        mxop__call_page_publish(c->call_page, id, deadline_ns, kind, op ? op->name : "",
+                                op ? op->library : "");
+}
+
+static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
+                               Mxop__CallResult **res, uint64_t id, int64_t start);
+
 /* Sends c->cb.call as call `id` and waits for its result. */
 static int call_once(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms, Mxop__CallResult **res)
 {
     uint64_t id = c->next_call_id++;
     c->cb.call.id = id;
-    const ProtobufCMessage *msg = (const ProtobufCMessage *)&c->cb.call;
     int64_t start = mxop__now_ns();
+    publish_call(c, id, start + (int64_t)wait_ms * 1000000, call_kind(c), op);
+    int rc = call_once_published(c, op, wait_ms, res, id, start);
+    publish_call(c, 0, 0, MXOP__CALLK_NONE, NULL);
+    return rc;
+}
+
+static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
+                               Mxop__CallResult **res, uint64_t id, int64_t start)
+{
+    const ProtobufCMessage *msg = (const ProtobufCMessage *)&c->cb.call;
     int64_t end = start + ((int64_t)wait_ms + MXOP__CALL_GRACE_MS) * 1000000;
 
     if (c->mbox_on) {
@@ -284,7 +340,7 @@ static int call_once(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms, Mxo
  * on the socket path (which always works); a worker that died meanwhile is
  * dealt with by the call that follows.
  */
-static void attach_mailbox(mxop_client_t *c)
+static void attach_mailbox(mxop_client_t *c, int32_t limit_ms)
 {
     mxop__mbox_t m;
     int fds[3];
@@ -309,9 +365,13 @@ static void attach_mailbox(mxop_client_t *c)
                               (const ProtobufCMessage *)&call, fds, 3);
     close(fds[0]); /* the worker has its own reference now */
     if (rc == 0) {
+        /* A replacement that hangs while attaching is killed at this deadline too. */
         Mxop__CallResult *r = NULL;
-        int64_t end = mxop__now_ns() + (int64_t)c->connect_timeout_ms * 1000000;
-        rc = wait_socket(c, NULL, id, c->connect_timeout_ms, end, &r);
+        int32_t wait = limit_ms < c->connect_timeout_ms ? limit_ms : c->connect_timeout_ms;
+        int64_t end = mxop__now_ns() + (int64_t)wait * 1000000;
+        publish_call(c, id, end, MXOP__CALLK_ATTACH_MAILBOX, NULL);
+        rc = wait_socket(c, NULL, id, wait, end, &r);
+        publish_call(c, 0, 0, MXOP__CALLK_NONE, NULL);
     }
     if (rc != 0) {
         mxop__mbox_close(&m);
@@ -325,14 +385,29 @@ int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
                         Mxop__CallResult **res)
 {
     *res = NULL;
+    /*
+     * One deadline for the whole call, whatever happens on the way (a
+     * replacement worker to attach, a retry on it): the call returns within
+     * wait_ms plus the grace.
+     */
+    int64_t end = mxop__now_ns() + (int64_t)wait_ms * 1000000;
     for (int attempt = 0;; attempt++) {
-        if (c->mbox_wanted)
-            attach_mailbox(c);
+        int64_t left_ns = end - mxop__now_ns();
+        int32_t left = left_ns > 1000000 ? (int32_t)(left_ns / 1000000) : 1;
+        /*
+         * With little of the budget left the call goes on the socket (which
+         * always works) and the mailbox waits for the next call: an attach
+         * cut short by the deadline would cost a healthy worker its life.
+         */
+        if (c->mbox_wanted && left >= 100)
+            attach_mailbox(c, left);
         /* Attaching may have taken in news that the session lost its worker. */
         int rc = mxop__call_ready(c);
         if (rc != 0)
             return rc;
-        rc = call_once(c, op, wait_ms, res);
+        left_ns = end - mxop__now_ns();
+        left = left_ns > 1000000 ? (int32_t)(left_ns / 1000000) : 1;
+        rc = call_once(c, op, left, res);
         if (rc != CALL_RETRY)
             return rc;
         if (attempt > 0)
@@ -363,6 +438,6 @@ void mxop__data_drop(mxop_client_t *c)
 int mxop__data_attach_now(mxop_client_t *c)
 {
     if (c->mbox_wanted)
-        attach_mailbox(c);
+        attach_mailbox(c, c->connect_timeout_ms);
     return 0;
 }

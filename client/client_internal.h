@@ -132,8 +132,10 @@ struct mxop_client {
     mxop__pbarena_t pba;
 
     /* The shared-memory data path (call.c). */
-    int data_path;   /* MXOP_DATA_PATH_SOCKET or MXOP_DATA_PATH_SHM, as chosen */
-    int mbox_on;     /* the current worker has the mailbox: calls go through it */
+    int data_path; /* MXOP_DATA_PATH_SOCKET or MXOP_DATA_PATH_SHM, as chosen */
+    int mbox_on;   /* the current worker has the mailbox: calls go through it */
+    /* The session's call page (shm/call_page.h), mapped from the OpenSession reply; or NULL. */
+    struct mxop__call_page *call_page;
     int mbox_wanted; /* give the current worker a mailbox before the next call */
     mxop__mbox_t mbox;
     uint8_t *mbox_buf; /* a result copied out of the mailbox (NULL on the socket path) */
@@ -248,7 +250,8 @@ void mxop__callbufs_init(mxop_client_t *c);
 
 /**
  * Before a call: returns 0, or the error that keeps any call from being
- * made (no daemon, no worker).  No syscall: a worker that died while idle
+ * made (no daemon, no worker).  No syscall while a worker serves (without
+ * one, the daemon's pending events are read first): a worker that died while idle
  * is found by the call itself, which then goes to the replacement.
  */
 int mxop__call_ready(mxop_client_t *c);

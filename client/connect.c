@@ -7,12 +7,14 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "shm/call_page.h"
 #include "common/util.h"
 #include "shm/fdpass.h"
 
@@ -175,6 +177,8 @@ static void client_free(mxop_client_t *c)
     if (c->ctl_fd >= 0)
         close(c->ctl_fd);
     mxop__data_drop(c);
+    if (c->call_page != NULL)
+        munmap(c->call_page, sizeof(mxop__call_page_t));
     mxop__rxbuf_free(&c->data_rx);
     free(c->mbox_buf);
     mxop__arena_free_all(c);

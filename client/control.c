@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "shm/call_page.h"
 #include "common/util.h"
 
 static void close_fds(int *fds, int n)
@@ -125,6 +127,18 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
         return ctl_kill(c, r->status < 0 ? r->status : MXOP_EPROTOCOL, msg);
     }
 
+    /*
+     * The session's call page rides second on the OpenSession reply: the
+     * client publishes its calls' deadlines there for the daemon's watchdog.
+     */
+    if (r->body_case == MXOP__REPLY__BODY_OPEN_SESSION && nfds > 1 && c->call_page == NULL) {
+        void *m =
+            mmap(NULL, sizeof(mxop__call_page_t), PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
+        if (m != MAP_FAILED)
+            c->call_page = m;
+        close(fds[1]);
+        fds[1] = -1;
+    }
     if (fd_out != NULL && nfds > 0) {
         *fd_out = fds[0];
         close_fds(fds + 1, nfds - 1);

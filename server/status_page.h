@@ -19,6 +19,12 @@
 #define MXOP__STATUS_MAGIC 0x4D585354u /* "MXST" */
 #define MXOP__STATUS_OP_MAX 64
 #define MXOP__STATUS_MSG_MAX 256
+/*
+ * The worker's exit status when its data channel lost its framing (bad
+ * magic, a frame over the maximum, a frame that never completed): the
+ * daemon then reports MXOP_EPROTOCOL and starts a replacement.
+ */
+#define MXOP__W_EXIT_DATA_FRAMING 71
 
 typedef struct mxop__status_page {
     uint32_t magic;

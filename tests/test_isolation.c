@@ -620,50 +620,34 @@ Test(supervision, library_that_crashes_on_load_is_quarantined)
     mxop_close(c);
 }
 
-/*
- * Waits until the session's restarts stop for 2 s (the longest backoff
- * before giving up is 1.28 s); returns the count, or -1 after 20 s.
- */
-static int restarts_settle(mxop_client_t *c)
+/* The session's worker restarts so far. */
+static int restarts_now(mxop_client_t *c)
 {
-    uint64_t last = 0;
-    double changed = now_ms();
-    for (double t0 = now_ms(); now_ms() - t0 < 20000;) {
-        mxop_stats_t st;
-        cr_assert_eq(mxop_stats(c, &st), 0);
-        if (st.worker_restarts != last) {
-            last = st.worker_restarts;
-            changed = now_ms();
-        } else if (last > 0 && now_ms() - changed > 2000) {
-            return (int)last;
-        }
-        mxt_sleep_ms(20);
-    }
-    return -1;
+    mxop_stats_t st;
+    cr_assert_eq(mxop_stats(c, &st), 0);
+    return (int)st.worker_restarts;
 }
 
-Test(supervision, worker_dying_before_serving_backs_off_then_gives_up)
+/*
+ * A worker that dies before serving is restarted with a backoff (10, 20,
+ * ... ms, capped at 2 s), never in a tight loop, and never given up on:
+ * the cause may clear (issue 9: recovery never gives up while possible).
+ */
+Test(supervision, worker_dying_before_serving_backs_off_and_keeps_trying)
 {
     struct other *other = other_start();
     const char *libs[] = {"relu.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
-    int64_t s[] = {4};
-    mxop_array_t x, y;
-    mxt_array(c, MXOP_F32, 1, s, 1, &x);
-    mxt_array(c, MXOP_F32, 1, s, 2, &y);
-    double t0 = now_ms();
     /* It loads; then every worker it is given to dies 30 ms later, before any call. */
     cr_assert_eq(mxop_load_library(c, "init_thread_crash.so"), 0);
-    int restarts = restarts_settle(c);
-    double elapsed = now_ms() - t0 - 2000;
-    cr_assert(restarts > 0, "the daemon did not stop restarting");
-    /* Deaths 2..9 waited 10, 20, ... 1280 ms: at least 2.5 s in all, not a tight loop. */
-    cr_assert(elapsed >= 2500, "gave up after %.0f ms: no backoff", elapsed);
-    cr_assert_eq(restarts, 9, "%d restarts", restarts);
-    int rc = mxop_forward(c, mxt_op(c, "relu"), NULL, &x, 1, &y, 1);
-    cr_assert_eq(rc, MXOP_EWORKER_CRASHED, "got %s", mxop_err_name(rc));
-    cr_assert(strstr(mxop_last_error(c), "before serving a call") != NULL, "%s",
-              mxop_last_error(c));
+    mxt_sleep_ms(4000);
+    int at4 = restarts_now(c);
+    mxt_sleep_ms(4500);
+    int at8 = restarts_now(c);
+    /* Backoffs 0, 10, 20 ... 1280 ms take 2.5 s; then one restart every 2 s or so. */
+    cr_assert(at4 >= 5, "only %d restarts in 4 s", at4);
+    cr_assert(at8 <= 40, "%d restarts in 8.5 s: no backoff", at8);
+    cr_assert(at8 > at4, "the daemon stopped restarting (%d restarts at 4 s and at 8.5 s)", at4);
     cr_assert(mxt_daemon_alive(&daemon_));
     other_stop(other);
     mxop_close(c);

@@ -15,10 +15,12 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "harness.h"
@@ -104,6 +106,9 @@ static void *client_loop(void *arg)
             fail_once(cl, "the input changed (%s%s) %g", "", "", 0);
         if (rc == MXOP_EWORKER_CRASHED) {
             cl->crashed++;
+            /* While no worker can be started calls fail at once: pause as an engine would. */
+            if (took < 5)
+                mxt_sleep_ms(5);
             continue;
         }
         if (rc == MXOP_ETIMEOUT) {
@@ -136,13 +141,27 @@ static void *client_loop(void *arg)
 
 struct killer {
     unsigned seed;
-    int kills;
+    bool chaos; /* also stop and resume workers, and make spawns fail */
+    int kills, stops, spawn_outages;
     pthread_t thread;
 };
+
+/* The daemon's soft RLIMIT_NOFILE: while it is tiny, no worker can be started. */
+static void daemon_nofile(rlim_t cur)
+{
+    struct rlimit rl;
+    if (prlimit(daemon_.pid, RLIMIT_NOFILE, NULL, &rl) == 0) {
+        rl.rlim_cur = cur;
+        prlimit(daemon_.pid, RLIMIT_NOFILE, &rl, NULL);
+    }
+}
 
 static void *killer_loop(void *arg)
 {
     struct killer *k = arg;
+    pid_t stopped = -1;
+    struct rlimit saved;
+    prlimit(daemon_.pid, RLIMIT_NOFILE, NULL, &saved);
     while (atomic_load(&ready) < CLIENTS && !atomic_load(&stop))
         mxt_sleep_ms(5);
     while (!atomic_load(&stop)) {
@@ -151,9 +170,28 @@ static void *killer_loop(void *arg)
         int n = mxt_children(daemon_.pid, kids, 64);
         if (n <= 0)
             continue;
-        if (kill(kids[(unsigned)rand_r(&k->seed) % (unsigned)n], SIGKILL) == 0)
-            k->kills++;
+        pid_t victim = kids[(unsigned)rand_r(&k->seed) % (unsigned)n];
+        unsigned r = k->chaos ? (unsigned)rand_r(&k->seed) % 10 : 0;
+        if (r < 5) {
+            if (kill(victim, SIGKILL) == 0)
+                k->kills++;
+        } else if (r < 8) {
+            /* Stop one (live worker or spare); resume the one stopped before, if it lives. */
+            if (stopped > 0)
+                kill(stopped, SIGCONT);
+            stopped = kill(victim, SIGSTOP) == 0 ? victim : -1;
+            k->stops += stopped > 0;
+        } else {
+            /* For a moment no descriptor can be made: every spawn fails. */
+            daemon_nofile(3);
+            mxt_sleep_ms(150 + (int)((unsigned)rand_r(&k->seed) % 300));
+            daemon_nofile(saved.rlim_cur);
+            k->spawn_outages++;
+        }
     }
+    if (stopped > 0)
+        kill(stopped, SIGCONT);
+    daemon_nofile(saved.rlim_cur);
     return NULL;
 }
 
@@ -171,7 +209,7 @@ static int back_to(void *arg)
            mxt_memfd_count(b->pid) == b->memfds;
 }
 
-Test(soak, calls_survive_random_worker_kills)
+static void soak(bool chaos)
 {
     int seconds = 15;
     const char *env = getenv("MXOP_SOAK_SECONDS");
@@ -189,7 +227,7 @@ Test(soak, calls_survive_random_worker_kills)
     struct counts base = {daemon_.pid, mxt_fd_count(daemon_.pid), mxt_memfd_count(daemon_.pid)};
 
     static struct client cl[CLIENTS];
-    struct killer k = {.seed = 4242};
+    struct killer k = {.seed = 4242, .chaos = chaos};
     atomic_store(&stop, 0);
     atomic_store(&ready, 0);
     for (int i = 0; i < CLIENTS; i++) {
@@ -211,8 +249,10 @@ Test(soak, calls_survive_random_worker_kills)
         timeouts += cl[i].timeouts;
     }
     fprintf(stderr,
-            "soak: %d s, %d clients, %d kills: %d calls, %d correct, %d crashed, %d timed out\n",
-            seconds, CLIENTS, k.kills, calls, ok, crashed, timeouts);
+            "soak%s: %d s, %d clients, %d kills, %d stops, %d spawn outages: %d calls, %d "
+            "correct, %d crashed, %d timed out\n",
+            chaos ? " (chaos)" : "", seconds, CLIENTS, k.kills, k.stops, k.spawn_outages, calls, ok,
+            crashed, timeouts);
     for (int i = 0; i < CLIENTS; i++)
         cr_expect_eq(cl[i].bad, 0, "client %d: %d bad calls, first: %s", i, cl[i].bad, cl[i].why);
     for (int i = 0; i < CLIENTS; i++)
@@ -230,4 +270,20 @@ Test(soak, calls_survive_random_worker_kills)
     cr_assert(mxt_wait_until(back_to, &base, 5000),
               "daemon: %d fds (%d memfds) before, %d (%d) after", base.fds, base.memfds,
               mxt_fd_count(base.pid), mxt_memfd_count(base.pid));
+}
+
+Test(soak, calls_survive_random_worker_kills)
+{
+    soak(false);
+}
+
+/*
+ * Workers and spares are also stopped (SIGSTOP, resumed later or killed by
+ * the watchdog) and spawns fail for a while (the daemon's RLIMIT_NOFILE
+ * lowered): still no wrong result, no lost reply, every call within its
+ * deadline plus the grace.
+ */
+Test(soak, calls_survive_stops_and_failed_spawns)
+{
+    soak(true);
 }

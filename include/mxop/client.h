@@ -14,8 +14,12 @@
  * Errors: every function returns 0 or a negative MXOP_E* code
  * (mxop_strerror names it); mxop_last_error() gives the detail of the last
  * failure on that client ("op 'segv' (crash.so): worker killed by SIGSEGV").
- * No call blocks forever: each waits at most its deadline plus a grace
- * period, and a dead daemon or worker is noticed and reported.
+ * No call blocks forever: each returns within its deadline plus a grace
+ * period of 5 s, whatever the worker does (hangs, stops, dies, forges what
+ * it shares with the daemon) and across a restart of the worker: the
+ * deadline covers the whole call, and the daemon kills a worker whose call
+ * overruns it, then replaces it.  A dead daemon or worker is noticed and
+ * reported.
  *
  * Includes only <stddef.h> and <stdint.h> (through types.h).
  */

@@ -293,12 +293,27 @@ static bool read_some(mxop__conn_t *c)
         size_t cap = c->rx_cap ? c->rx_cap * 2 : RX_INITIAL;
         if (cap > RX_LIMIT)
             cap = RX_LIMIT;
+        /*
+         * Partial frames are bounded daemon-wide: many connections each
+         * holding most of a large frame must not grow the daemon without end.
+         */
+        uint64_t limit = c->d->cfg.max_buffered_mb << 20;
+        if (limit != 0 && c->d->rx_bytes + (cap - c->rx_cap) > limit) {
+            char msg[200];
+            mxop__fmt(msg, sizeof(msg),
+                      "the daemon's buffers for partial frames are full (%llu MiB in all, "
+                      "--max-buffered-mb); a frame this connection began cannot be received",
+                      (unsigned long long)c->d->cfg.max_buffered_mb);
+            end_reading(c, MXOP_ELIMIT, msg);
+            return false;
+        }
         uint8_t *p = realloc(c->rx, cap);
         if (p == NULL) {
             end_reading(c, MXOP_ENOMEM, "out of memory for the receive buffer");
             return false;
         }
         c->rx = p;
+        c->d->rx_bytes += cap - c->rx_cap;
         c->rx_cap = cap;
     }
 
@@ -411,6 +426,7 @@ static void closed_cb(uv_handle_t *h)
     c->fd = -1;
     free(c->rx);
     c->rx = NULL;
+    c->d->rx_bytes -= c->rx_cap;
     c->rx_len = c->rx_cap = 0;
     mxop__pbarena_destroy(&c->arena);
     c->on_closed(c);

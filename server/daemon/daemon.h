@@ -12,14 +12,16 @@
  *                    handshake state, and at most one session.
  *   mxop__session_t  what a client opened: its worker, loaded libraries,
  *                    ops, regions and the FIFO of supervisor requests in
- *                    flight.  Lives exactly as long as its client.
+ *                    flight.  Lives exactly as long as its client.  Its
+ *                    files and their shared declarations: session.h.
  *   mxop__worker_t   one spawned worker process (one generation of a
  *                    session's worker).  Outlives its session until the
  *                    process has been reaped.
  *
  * Ownership: the daemon owns clients and workers (intrusive lists); a
- * client owns its session; a session points at its current worker, which
- * points back while attached.  Handle memory is freed only in libuv close
+ * client owns its session; a session points at its current worker and its
+ * spare; a worker knows its owner only as the opaque pointer its callbacks
+ * (mxop__worker_cbs_t) are given, until it is detached.  Handle memory is freed only in libuv close
  * callbacks.
  */
 #ifndef MXOP_SERVER_DAEMON_H
@@ -42,18 +44,19 @@
 #define MXOP__DAEMON_PROTO_MIN 1u
 #define MXOP__DAEMON_PROTO_MAX 1u
 
-/* The most regions one session may hold (registered plus being mapped). */
+/* The most regions one session may hold by default (--session-max-regions). */
 #define MXOP__SESSION_MAX_REGIONS 4096
 /*
- * Restart policy.  A worker that dies outside any call or request is
- * respawned after a backoff that doubles with each consecutive such death
- * of a worker that never served a call (0, then 10, 20, 40 ... ms, capped),
- * and the session gives up after MXOP__RESPAWN_GIVE_UP of them in a row.
- * A death inside a call is respawned at once: the client sets the pace.
+ * Restart policy (session_fsm.c).  A worker that dies outside any call or
+ * request is respawned after a backoff that doubles with each consecutive
+ * such death of a worker that never served a call (0, then 10, 20, 40 ...
+ * ms, capped); a spawn that fails is retried with the same backoff; the
+ * spare is re-armed with it.  None of them ever gives up: the cause may
+ * clear.  A death inside a call is respawned at once: the client sets the
+ * pace.
  */
 #define MXOP__BACKOFF_FIRST_MS 10
 #define MXOP__BACKOFF_MAX_MS 2000
-#define MXOP__RESPAWN_GIVE_UP 10
 /* A library that crashes its worker while loading this often is refused (MXOP_EQUARANTINED). */
 #define MXOP__QUARANTINE_CRASHES 3
 /* The most libraries the quarantine remembers (the oldest unquarantined entry makes room). */
@@ -216,6 +219,16 @@ typedef struct mxop__config {
     uid_t allow_uids[MXOP__MAX_ALLOW_UIDS];
     int n_allow_uids;
     uint64_t max_timeout_ms;
+    uint64_t init_timeout_ms; /* a library's load (mxop_plugin_init), by the daemon's clock */
+
+    /* Admission and quotas (docs/protocol.md, "Limits"); 0 turns a limit off where noted. */
+    uint64_t max_conns;             /* client connections at once (default from RLIMIT_NOFILE) */
+    uint64_t handshake_timeout_ms;  /* from accept to Hello */
+    uint64_t idle_timeout_ms;       /* from accept to OpenSession; 0: none */
+    uint64_t max_buffered_mb;       /* partial frames held, all connections together */
+    uint64_t session_max_regions;   /* regions of one session */
+    uint64_t session_max_region_mb; /* bytes of regions of one session; 0: none */
+    uint64_t session_max_libs;      /* libraries of one session */
 
     /* The workers' sandbox (server/worker/sandbox.h, docs/isolation.md). */
     const char *sandbox;       /* "none", "basic" or "strict" */
@@ -257,8 +270,21 @@ struct mxop__daemon {
     uv_signal_t sigterm;
     uv_signal_t sigint;
     uv_timer_t watchdog;
+    /* Called at each watchdog tick (the calls' deadlines, the connections' timeouts). */
+    void (*tick_cb)(mxop__daemon_t *d);
+    /*
+     * Begins the clean shutdown (a Shutdown request); set by main.c, so that
+     * the protocol reaches the daemon's lifecycle without calling into it.
+     * Idempotent.
+     */
+    void (*shutdown_cb)(mxop__daemon_t *d, const char *why);
 
     mxop__list_t clients; /* mxop__client_t.link */
+    uint64_t n_clients;
+    uint64_t rx_bytes; /* receive buffers of all connections (conn.c) */
+    /* Refusals of new connections, logged once per second with a count (listener.c). */
+    int64_t refuse_log_ns;
+    uint64_t refused_quiet;
     mxop__list_t workers; /* mxop__worker_t.link */
     mxop__quarantine_t quarantine[MXOP__QUARANTINE_MAX];
     size_t n_quarantine;
@@ -273,7 +299,8 @@ struct mxop__client {
     mxop__list_t link;
     mxop__daemon_t *d;
     mxop__conn_t conn;
-    uint64_t id; /* for the log */
+    uint64_t id;          /* for the log */
+    int64_t connected_ns; /* for the handshake and idle timeouts */
     uid_t uid;
     pid_t pid;
     bool hello_done;
@@ -334,17 +361,38 @@ typedef struct mxop__death {
     char message[MXOP__MSG_MAX];
 } mxop__death_t;
 
+/*
+ * The session's live worker slot (session_fsm.c owns it; the table is at
+ * the top of that file and in docs/architecture.md).
+ */
+typedef enum mxop__sess_state {
+    MXOP__SESS_RUNNING, /* s->worker serves */
+    MXOP__SESS_WAITING, /* no worker: a respawn (or a retry of a failed spawn) waits for its timer
+                         */
+    MXOP__SESS_FAILED,  /* the session cannot be restored: worker-bound requests fail */
+    MXOP__SESS_ENDED    /* the client is gone */
+} mxop__sess_state_t;
+
+/* The session's warm spare slot (spare.c owns it; its table is at the top of that file). */
+typedef enum mxop__spare_state {
+    MXOP__SPARE_NONE,      /* no spare and none planned (off, or the live worker is waiting) */
+    MXOP__SPARE_SCHEDULED, /* spare_timer will start one */
+    MXOP__SPARE_WARM,      /* s->spare runs and is given what the session has */
+    MXOP__SPARE_OFF        /* never again: --warm-spare off, or the session failed or ended */
+} mxop__spare_state_t;
+
 struct mxop__session {
     mxop__daemon_t *d;
     mxop__client_t *client;
     uint64_t id;
     uint32_t generation;
-    mxop__worker_t *worker; /* the live worker, or NULL */
-    bool dead;              /* respawning gave up: worker-bound requests fail */
-    int dead_code;
+    mxop__sess_state_t state; /* changed only by session_fsm.c's transition function */
+    mxop__worker_t *worker;   /* the live worker: set exactly in MXOP__SESS_RUNNING */
+    int dead_code;            /* MXOP__SESS_FAILED: what requests get */
     char dead_msg[MXOP__MSG_MAX];
     uint64_t restarts;
-    int idle_deaths; /* consecutive deaths outside calls of workers that served no call */
+    int idle_deaths;    /* consecutive deaths outside calls of workers that served no call */
+    int spawn_failures; /* consecutive failed spawns of a replacement */
 
     /*
      * The warm spare: a worker started ahead of need (generation + 1) and
@@ -353,14 +401,14 @@ struct mxop__session {
      * spare takes its place at once: nothing to start, nothing to replay.
      * Its requests in flight have their own FIFO (all replays).
      */
-    mxop__worker_t *spare;
+    mxop__spare_state_t spare_state; /* changed only by spare.c's transition function */
+    mxop__worker_t *spare;           /* set exactly in MXOP__SPARE_WARM */
     mxop__pending_t *spare_head;
     mxop__pending_t *spare_tail;
-    int spare_deaths; /* consecutive deaths of spares */
+    int spare_deaths; /* consecutive deaths or failures of spares: sets the backoff */
     mxop__stimer_t *respawn_timer;
     mxop__stimer_t *spare_timer;
-    bool respawn_due;    /* a respawn waits for respawn_timer */
-    int64_t respawn_at;  /* when (mxop__now_ns) */
+    int64_t respawn_at;  /* MXOP__SESS_WAITING: when (mxop__now_ns) */
     mxop__death_t death; /* what the event will say when it comes */
 
     mxop__lib_t *libs;
@@ -374,18 +422,59 @@ struct mxop__session {
     size_t cap_regions;
     uint64_t region_bytes;
     uint32_t next_region;
-    size_t n_pending_maps; /* new regions being mapped (counted against the limit) */
+    size_t n_pending_maps;      /* new regions being mapped (counted against the limit) */
+    uint64_t pending_map_bytes; /* and their bytes */
 
     mxop__pending_t *pend_head;
     mxop__pending_t *pend_tail;
     uint64_t next_sup_id;
+
+    /* deadline.c: the calls the client publishes, and what the watchdog saw of them. */
+    struct mxop__call_page *call_page; /* mapped read-write by the daemon and the client only */
+    uint64_t cp_seen_id;               /* the call in flight at the last tick */
+    int64_t cp_seen_ns;                /* when the daemon first saw it (its own clock) */
+    uint64_t cp_killed_id;             /* the last call whose overrun killed a worker */
+    uint64_t head_sup_id[2];           /* the supervisor request at each FIFO's head ... */
+    int64_t head_since_ns[2];          /* ... and since when (live, spare) */
 };
+
+/*
+ * What a worker's death looked like to the daemon, handed to the worker's
+ * owner by its exit callback.  `code` is derived from what the daemon
+ * observed (exit status, signal, its own clock); the worker's fault note
+ * only refines it where the observation agrees (supervisor.c).
+ */
+typedef struct mxop__worker_exit {
+    int code;
+    int term_signal;
+    int exit_status;     /* -1 when a signal ended it */
+    uint64_t call_id;    /* the call in flight when it died, or 0 */
+    bool served;         /* it began at least one call */
+    const char *op;      /* the op in flight, or "" */
+    const char *message; /* "worker 12 running op 'x' (call 3) was killed by signal 11 (SIGSEGV)" */
+    const char *how;     /* "was killed by signal 9 (SIGKILL)" or "exited with status 1" */
+    const char *kill_msg; /* why the daemon killed it, or "" */
+} mxop__worker_exit_t;
+
+/*
+ * How a worker reports to its owner, as libuv reports a process exit
+ * through exit_cb: supervisor.c never reaches into the owner's state.
+ * `owner` is the pointer given at spawn; neither callback runs once the
+ * worker is detached.
+ */
+typedef struct mxop__worker_cbs {
+    /* A SupReply arrived (valid only during the call). */
+    void (*on_reply)(void *owner, mxop__worker_t *w, const Mxop__SupReply *r);
+    /* The process was reaped; the worker is detached from then on. */
+    void (*on_exit)(void *owner, mxop__worker_t *w, const mxop__worker_exit_t *e);
+} mxop__worker_cbs_t;
 
 struct mxop__worker {
     mxop__list_t link;
     mxop__daemon_t *d;
-    mxop__session_t *session; /* NULL once detached */
-    uint64_t session_id;      /* kept for the log after detaching */
+    void *owner;                   /* the session, or NULL once detached */
+    const mxop__worker_cbs_t *cbs; /* borrowed, static */
+    uint64_t session_id;           /* kept for the log after detaching */
     uint32_t generation;
     pid_t pid;
     uv_process_t proc;
@@ -396,7 +485,8 @@ struct mxop__worker {
     mxop__status_page_t *page;
     bool killed_timeout;
     char timeout_msg[MXOP__MSG_MAX];
-    bool spare;    /* a warm spare, not yet the session's worker */
+    uint64_t timeout_call_id;             /* the call whose deadline it overran, or 0 */
+    char timeout_op[MXOP__STATUS_OP_MAX]; /* its op, as the client named it */
     int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
     char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
 };
@@ -414,45 +504,58 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen);
 void mxop__listener_stop(mxop__daemon_t *d);
 
 /* ------------------------------------------------------------------------ */
-/* session.c */
+/* deadline.c */
 
+/*
+ * One watchdog tick over every session: kills a worker whose call, as the
+ * client published it, is past its deadline or the daemon's maximum, or
+ * whose supervisor request (a library's load) has run longer than
+ * --init-timeout-ms.  Set as d->tick_cb.
+ */
+void mxop__deadlines_tick(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* client.c */
+
+/*
+ * Ends connections that overstay: no Hello within --handshake-timeout-ms,
+ * no session within --idle-timeout-ms (an error frame naming the limit,
+ * then the close).
+ */
+void mxop__clients_tick(mxop__daemon_t *d, int64_t now);
 /* Takes an accepted, credential-checked connection fd and serves it. */
 void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
 /* Ends a client: closes its connection and ends its session. */
 void mxop__client_close(mxop__client_t *cl);
-/* A SupReply from the session's current worker. */
-void mxop__session_sup_reply(mxop__session_t *s, const Mxop__SupReply *r);
-/* A SupReply from the session's warm spare. */
-void mxop__session_spare_reply(mxop__session_t *s, const Mxop__SupReply *r);
-/*
- * The session's worker died (already reaped).  code/message classify it;
- * `served` says whether it ever ran a call.  The session fails what was
- * pending, then respawns (promoting its spare) or gives up.
- */
-void mxop__session_worker_died(mxop__session_t *s, int code, int term_signal, int exit_status,
-                               uint64_t call_id, const char *op, const char *message, bool served);
-/* The session's spare died (already reaped) before it was needed. */
-void mxop__session_spare_died(mxop__session_t *s, int term_signal, const char *message);
-/* Sends an error Reply (id, code, message) to a client. */
-void mxop__client_reply_error(mxop__client_t *cl, uint64_t id, int code, const char *msg);
 
 /* ------------------------------------------------------------------------ */
 /* supervisor.c */
 
 /*
- * Spawns a worker for session `s` with `generation`.  On success *client_fd
- * is the client's end of the new data channel (taken by the caller) and
- * *out the worker, attached to `s`.  Returns 0, MXOP_EINTERNAL or
- * MXOP_ENOMEM with a sentence in err.
+ * Spawns a worker for session `session_id` with `generation`, reporting to
+ * `owner` through `cbs` (borrowed, must outlive the worker).  On success
+ * *client_fd is the client's end of the new data channel (taken by the
+ * caller) and *out the worker.  Returns 0, MXOP_EINTERNAL or MXOP_ENOMEM
+ * with a sentence in err; then no callback will ever run.
  */
-int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generation,
-                       mxop__worker_t **out, int *client_fd, char *err, size_t errlen);
+int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generation,
+                       const mxop__worker_cbs_t *cbs, void *owner, mxop__worker_t **out,
+                       int *client_fd, char *err, size_t errlen);
 /* Sends a SupRequest to the worker, with fd (borrowed) when fd >= 0. */
 int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd);
 /* Detaches the worker from its session and kills its process group. */
 void mxop__worker_detach_kill(mxop__worker_t *w);
 /* Kills the worker's process group, attached or not; `why` goes into the report of its death. */
 void mxop__worker_kill(mxop__worker_t *w, const char *why);
+/*
+ * Kills the worker for overrunning a deadline: its death reads
+ * MXOP_ETIMEOUT with `why`, for call `call_id` (0: a supervisor request)
+ * of op `op` (may be NULL).  Once per worker.
+ */
+void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op,
+                               const char *why);
+/* True if the worker's process is stopped (SIGSTOP, traced): it cannot serve. */
+bool mxop__worker_is_stopped(const mxop__worker_t *w);
 /* True if some live worker is `pid` or shares its session (an op's child). */
 bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid);
 /* Starts the deadline watchdog. */
@@ -485,11 +588,5 @@ int mxop__quarantine_check(mxop__daemon_t *d, const char *path, char *err, size_
 int mxop__quarantine_crash(mxop__daemon_t *d, const char *path);
 /* Forgets everything (at exit). */
 void mxop__quarantine_free(mxop__daemon_t *d);
-
-/* ------------------------------------------------------------------------ */
-/* main.c */
-
-/* Begins the clean shutdown (SIGTERM, SIGINT, a Shutdown request).  Idempotent. */
-void mxop__daemon_shutdown(mxop__daemon_t *d, const char *why);
 
 #endif /* MXOP_SERVER_DAEMON_H */

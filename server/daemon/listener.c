@@ -93,12 +93,12 @@ static bool uid_allowed(const mxop__daemon_t *d, uid_t uid)
     return false;
 }
 
-/* Sends a refusal (`msg`) on a connection that never becomes a client, then closes it. */
-static void refuse(int fd, char *msg)
+/* Sends a refusal (`code`, `msg`) on a connection that never becomes a client, then closes it. */
+static void refuse(int fd, int code, char *msg)
 {
     Mxop__Reply r = MXOP__REPLY__INIT;
     r.id = 0;
-    r.status = MXOP_EDENIED;
+    r.status = code;
     r.message = msg;
     uint8_t buf[MXOP__FRAME_HDR + 256];
     size_t plen = mxop__reply__get_packed_size(&r);
@@ -117,6 +117,26 @@ static void refuse(int fd, char *msg)
     close(fd);
 }
 
+/*
+ * Logs a refused connection, but a repeated condition (a full table, the
+ * fd limit) only once per second, with the count of those not logged.
+ */
+static void log_refusal(mxop__daemon_t *d, const char *msg)
+{
+    int64_t now = mxop__now_ns();
+    if (now - d->refuse_log_ns < 1000000000LL) {
+        d->refused_quiet++;
+        return;
+    }
+    if (d->refused_quiet > 0)
+        MXOP__LOGW(0, NULL, "refused a connection: %s (and %llu more in the last second)", msg,
+                   (unsigned long long)d->refused_quiet);
+    else
+        MXOP__LOGW(0, NULL, "refused a connection: %s", msg);
+    d->refuse_log_ns = now;
+    d->refused_quiet = 0;
+}
+
 static void accept_one(mxop__daemon_t *d, int fd)
 {
     struct ucred cred;
@@ -133,7 +153,7 @@ static void accept_one(mxop__daemon_t *d, int fd)
                    (unsigned)cred.uid, (int)cred.pid);
         mxop__fmt(msg, sizeof(msg), "uid %u is not allowed to use this daemon (see --allow-uid)",
                   (unsigned)cred.uid);
-        refuse(fd, msg);
+        refuse(fd, MXOP_EDENIED, msg);
         return;
     }
     /*
@@ -145,7 +165,15 @@ static void accept_one(mxop__daemon_t *d, int fd)
         MXOP__LOGW(0, NULL, "refused connection from pid %d: it is a worker (or started by one)",
                    (int)cred.pid);
         mxop__fmt(msg, sizeof(msg), "workers may not connect to the daemon");
-        refuse(fd, msg);
+        refuse(fd, MXOP_EDENIED, msg);
+        return;
+    }
+    if (d->n_clients >= d->cfg.max_conns) {
+        mxop__fmt(msg, sizeof(msg),
+                  "mxop-serverd serves at most %llu connections at once (--max-connections)",
+                  (unsigned long long)d->cfg.max_conns);
+        log_refusal(d, msg);
+        refuse(fd, MXOP_ELIMIT, msg);
         return;
     }
     mxop__client_start(d, fd, cred.uid, cred.pid);
@@ -176,12 +204,16 @@ static void listen_cb(uv_poll_t *h, int status, int events)
              * socket readable forever.  Spend the reserve to accept and
              * drop it, so the client sees the failure instead of a hang.
              */
-            MXOP__LOGE(0, NULL, "out of file descriptors; dropping a new connection");
+            char msg[160];
+            mxop__fmt(msg, sizeof(msg),
+                      "mxop-serverd is out of file descriptors (%s); try again later",
+                      errno == EMFILE ? "its RLIMIT_NOFILE" : "the system's");
+            log_refusal(d, msg);
             close(d->reserve_fd);
             d->reserve_fd = -1;
             int tmp = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
             if (tmp >= 0)
-                close(tmp);
+                refuse(tmp, MXOP_ELIMIT, msg);
             d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
             continue;
         }

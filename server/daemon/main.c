@@ -27,6 +27,8 @@
 
 #define DEFAULT_MAX_TIMEOUT_MS 600000ull
 #define DEFAULT_WORKER_MAX_FDS 1024ull
+/* Below the client's control timeout (its 30 s call default plus 5 s grace). */
+#define DEFAULT_INIT_TIMEOUT_MS 20000ull
 /* How long shutdown waits for killed workers to be reaped before giving up. */
 #define SHUTDOWN_GRACE_MS 5000
 
@@ -35,6 +37,10 @@ static const char usage_text[] =
     "                    [--worker PATH] [--allow-uid UID]... [--max-timeout-ms N]\n"
     "                    [--sandbox none|basic|strict] [--worker-memory-mb N]\n"
     "                    [--worker-max-fds N] [--worker-uid UID] [--warm-spare on|off]\n"
+    "                    [--init-timeout-ms N] [--max-connections N]\n"
+    "                    [--handshake-timeout-ms N] [--idle-timeout-ms N] [--max-buffered-mb N]\n"
+    "                    [--session-max-regions N] [--session-max-region-mb N]\n"
+    "                    [--session-max-libraries N]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
@@ -43,6 +49,15 @@ static const char usage_text[] =
     "                       else " MXOP_LIBEXECDIR "/mxop-worker)\n"
     "  --allow-uid UID      also accept clients of this user (number or name); repeatable\n"
     "  --max-timeout-ms N   longest any call may run, deadline or not (default 600000)\n"
+    "  --init-timeout-ms N  longest a library may take to load (mxop_plugin_init) before\n"
+    "                       its worker is killed: MXOP_ETIMEOUT (default 20000)\n"
+    "  --max-connections N  client connections at once (default (RLIMIT_NOFILE - 64) / 4)\n"
+    "  --handshake-timeout-ms N  from connecting to Hello (default 5000)\n"
+    "  --idle-timeout-ms N  from connecting to OpenSession (default 60000; 0: none)\n"
+    "  --max-buffered-mb N  partial frames held for all connections together (default 256)\n"
+    "  --session-max-regions N    regions per session (default 4096)\n"
+    "  --session-max-region-mb N  MiB of regions per session (default 0: no limit)\n"
+    "  --session-max-libraries N  libraries per session (default 64)\n"
     "  --sandbox LEVEL      what workers may not do: none, basic or strict (default strict;\n"
     "                       see docs/isolation.md)\n"
     "  --worker-memory-mb N memory ops may use in a worker, in MiB (basic and strict;\n"
@@ -54,6 +69,13 @@ static const char usage_text[] =
     "                       after a crash does not wait for a new worker (default on)\n";
 
 static uv_timer_t shutdown_guard;
+
+/* Each watchdog tick: the deadlines of calls and loads, then the connections' timeouts. */
+static void watchdog_tick(mxop__daemon_t *d)
+{
+    mxop__deadlines_tick(d);
+    mxop__clients_tick(d, mxop__now_ns());
+}
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -115,6 +137,40 @@ static char *default_worker(void)
     return strdup(MXOP_LIBEXECDIR "/mxop-worker");
 }
 
+/* The config field of a numeric admission or quota option, or NULL. */
+static uint64_t *limit_field(mxop__config_t *cfg, const char *opt)
+{
+    if (strcmp(opt, "--max-connections") == 0)
+        return &cfg->max_conns;
+    if (strcmp(opt, "--handshake-timeout-ms") == 0)
+        return &cfg->handshake_timeout_ms;
+    if (strcmp(opt, "--idle-timeout-ms") == 0)
+        return &cfg->idle_timeout_ms;
+    if (strcmp(opt, "--max-buffered-mb") == 0)
+        return &cfg->max_buffered_mb;
+    if (strcmp(opt, "--session-max-regions") == 0)
+        return &cfg->session_max_regions;
+    if (strcmp(opt, "--session-max-region-mb") == 0)
+        return &cfg->session_max_region_mb;
+    if (strcmp(opt, "--session-max-libraries") == 0)
+        return &cfg->session_max_libs;
+    return NULL;
+}
+
+/*
+ * Connections the fd limit leaves room for: each client holds its socket
+ * and its worker's and spare's supervisor channels, and a spare's data
+ * end, besides its regions; 64 are kept for the daemon itself.
+ */
+static uint64_t default_max_conns(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 1024;
+    uint64_t n = rl.rlim_cur > 64 ? (rl.rlim_cur - 64) / 4 : 0;
+    return n < 16 ? 16 : n;
+}
+
 /* Parses argv into cfg.  Returns 0, or an exit status (2 for bad usage, or 0 after --help). */
 static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level, bool *done)
 {
@@ -122,6 +178,12 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
     const char *worker = NULL;
     bool memory_set = false;
     cfg->max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS;
+    cfg->init_timeout_ms = DEFAULT_INIT_TIMEOUT_MS;
+    cfg->handshake_timeout_ms = 5000;
+    cfg->idle_timeout_ms = 60000;
+    cfg->max_buffered_mb = 256;
+    cfg->session_max_regions = MXOP__SESSION_MAX_REGIONS;
+    cfg->session_max_libs = 64;
     cfg->sandbox = "strict";
     cfg->worker_max_fds = DEFAULT_WORKER_MAX_FDS;
     cfg->warm_spare = true;
@@ -152,10 +214,25 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             return usage_error("unknown option '%s'", arg);
         memcpy(opt, arg, olen);
         opt[olen] = '\0';
-        static const char *const known[] = {
-            "--socket",         "--plugin-dir",     "--log-level", "--worker",
-            "--allow-uid",      "--max-timeout-ms", "--sandbox",   "--worker-memory-mb",
-            "--worker-max-fds", "--worker-uid",     "--warm-spare"};
+        static const char *const known[] = {"--socket",
+                                            "--plugin-dir",
+                                            "--log-level",
+                                            "--worker",
+                                            "--allow-uid",
+                                            "--max-timeout-ms",
+                                            "--sandbox",
+                                            "--worker-memory-mb",
+                                            "--worker-max-fds",
+                                            "--worker-uid",
+                                            "--warm-spare",
+                                            "--init-timeout-ms",
+                                            "--max-connections",
+                                            "--handshake-timeout-ms",
+                                            "--idle-timeout-ms",
+                                            "--max-buffered-mb",
+                                            "--session-max-regions",
+                                            "--session-max-region-mb",
+                                            "--session-max-libraries"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -221,6 +298,17 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             cfg->has_worker_uid = true;
             cfg->worker_uid = uid;
             cfg->worker_gid = pw != NULL ? pw->pw_gid : (gid_t)uid;
+        } else if (limit_field(cfg, opt) != NULL) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(val, &end, 10);
+            bool zero_ok = strcmp(opt, "--idle-timeout-ms") == 0 ||
+                           strcmp(opt, "--session-max-region-mb") == 0;
+            if (val[0] == '-' || *end != '\0' || errno != 0 || v > (1ull << 40) ||
+                (v == 0 && !zero_ok))
+                return usage_error("%s must be a %snumber, not '%s'", opt,
+                                   zero_ok ? "" : "positive ", val);
+            *limit_field(cfg, opt) = v;
         } else if (strcmp(opt, "--warm-spare") == 0) {
             if (strcmp(val, "on") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
                 cfg->warm_spare = true;
@@ -234,15 +322,19 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             unsigned long long v = strtoull(val, &end, 10);
             /* The bound keeps the limit in nanoseconds inside an int64_t. */
             if (val[0] == '-' || *end != '\0' || errno != 0 || v == 0 || v > (1ull << 40))
-                return usage_error("--max-timeout-ms must be a positive number of milliseconds, "
-                                   "not '%s'",
+                return usage_error("%s must be a positive number of milliseconds, not '%s'", opt,
                                    val);
-            cfg->max_timeout_ms = v;
+            if (strcmp(opt, "--init-timeout-ms") == 0)
+                cfg->init_timeout_ms = v;
+            else
+                cfg->max_timeout_ms = v;
         }
     }
 
     if (!memory_set)
         cfg->worker_memory_mb = default_memory_mb();
+    if (cfg->max_conns == 0)
+        cfg->max_conns = default_max_conns();
     if (cfg->socket_path == NULL)
         return usage_error("--socket PATH is required");
     if (plugin_dir == NULL)
@@ -272,12 +364,14 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
     return 0;
 }
 
+static void daemon_shutdown(mxop__daemon_t *d, const char *why);
+
 static void signal_cb(uv_signal_t *h, int signum)
 {
     mxop__daemon_t *d = h->data;
     char why[32];
     mxop__fmt(why, sizeof(why), "%s", mxop__signal_name(signum));
-    mxop__daemon_shutdown(d, why);
+    daemon_shutdown(d, why);
 }
 
 static void guard_cb(uv_timer_t *t)
@@ -287,7 +381,7 @@ static void guard_cb(uv_timer_t *t)
     uv_stop(t->loop);
 }
 
-void mxop__daemon_shutdown(mxop__daemon_t *d, const char *why)
+static void daemon_shutdown(mxop__daemon_t *d, const char *why)
 {
     if (d->shutting_down)
         return;
@@ -369,6 +463,9 @@ int main(int argc, char **argv)
         rc = 1;
         goto out_loop;
     }
+    /* The watchdog reaches the sessions and clients only through this callback. */
+    d.tick_cb = watchdog_tick;
+    d.shutdown_cb = daemon_shutdown;
     if (uv_signal_init(&loop, &d.sigterm) != 0 || uv_signal_init(&loop, &d.sigint) != 0 ||
         mxop__watchdog_start(&d) != 0) {
         MXOP__LOGE(0, NULL, "cannot set up signal handling and the watchdog");

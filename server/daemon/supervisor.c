@@ -27,9 +27,11 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "mxop/client.h"
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/log.h"
+#include "server/worker/cuda.h"
 
 /* Sweep for escaped descendants every this many watchdog ticks (about 1 s). */
 #define SWEEP_TICKS 50
@@ -160,10 +162,8 @@ static void sup_frame_cb(mxop__conn_t *c, uint16_t kind, const uint8_t *payload,
         close_sup(w);
         return;
     }
-    if (w->session != NULL && w->session->worker == w)
-        mxop__session_sup_reply(w->session, r);
-    else if (w->session != NULL && w->session->spare == w)
-        mxop__session_spare_reply(w->session, r);
+    if (w->owner != NULL)
+        w->cbs->on_reply(w->owner, w, r);
     mxop__pbarena_reset(&c->arena);
 }
 
@@ -278,6 +278,24 @@ static void sweep_escaped(mxop__daemon_t *d)
     fclose(f);
 }
 
+/*
+ * True when what the worker wrote about its death agrees with how it
+ * ended: a fault note needs a synchronous fault signal, a CUDA note the
+ * CUDA exit status.  Anything else is not believed.
+ */
+static bool note_agrees(int note, int term_signal, int64_t exit_status)
+{
+    bool fault = term_signal == SIGSEGV || term_signal == SIGBUS || term_signal == SIGILL ||
+                 term_signal == SIGFPE || term_signal == SIGABRT;
+    switch (note) {
+    case MXOP_EWORKER_CRASHED: return true;
+    case MXOP_EINPUT_WRITTEN: return term_signal == SIGSEGV || term_signal == SIGBUS;
+    case MXOP_EWORKER_OOM: return fault;
+    case MXOP_ECUDA: return term_signal == 0 && exit_status == MXOP__W_EXIT_CUDA;
+    default: return false;
+    }
+}
+
 static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
 {
     mxop__worker_t *w = MXOP__CONTAINER_OF(p, mxop__worker_t, proc);
@@ -294,23 +312,8 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     sweep_escaped(d);
     close_sup(w);
 
-    mxop__session_t *sess = w->session;
-    if (sess != NULL && sess->spare == w) {
-        char how[96];
-        if (term_signal != 0)
-            mxop__fmt(how, sizeof(how), "was killed by signal %d (%s)", term_signal,
-                      mxop__signal_name(term_signal));
-        else
-            mxop__fmt(how, sizeof(how), "exited with status %lld", (long long)exit_status);
-        char msg[MXOP__MSG_MAX];
-        mxop__fmt(msg, sizeof(msg), "spare worker %d %s%s%s", (int)w->pid, how,
-                  w->kill_msg[0] ? ": " : "", w->kill_msg);
-        w->session = NULL;
-        mxop__session_spare_died(sess, term_signal, msg);
-        uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
-        return;
-    }
-    if (sess == NULL) {
+    void *owner = w->owner;
+    if (owner == NULL) {
         MXOP__LOGD(w->session_id, NULL, "worker %d (generation %u) reaped", (int)w->pid,
                    (unsigned)w->generation);
         uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
@@ -320,38 +323,68 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     char what[160];
     char how[96];
     char msg[MXOP__MSG_MAX];
-    int code;
     describe(what, sizeof(what), w->pid, &s);
     if (term_signal != 0)
         mxop__fmt(how, sizeof(how), "was killed by signal %d (%s)", term_signal,
                   mxop__signal_name(term_signal));
     else
         mxop__fmt(how, sizeof(how), "exited with status %lld", (long long)exit_status);
+    /*
+     * The verdict comes from what the daemon observed: its own kill (the
+     * watchdog's clock, a broken channel) or how the process ended.  The
+     * worker's note is memory the worker (and so any op) can write: it may
+     * only refine the verdict where the observation agrees with it.
+     */
+    int code = MXOP_EWORKER_CRASHED;
+    bool note = s.fault_code < 0;
     if (w->killed_timeout) {
         code = MXOP_ETIMEOUT;
         mxop__fmt(msg, sizeof(msg), "%s", w->timeout_msg);
-    } else if (s.fault_code < 0) {
+    } else if (note && note_agrees(s.fault_code, term_signal, exit_status)) {
         code = s.fault_code;
         mxop__fmt(msg, sizeof(msg), "%s %s: %s", what, how, s.fault_msg);
     } else if (w->kill_msg[0] != '\0') {
-        code = MXOP_EWORKER_CRASHED;
         mxop__fmt(msg, sizeof(msg), "%s: %s", what, w->kill_msg);
+    } else if (term_signal == 0 && exit_status == MXOP__W_EXIT_DATA_FRAMING) {
+        code = MXOP_EPROTOCOL;
+        mxop__fmt(msg, sizeof(msg),
+                  "%s exited: its data channel received a malformed frame from the client, so "
+                  "the channel was lost and the worker is replaced",
+                  what);
+    } else if (note) {
+        mxop__fmt(msg, sizeof(msg),
+                  "%s %s (its own note, which does not match how it ended, "
+                  "claims %s: %s)",
+                  what, how, mxop_err_name(s.fault_code), s.fault_msg);
     } else {
-        code = MXOP_EWORKER_CRASHED;
         mxop__fmt(msg, sizeof(msg), "%s %s", what, how);
     }
-    MXOP__LOGW(sess->id, s.busy ? s.op : NULL, "%s", msg);
 
-    sess->worker = NULL;
-    w->session = NULL;
-    /* The page keeps the id of the last call begun: 0 means this worker never served one. */
-    mxop__session_worker_died(sess, code, term_signal, term_signal != 0 ? -1 : (int)exit_status,
-                              s.busy ? s.call_id : 0, s.busy ? s.op : "", msg, s.call_id != 0);
+    mxop__worker_exit_t e = {
+        .code = code,
+        .term_signal = term_signal,
+        .exit_status = term_signal != 0 ? -1 : (int)exit_status,
+        /* A timeout names what the daemon enforced; otherwise the page is the only witness. */
+        .call_id = w->killed_timeout ? w->timeout_call_id
+                   : s.busy          ? s.call_id
+                                     : 0,
+        /* The page keeps the id of the last call begun: 0 means this worker never served one. */
+        .served = s.call_id != 0 || w->timeout_call_id != 0,
+        .op = w->killed_timeout ? w->timeout_op
+              : s.busy          ? s.op
+                                : "",
+        .message = msg,
+        .how = how,
+        .kill_msg = w->kill_msg,
+    };
+    w->owner = NULL;
+    w->cbs->on_exit(owner, w, &e);
     uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
 }
 
-int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generation,
-                       mxop__worker_t **out, int *client_fd, char *err, size_t errlen)
+int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generation,
+                       const mxop__worker_cbs_t *cbs, void *owner, mxop__worker_t **out,
+                       int *client_fd, char *err, size_t errlen)
 {
     int sup[2] = {-1, -1};
     int data[2] = {-1, -1};
@@ -364,7 +397,8 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
         return MXOP_ENOMEM;
     }
     w->d = d;
-    w->session_id = s->id;
+    w->session_id = session_id;
+    w->cbs = cbs;
     w->generation = generation;
     w->client_fd = -1;
     mxop__list_init(&w->link);
@@ -405,7 +439,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
     char fds_arg[24];
     char uid_arg[16];
     char gid_arg[16];
-    mxop__fmt(sess_arg, sizeof(sess_arg), "%llu", (unsigned long long)s->id);
+    mxop__fmt(sess_arg, sizeof(sess_arg), "%llu", (unsigned long long)session_id);
     mxop__fmt(gen_arg, sizeof(gen_arg), "%u", (unsigned)generation);
     mxop__fmt(mem_arg, sizeof(mem_arg), "%llu", (unsigned long long)d->cfg.worker_memory_mb);
     mxop__fmt(fds_arg, sizeof(fds_arg), "%llu", (unsigned long long)d->cfg.worker_max_fds);
@@ -465,10 +499,11 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
         return MXOP_EINTERNAL;
     }
     w->pid = w->proc.pid;
-    w->session = s;
+    w->owner = owner;
     *out = w;
     *client_fd = data[0];
-    MXOP__LOGD(s->id, NULL, "spawned worker %d (generation %u)", (int)w->pid, (unsigned)generation);
+    MXOP__LOGD(session_id, NULL, "spawned worker %d (generation %u)", (int)w->pid,
+               (unsigned)generation);
     return 0;
 
 err_fds:
@@ -505,6 +540,38 @@ void mxop__worker_kill(mxop__worker_t *w, const char *why)
     kill_group(w);
 }
 
+void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op, const char *why)
+{
+    if (w->exited || w->killed_timeout)
+        return;
+    w->killed_timeout = true;
+    w->timeout_call_id = call_id;
+    mxop__fmt(w->timeout_op, sizeof(w->timeout_op), "%s", op != NULL ? op : "");
+    mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg), "%s", why);
+    MXOP__LOGW(w->session_id, op != NULL && op[0] ? op : NULL, "watchdog: %s", why);
+    kill_group(w);
+}
+
+/* The parent of `pid` from /proc, or 0 when it cannot be read. */
+static pid_t parent_of(pid_t pid)
+{
+    char path[64];
+    char buf[512];
+    mxop__fmt(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *q = strrchr(buf, ')');
+    char state;
+    int ppid;
+    if (q == NULL || sscanf(q + 1, " %c %d", &state, &ppid) != 2)
+        return 0;
+    return (pid_t)ppid;
+}
+
 bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid)
 {
     if (pid <= 0)
@@ -516,12 +583,24 @@ bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid)
         if (!w->exited && (w->pid == pid || sid == w->pid))
             return true;
     }
+    /*
+     * A session is easy to leave (setsid); ancestry is not.  The daemon's
+     * only descendants are its workers and what their ops started (escaped
+     * ones are reparented to it, the subreaper), so a peer with the daemon
+     * among its ancestors came from a worker, whatever its session.
+     */
+    pid_t p = pid;
+    for (int depth = 0; depth < 64 && p > 1; depth++) {
+        if (p == d->pid)
+            return true;
+        p = parent_of(p);
+    }
     return false;
 }
 
 void mxop__worker_detach_kill(mxop__worker_t *w)
 {
-    w->session = NULL;
+    w->owner = NULL;
     /* A spare's client end goes now: nobody will be given it. */
     if (w->client_fd >= 0) {
         close(w->client_fd);
@@ -532,42 +611,56 @@ void mxop__worker_detach_kill(mxop__worker_t *w)
     close_sup(w);
 }
 
+bool mxop__worker_is_stopped(const mxop__worker_t *w)
+{
+    if (w->exited)
+        return false;
+    char path[64];
+    char buf[256];
+    mxop__fmt(path, sizeof(path), "/proc/%d/stat", (int)w->pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+/*
+ * A stopped worker (SIGSTOP, a debugger that went away) cannot serve: it
+ * is replaced before a call waits on it.  Checked about once a second for
+ * every worker, live or spare, idle or not: one read of /proc each.
+ */
+static void kill_stopped(mxop__daemon_t *d)
+{
+    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+        if (w->owner == NULL || w->exited || w->kill_msg[0] != '\0' || w->killed_timeout)
+            continue;
+        if (mxop__worker_is_stopped(w)) {
+            MXOP__LOGW(w->session_id, NULL, "worker %d is stopped; replacing it", (int)w->pid);
+            mxop__worker_kill(w, "it was stopped (SIGSTOP or a tracer) and could not serve");
+        }
+    }
+}
+
 static void watchdog_cb(uv_timer_t *t)
 {
     mxop__daemon_t *d = MXOP__CONTAINER_OF(t, mxop__daemon_t, watchdog);
     static unsigned ticks;
-    int64_t now = mxop__now_ns();
-    int64_t max_ns = (int64_t)d->cfg.max_timeout_ms * 1000000LL;
-
-    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
-        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
-        if (w->exited || w->killed_timeout || w->session == NULL)
-            continue;
-        page_snap_t s;
-        if (!read_page(w->page, &s, true) || !s.busy)
-            continue;
-        bool past_deadline = s.deadline_ns != 0 && now > s.deadline_ns;
-        bool past_max = s.start_ns != 0 && now - s.start_ns > max_ns;
-        if (!past_deadline && !past_max)
-            continue;
-        char what[160];
-        describe(what, sizeof(what), w->pid, &s);
-        long long ran_ms = (long long)((now - s.start_ns) / 1000000LL);
-        if (past_deadline)
-            mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg),
-                      "%s ran %lld ms, past its deadline of %lld ms, and was killed", what, ran_ms,
-                      (long long)((s.deadline_ns - s.start_ns) / 1000000LL));
-        else
-            mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg),
-                      "%s ran %lld ms, longer than the daemon's limit of %llu ms "
-                      "(--max-timeout-ms), and was killed",
-                      what, ran_ms, (unsigned long long)d->cfg.max_timeout_ms);
-        w->killed_timeout = true;
-        MXOP__LOGW(w->session_id, s.op, "watchdog: %s", w->timeout_msg);
-        kill_group(w);
-    }
-    if (++ticks % SWEEP_TICKS == 0)
+    /*
+     * Deadlines come from what the daemon trusts: the calls the client
+     * published, the daemon's own clock (d->tick_cb).  The worker's status
+     * page, which any op can write, is never read here.
+     */
+    if (d->tick_cb != NULL)
+        d->tick_cb(d);
+    if (++ticks % SWEEP_TICKS == 0) {
         sweep_escaped(d);
+        kill_stopped(d);
+    }
 }
 
 int mxop__watchdog_start(mxop__daemon_t *d)

@@ -24,6 +24,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "proto/frame.h"
+#include "server/status_page.h"
 #include "server/worker/worker.h"
 #include "shm/mailbox.h"
 #include "shm/rxbuf.h"
@@ -197,7 +198,8 @@ static int serve_buffered(void)
             mxop__fmt(m, sizeof(m), "bad frame on the data channel (%s)", mxop_err_name(rc));
             reply_fail(rc == MXOP_ENOMEM ? MXOP_EPROTOCOL : rc, m, 0);
             close_data();
-            break;
+            /* Without framing the channel is lost: the daemon replaces us and tells the client. */
+            _exit(MXOP__W_EXIT_DATA_FRAMING);
         }
         int fds[MXOP__FRAME_MAX_FDS];
         int nfds = mxop__rxbuf_take_fds(&rx, fds, MXOP__FRAME_MAX_FDS);
@@ -239,7 +241,7 @@ static void serve_socket(void)
                       FRAME_TIMEOUT_MS);
             reply_fail(MXOP_EPROTOCOL, m, 0);
             close_data();
-            return;
+            _exit(MXOP__W_EXIT_DATA_FRAMING);
         }
     }
 }

@@ -1,0 +1,166 @@
+/*
+ * server/daemon/deadline.c - deadlines from trusted state only.
+ *
+ * What the watchdog enforces comes from two places, neither of which a
+ * worker can write:
+ *
+ *   - the session's call page (shm/call_page.h), a memfd the daemon maps
+ *     and gives to the client alone: the client publishes each call in
+ *     flight with its deadline.  A call past its deadline, or running
+ *     longer than --max-timeout-ms since the daemon first saw it, gets its
+ *     worker killed with MXOP_ETIMEOUT naming the library, the op and the
+ *     callback; this holds when the client has gone too, and when the
+ *     worker is stopped or hung before it even read the call.
+ *   - the daemon's own clock for the requests it sends the worker itself:
+ *     a library's load (mxop_plugin_init) running longer than
+ *     --init-timeout-ms kills the worker (live or spare) the same way.
+ *
+ * The worker's status page only names what was running when a worker
+ * died; nothing read from it decides a kill.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/errors.h"
+#include "server/daemon/session.h"
+#include "shm/call_page.h"
+
+int mxop__call_page_create(mxop__session_t *s, int *fd_out, char *err, size_t errlen)
+{
+    *fd_out = -1;
+    int fd = memfd_create("mxop-calls", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, sizeof(mxop__call_page_t)) != 0) {
+        mxop__fmt(err, errlen, "cannot create the session's call page: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return MXOP_EINTERNAL;
+    }
+    void *m = mmap(NULL, sizeof(mxop__call_page_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        mxop__fmt(err, errlen, "cannot map the session's call page: %s", strerror(errno));
+        close(fd);
+        return MXOP_EINTERNAL;
+    }
+    s->call_page = m;
+    s->call_page->magic = MXOP__CALL_PAGE_MAGIC;
+    *fd_out = fd;
+    return 0;
+}
+
+void mxop__call_page_free(mxop__session_t *s)
+{
+    if (s->call_page != NULL)
+        munmap(s->call_page, sizeof(mxop__call_page_t));
+    s->call_page = NULL;
+}
+
+static const char *kind_name(int kind)
+{
+    switch (kind) {
+    case MXOP__CALLK_FORWARD: return "forward";
+    case MXOP__CALLK_BACKWARD: return "backward";
+    case MXOP__CALLK_INFER: return "infer_shape/infer_type";
+    case MXOP__CALLK_STATE_CREATE: return "state_create";
+    case MXOP__CALLK_STATE_DESTROY: return "state_destroy";
+    case MXOP__CALLK_ATTACH_MAILBOX: return "mailbox attach";
+    default: return "call";
+    }
+}
+
+/* The client's call in flight, checked against its deadline and the daemon's maximum. */
+static void check_call(mxop__session_t *s, int64_t now)
+{
+    mxop__call_page_t cp;
+    if (s->call_page == NULL || !mxop__call_page_read(s->call_page, &cp))
+        return;
+    if (cp.call_id == 0) {
+        s->cp_seen_id = 0;
+        return;
+    }
+    if (cp.call_id != s->cp_seen_id) {
+        s->cp_seen_id = cp.call_id;
+        s->cp_seen_ns = now;
+        /*
+         * A new call on a stopped worker would only wait for its deadline:
+         * replace the worker now.  Its death names no call (the worker never
+         * took this one), so the client sends the call to the replacement.
+         */
+        if (s->worker != NULL && mxop__worker_is_stopped(s->worker))
+            mxop__worker_kill(s->worker, "it was stopped (SIGSTOP or a tracer) when a call came");
+    }
+    /* A restart does not clear the page at once: the call that killed a worker cannot kill its
+     * heir. */
+    if (cp.call_id == s->cp_killed_id || s->worker == NULL)
+        return;
+    int64_t max_ns = (int64_t)s->d->cfg.max_timeout_ms * 1000000LL;
+    bool past_deadline = cp.deadline_ns != 0 && now > cp.deadline_ns;
+    bool past_max = now - s->cp_seen_ns > max_ns;
+    if (!past_deadline && !past_max)
+        return;
+    char what[256];
+    if (cp.op[0] != '\0')
+        mxop__fmt(what, sizeof(what), "%s of op '%s' (library '%s', call %llu) in worker %d",
+                  kind_name(cp.kind), cp.op, cp.library, (unsigned long long)cp.call_id,
+                  (int)s->worker->pid);
+    else
+        mxop__fmt(what, sizeof(what), "%s (call %llu) in worker %d", kind_name(cp.kind),
+                  (unsigned long long)cp.call_id, (int)s->worker->pid);
+    char msg[MXOP__MSG_MAX];
+    if (past_deadline)
+        mxop__fmt(msg, sizeof(msg), "%s passed its deadline by %lld ms, and the worker was killed",
+                  what, (long long)((now - cp.deadline_ns) / 1000000));
+    else
+        mxop__fmt(msg, sizeof(msg),
+                  "%s ran %lld ms, longer than the daemon's limit of %llu ms (--max-timeout-ms), "
+                  "and the worker was killed",
+                  what, (long long)((now - s->cp_seen_ns) / 1000000),
+                  (unsigned long long)s->d->cfg.max_timeout_ms);
+    s->cp_killed_id = cp.call_id;
+    mxop__worker_kill_timeout(s->worker, cp.call_id, cp.op, msg);
+}
+
+/* The head of a FIFO of supervisor requests, against --init-timeout-ms (loads only). */
+static void check_head(mxop__session_t *s, int q, mxop__worker_t *w, int64_t now)
+{
+    const mxop__pending_t *head = q == MXOP__FIFO_SPARE ? s->spare_head : s->pend_head;
+    if (head == NULL || w == NULL) {
+        s->head_sup_id[q] = 0;
+        return;
+    }
+    if (head->sup_id != s->head_sup_id[q]) {
+        /* The worker answers in order: the head began when the one before it was answered. */
+        s->head_sup_id[q] = head->sup_id;
+        s->head_since_ns[q] = now;
+        return;
+    }
+    if (head->kind != MXOP__PENDING_LOAD)
+        return;
+    int64_t ran = now - s->head_since_ns[q];
+    if (ran <= (int64_t)s->d->cfg.init_timeout_ms * 1000000LL)
+        return;
+    char msg[MXOP__MSG_MAX];
+    mxop__fmt(msg, sizeof(msg),
+              "library '%s' did not finish loading (mxop_plugin_init) in %s worker %d within "
+              "%llu ms (--init-timeout-ms), and the worker was killed",
+              head->name, q == MXOP__FIFO_SPARE ? "spare" : "the session's", (int)w->pid,
+              (unsigned long long)s->d->cfg.init_timeout_ms);
+    mxop__worker_kill_timeout(w, 0, NULL, msg);
+}
+
+void mxop__deadlines_tick(mxop__daemon_t *d)
+{
+    int64_t now = mxop__now_ns();
+    for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next) {
+        mxop__client_t *cl = MXOP__CONTAINER_OF(n, mxop__client_t, link);
+        mxop__session_t *s = cl->session;
+        if (s == NULL || s->state == MXOP__SESS_ENDED)
+            continue;
+        check_call(s, now);
+        check_head(s, MXOP__FIFO_LIVE, s->worker, now);
+        check_head(s, MXOP__FIFO_SPARE, s->spare, now);
+    }
+}

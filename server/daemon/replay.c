@@ -1,0 +1,308 @@
+/*
+ * server/daemon/replay.c - giving a worker what the session has.
+ *
+ * The session remembers what it loaded and registered, so that a new
+ * worker is given the same libraries (in the same order, so op indices
+ * stay stable) and the same regions before it serves.  The warm spare is
+ * given each of them as soon as the live worker has it (mirroring).  The
+ * workers' answers (SupReply) complete the pending entries here.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/client.h"
+#include "mxop/errors.h"
+#include "server/daemon/log.h"
+#include "server/daemon/session.h"
+
+static mxop__pending_t *load_entry(mxop__session_t *s, const mxop__lib_t *lib)
+{
+    mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_LOAD, 0, true);
+    if (p != NULL &&
+        ((p->path = strdup(lib->path)) == NULL || (p->name = strdup(lib->name)) == NULL)) {
+        mxop__pending_free(p);
+        p = NULL;
+    }
+    return p;
+}
+
+void mxop__mirror_load(mxop__session_t *s, const mxop__lib_t *lib)
+{
+    if (s->spare == NULL)
+        return;
+    mxop__pending_t *p = load_entry(s, lib);
+    if (p == NULL || mxop__pending_send(s, p, -1, MXOP__FIFO_SPARE) != 0) {
+        mxop__pending_free(p);
+        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, "cannot send it a library");
+    }
+}
+
+/*
+ * Device regions are not given to the spare: opening one makes a CUDA
+ * context, which costs GPU memory a spare should not hold.  The spare
+ * gets them when it takes over (replay_device_regions).
+ */
+void mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r)
+{
+    if (s->spare == NULL || r->cuda)
+        return;
+    mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_MAP, 0, true);
+    if (p != NULL) {
+        p->region = r->id;
+        p->size = r->size;
+        p->cuda = r->cuda;
+        p->device = r->device;
+        memcpy(p->ipc, r->ipc, sizeof(p->ipc));
+    }
+    if (p == NULL || mxop__pending_send(s, p, r->fd, MXOP__FIFO_SPARE) != 0) {
+        mxop__pending_free(p);
+        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, "cannot send it a region");
+    }
+}
+
+void mxop__mirror_unmap(mxop__session_t *s, uint32_t region)
+{
+    if (s->spare == NULL)
+        return;
+    mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_UNMAP, 0, true);
+    if (p != NULL)
+        p->region = region;
+    if (p == NULL || mxop__pending_send(s, p, -1, MXOP__FIFO_SPARE) != 0) {
+        mxop__pending_free(p);
+        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, "cannot tell it to release a region");
+    }
+}
+
+/*
+ * Gives a new worker (or the spare) every library, in order, and every
+ * region of the session.  False if something could not be sent (the worker
+ * is already gone, or memory is short): it is then incomplete.
+ */
+bool mxop__replay_to(mxop__session_t *s, enum mxop__pending_fifo q)
+{
+    for (size_t i = 0; i < s->n_libs; i++) {
+        mxop__pending_t *p = load_entry(s, &s->libs[i]);
+        if (p == NULL || mxop__pending_send(s, p, -1, q) != 0) {
+            MXOP__LOGD(s->id, NULL, "cannot replay library '%s' into the new worker",
+                       s->libs[i].name);
+            mxop__pending_free(p);
+            return false;
+        }
+    }
+    for (size_t i = 0; i < s->n_regions; i++) {
+        if (q == MXOP__FIFO_SPARE && s->regions[i].cuda)
+            continue; /* see mirror_map */
+        mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_MAP, 0, true);
+        if (p == NULL)
+            return false;
+        p->region = s->regions[i].id;
+        p->size = s->regions[i].size;
+        p->cuda = s->regions[i].cuda;
+        p->device = s->regions[i].device;
+        memcpy(p->ipc, s->regions[i].ipc, sizeof(p->ipc));
+        if (mxop__pending_send(s, p, s->regions[i].fd, q) != 0) {
+            MXOP__LOGD(s->id, NULL, "cannot re-map region %u into the new worker",
+                       (unsigned)p->region);
+            mxop__pending_free(p);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The device regions a spare did not get, once it is the session's worker. */
+bool mxop__replay_device_regions(mxop__session_t *s)
+{
+    for (size_t i = 0; i < s->n_regions; i++) {
+        const mxop__region_t *r = &s->regions[i];
+        if (!r->cuda)
+            continue;
+        mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_MAP, 0, true);
+        if (p == NULL)
+            return false;
+        p->region = r->id;
+        p->size = r->size;
+        p->cuda = true;
+        p->device = r->device;
+        memcpy(p->ipc, r->ipc, sizeof(p->ipc));
+        if (mxop__pending_send(s, p, -1, MXOP__FIFO_LIVE) != 0) {
+            mxop__pending_free(p);
+            return false;
+        }
+    }
+    return true;
+}
+
+void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r)
+{
+    mxop__pending_t *p = mxop__fifo_take(s, MXOP__FIFO_SPARE, r->id);
+    if (p == NULL) {
+        MXOP__LOGW(s->id, NULL, "spare answered supervisor request %llu, which is not pending",
+                   (unsigned long long)r->id);
+        return;
+    }
+    if (r->status != 0) {
+        char why[MXOP__MSG_MAX];
+        const char *what = p->kind == MXOP__PENDING_LOAD  ? "load library"
+                           : p->kind == MXOP__PENDING_MAP ? "map region"
+                                                          : "unmap region";
+        mxop__fmt(why, sizeof(why), "it could not %s %s: %s", what,
+                  p->kind == MXOP__PENDING_LOAD ? p->name : "",
+                  r->message != NULL && r->message[0] ? r->message : mxop_strerror(r->status));
+        mxop__pending_free(p);
+        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, why);
+        return;
+    }
+    mxop__pending_free(p);
+}
+
+static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__SupReply *r)
+{
+    const char *msg = r->message != NULL && r->message[0] != '\0' ? r->message : NULL;
+    if (p->replay) {
+        if (r->status != 0) {
+            /*
+             * Without it the ops after it would take other indices: a call
+             * could run the wrong op.  The session cannot be restored.
+             */
+            char why[MXOP__MSG_MAX];
+            mxop__fmt(why, sizeof(why),
+                      "library '%s' no longer loads into a new worker (%s), so the session's "
+                      "ops cannot be restored and its requests now fail",
+                      p->name, msg ? msg : mxop_strerror(r->status));
+            mxop__session_unrestorable(s, why);
+        }
+        return;
+    }
+    if (r->status != 0) {
+        MXOP__LOGI(s->id, NULL, "library '%s' did not load: %s", p->name,
+                   msg ? msg : mxop_strerror(r->status));
+        if (msg != NULL)
+            mxop__client_reply_error(s->client, p->req_id, r->status, msg);
+        else
+            mxop__reply_errorf(s->client, p->req_id, r->status, "library '%s' did not load: %s",
+                               p->name, mxop_strerror(r->status));
+        return;
+    }
+    if (mxop__session_find_lib(s, p->path) == NULL) {
+        if (mxop__session_add_lib(s, p->path, p->name, r) != 0) {
+            mxop__client_reply_error(s->client, p->req_id, MXOP_ENOMEM,
+                                     "out of memory recording the library's ops");
+            return;
+        }
+        /* Only now that it loaded without crashing does the spare get it too. */
+        mxop__mirror_load(s, &s->libs[s->n_libs - 1]);
+    }
+    MXOP__LOGI(s->id, NULL, "loaded library '%s' (%zu ops)", p->name, r->n_ops);
+    mxop__reply_ops(s, p->req_id);
+}
+
+static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__SupReply *r)
+{
+    const char *msg = r->message != NULL && r->message[0] != '\0' ? r->message : NULL;
+    if (p->replay) {
+        if (r->status != 0)
+            MXOP__LOGW(s->id, NULL, "re-mapping region %u into worker generation %u failed: %s",
+                       (unsigned)p->region, (unsigned)s->generation,
+                       msg ? msg : mxop_strerror(r->status));
+        return;
+    }
+    s->n_pending_maps--;
+    s->pending_map_bytes -= p->size;
+    if (r->status != 0) {
+        mxop__client_reply_error(s->client, p->req_id, r->status, msg);
+        return;
+    }
+    mxop__region_t nr = {
+        .id = p->region, .fd = p->fd, .size = p->size, .cuda = p->cuda, .device = p->device};
+    if (p->cuda)
+        memcpy(nr.ipc, p->ipc, sizeof(nr.ipc));
+    if (mxop__session_add_region(s, &nr) != 0) {
+        /* The worker has it mapped; unmapping is its business at the next restart. */
+        mxop__client_reply_error(s->client, p->req_id, MXOP_ENOMEM, "out of memory for a region");
+        return;
+    }
+    p->fd = -1;
+    mxop__mirror_map(s, &s->regions[s->n_regions - 1]);
+
+    Mxop__RegisterRegionReply rr = MXOP__REGISTER_REGION_REPLY__INIT;
+    rr.region = p->region;
+    Mxop__Reply reply = MXOP__REPLY__INIT;
+    reply.id = p->req_id;
+    reply.body_case = MXOP__REPLY__BODY_REGISTER_REGION;
+    reply.register_region = &rr;
+    mxop__reply_send(s->client, &reply, -1);
+    MXOP__LOGD(s->id, NULL, "registered %sregion %u (%llu bytes)", p->cuda ? "device " : "",
+               (unsigned)p->region, (unsigned long long)p->size);
+}
+
+void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r)
+{
+    mxop__pending_t *p = mxop__fifo_take(s, MXOP__FIFO_LIVE, r->id);
+    if (p == NULL) {
+        MXOP__LOGW(s->id, NULL, "worker answered supervisor request %llu, which is not pending",
+                   (unsigned long long)r->id);
+        return;
+    }
+    if (s->pend_head != NULL && s->pend_head->sup_id < p->sup_id)
+        MXOP__LOGW(s->id, NULL, "worker answered supervisor request %llu out of order",
+                   (unsigned long long)r->id);
+    switch (p->kind) {
+    case MXOP__PENDING_LOAD: sup_load_done(s, p, r); break;
+    case MXOP__PENDING_MAP: sup_map_done(s, p, r); break;
+    default:
+        if (!p->replay) {
+            if (r->status != 0)
+                mxop__client_reply_error(s->client, p->req_id, r->status, r->message);
+            else
+                mxop__reply_ok(s->client, p->req_id);
+        }
+        break;
+    }
+    mxop__pending_free(p);
+}
+
+/*
+ * Answers every request that was waiting on the dead worker.  `load_note`
+ * (may be "") is added to the answer of the load that was running.
+ */
+void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message,
+                               const char *load_note)
+{
+    bool first = true;
+    mxop__pending_t *p = s->pend_head;
+    s->pend_head = s->pend_tail = NULL;
+    while (p != NULL) {
+        mxop__pending_t *next = p->next;
+        if (p->replay) {
+            MXOP__LOGW(s->id, NULL, "replay of %s was lost with the worker",
+                       p->kind == MXOP__PENDING_LOAD ? "a library" : "a region");
+        } else if (p->kind == MXOP__PENDING_LOAD) {
+            /* The head was running; the rest never reached the worker's loader. */
+            if (first && code == MXOP_ETIMEOUT)
+                mxop__reply_errorf(s->client, p->req_id, MXOP_ETIMEOUT, "%s", message);
+            else if (first)
+                mxop__reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
+                                   "library '%s' crashed the worker while loading: %s%s", p->name,
+                                   message, load_note);
+            else
+                mxop__reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
+                                   "the worker died before library '%s' was loaded: %s", p->name,
+                                   message);
+        } else if (p->kind == MXOP__PENDING_MAP) {
+            s->n_pending_maps--;
+            s->pending_map_bytes -= p->size;
+            mxop__reply_errorf(s->client, p->req_id, MXOP_EWORKER_CRASHED,
+                               "the worker died before mapping the region: %s", message);
+        } else {
+            /* The region is released either way: the dead worker's mappings died with it. */
+            mxop__reply_ok(s->client, p->req_id);
+        }
+        first = false;
+        mxop__pending_free(p);
+        p = next;
+    }
+}

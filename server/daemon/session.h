@@ -1,0 +1,186 @@
+/*
+ * server/daemon/session.h - what the files of one session share.
+ *
+ * A session is split by concern, one file each:
+ *
+ *   reply.c        encoding replies and worker events to the client
+ *   tables.c       the session's libraries, ops, regions and the FIFOs of
+ *                  supervisor requests in flight
+ *   ctl.c          the control protocol of one client (request handlers)
+ *   ctl_validate.c checks of a request that need no session and no socket
+ *   client.c       the client's connection (frames in, close)
+ *   replay.c       giving a worker what the session has (replay, mirror to
+ *                  the spare) and the worker's answers to it
+ *   session_fsm.c  the live worker slot: its states and one transition
+ *                  function (death, respawn with backoff, failure, end)
+ *   spare.c        the warm spare slot: its states and one transition function
+ *
+ * Events flow up: supervisor.c reports a worker's replies and death only
+ * through the callbacks the session gave at spawn (mxop__session_worker_cbs),
+ * never by touching the session.
+ */
+#ifndef MXOP_SERVER_DAEMON_SESSION_H
+#define MXOP_SERVER_DAEMON_SESSION_H
+
+#include "server/daemon/daemon.h"
+
+/* ------------------------------------------------------------------------ */
+/* reply.c */
+
+/* Sends a Reply to the client (nothing if it is gone); `fd` rides along when >= 0 (borrowed). */
+void mxop__reply_send(mxop__client_t *cl, Mxop__Reply *r, int fd);
+/* The same with `nfds` descriptors (borrowed) on the frame. */
+void mxop__reply_send_fds(mxop__client_t *cl, Mxop__Reply *r, const int *fds, int nfds);
+/* Sends an error Reply (id, code, message) to a client. */
+void mxop__client_reply_error(mxop__client_t *cl, uint64_t id, int code, const char *msg);
+void mxop__reply_errorf(mxop__client_t *cl, uint64_t id, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void mxop__reply_ok(mxop__client_t *cl, uint64_t id);
+/* The session's op list as the answer to request `id`. */
+void mxop__reply_ops(mxop__session_t *s, uint64_t id);
+/* A WorkerEvent (id 0) about the session's worker; `client_fd` (borrowed) when restarted. */
+void mxop__reply_event(mxop__session_t *s, const mxop__death_t *e, const char *message,
+                       bool restarted, int client_fd);
+
+/* ------------------------------------------------------------------------ */
+/* tables.c */
+
+enum mxop__pending_fifo { MXOP__FIFO_LIVE, MXOP__FIFO_SPARE };
+
+const mxop__lib_t *mxop__session_find_lib(const mxop__session_t *s, const char *path);
+/* Appends a loaded library and its ops.  On failure nothing is added (MXOP_ENOMEM). */
+int mxop__session_add_lib(mxop__session_t *s, const char *path, const char *name,
+                          const Mxop__SupReply *r);
+ssize_t mxop__session_find_region(const mxop__session_t *s, uint32_t id);
+/* Appends a region (taking its fd).  MXOP_ENOMEM leaves the session unchanged. */
+int mxop__session_add_region(mxop__session_t *s, const mxop__region_t *r);
+/* Gives a new region of the session its id (never 0, never one held). */
+uint32_t mxop__session_new_region_id(mxop__session_t *s);
+mxop__pending_t *mxop__pending_new(mxop__session_t *s, int kind, uint64_t req_id, bool replay);
+void mxop__pending_free(mxop__pending_t *p);
+/* Removes and returns the entry `sup_id` from the FIFO, or NULL. */
+mxop__pending_t *mxop__fifo_take(mxop__session_t *s, enum mxop__pending_fifo q, uint64_t sup_id);
+/* Takes the whole FIFO (a NULL-terminated list through ->next) out of the session. */
+mxop__pending_t *mxop__fifo_take_all(mxop__session_t *s, enum mxop__pending_fifo q);
+void mxop__fifo_free(mxop__session_t *s, enum mxop__pending_fifo q);
+/*
+ * Sends the SupRequest for a pending entry to the live worker (or the
+ * spare) and queues it; `fd` rides with it (borrowed) when >= 0.  On
+ * failure the entry is still the caller's.
+ */
+int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop__pending_fifo q);
+/* Frees the session's memory and descriptors (the workers are already detached). */
+void mxop__session_free(mxop__session_t *s);
+
+/* ------------------------------------------------------------------------ */
+/* deadline.c */
+
+/* Creates and maps the session's call page; *fd_out (taken) is for the client. */
+int mxop__call_page_create(mxop__session_t *s, int *fd_out, char *err, size_t errlen);
+void mxop__call_page_free(mxop__session_t *s);
+
+/* ------------------------------------------------------------------------ */
+/* ctl.c */
+
+/* Serves one decoded request of a client (`payload` is its wire form, for checks). */
+void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_t *payload,
+                      uint32_t len);
+
+/* ------------------------------------------------------------------------ */
+/* ctl_validate.c */
+
+/* What one control request may ask for (all fields are limits; see docs/protocol.md). */
+typedef struct mxop__limits {
+    uint32_t max_fields; /* protobuf fields in one request, nested ones counted */
+    uint32_t max_depth;  /* nesting of messages in one request */
+} mxop__limits_t;
+
+/* The limits a daemon without options applies. */
+#define MXOP__LIMITS_DEFAULT                                                                       \
+    {                                                                                              \
+        .max_fields = 4096, .max_depth = 8                                                         \
+    }
+
+/*
+ * Checks one control request without sockets or session state.  With `req`
+ * NULL, only its wire form (`payload`, `len` bytes): malformed fields, more
+ * fields (known or unknown, nested ones counted) or deeper nesting than
+ * `lim` allows (NULL: MXOP__LIMITS_DEFAULT).  Run this before decoding.
+ * With `req` (the decoded `payload`), also: a NUL byte inside any string
+ * field (which the decoded string would hide), an id of 0, and the form of
+ * each body (sizes, handle lengths, ordinals).  Returns 0, or
+ * MXOP_EPROTOCOL, MXOP_ELIMIT, MXOP_EINVAL or MXOP_EUNKNOWN_REGION with a
+ * sentence naming the field in msg.
+ */
+int mxop__ctl_validate(const uint8_t *payload, size_t len, const mxop__limits_t *lim,
+                       const Mxop__Request *req, char *msg, size_t msglen);
+/* The name of a request body ("LoadLibrary"), for messages. */
+const char *mxop__ctl_body_name(int body_case);
+
+/* ------------------------------------------------------------------------ */
+/* replay.c */
+
+/* Gives a new worker (or the spare) every library, in order, and every region; false if cut short.
+ */
+bool mxop__replay_to(mxop__session_t *s, enum mxop__pending_fifo q);
+/* The device regions a promoted spare did not get while it waited. */
+bool mxop__replay_device_regions(mxop__session_t *s);
+/* Mirrors what the live worker now has onto the spare (nothing without one). */
+void mxop__mirror_load(mxop__session_t *s, const mxop__lib_t *lib);
+void mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r);
+void mxop__mirror_unmap(mxop__session_t *s, uint32_t region);
+/* A SupReply of the live worker: completes the pending entry it answers. */
+void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r);
+/* A SupReply of the spare. */
+void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r);
+/*
+ * Answers every request that was waiting on the dead worker.  `load_note`
+ * (may be "") is added to the answer of the load that was running, which
+ * gets `code` when it is MXOP_ETIMEOUT (its load overran), else
+ * MXOP_EWORKER_CRASHED.
+ */
+void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message,
+                               const char *load_note);
+
+/* ------------------------------------------------------------------------ */
+/* session_fsm.c */
+
+/* How every worker of a session (live or spare) reports to it. */
+extern const mxop__worker_cbs_t mxop__session_worker_cbs;
+/* Creates a session for `cl` with its first worker; answers OpenSession `req_id`. */
+void mxop__session_open(mxop__client_t *cl, uint64_t req_id);
+/* 0 when the session has a live worker to forward to, else the code and a message. */
+int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen);
+/* The live worker cannot be given what the session had: the session fails with `why`. */
+void mxop__session_unrestorable(mxop__session_t *s, const char *why);
+/* The client is gone or going: stop the workers now; memory goes when the connection closes. */
+void mxop__session_end(mxop__session_t *s);
+/* 0 for the first failure in a row, then doubling from MXOP__BACKOFF_FIRST_MS, capped. */
+uint64_t mxop__backoff_ms(int failures);
+mxop__stimer_t *mxop__stimer_new(mxop__session_t *s);
+void mxop__stimer_free(mxop__stimer_t *t);
+
+/* ------------------------------------------------------------------------ */
+/* spare.c */
+
+/* Events of the spare slot (the table at the top of spare.c). */
+typedef enum mxop__spare_event {
+    MXOP__SPARE_EV_WANTED,   /* the live worker runs (session open, after a respawn) */
+    MXOP__SPARE_EV_TIMER,    /* spare_timer fired */
+    MXOP__SPARE_EV_FAILED,   /* the spare could not follow the session (send, reply, replay) */
+    MXOP__SPARE_EV_DIED,     /* the spare's process was reaped */
+    MXOP__SPARE_EV_PROMOTED, /* it became the live worker */
+    MXOP__SPARE_EV_DROP,     /* the live worker died with no usable spare: forget it for now */
+    MXOP__SPARE_EV_STOP      /* the session failed or ended: never again */
+} mxop__spare_event_t;
+
+/* The spare slot's one transition function; `why` explains FAILED and DIED (may be NULL). */
+void mxop__spare_event(mxop__session_t *s, mxop__spare_event_t ev, const char *why);
+/*
+ * Takes the warm spare out of the slot to become the live worker, with its
+ * client fd (taken) and its FIFO moved to the live one.  NULL when there
+ * is no spare able to serve (then nothing changed).
+ */
+mxop__worker_t *mxop__spare_take(mxop__session_t *s, int *client_fd);
+
+#endif /* MXOP_SERVER_DAEMON_SESSION_H */

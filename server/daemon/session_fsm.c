@@ -1,0 +1,441 @@
+/*
+ * server/daemon/session_fsm.c - a session and its live worker slot, as one
+ * state machine.
+ *
+ * The state (mxop__session_t.state) changes only in transition() below,
+ * on these events:
+ *
+ *   state    event          new state            action
+ *   -------  -------------  -------------------  -----------------------------------------
+ *   RUNNING  DIED           RUNNING              promote the warm spare, or spawn a new
+ *                                                worker and replay; event restarted=1
+ *   RUNNING  DIED           WAITING              a death nobody asked for (backoff), or the
+ *                                                spawn failed (retry with backoff; event
+ *                                                restarted=0 naming the cause)
+ *   RUNNING  DIED           FAILED               a library of the session is quarantined
+ *   WAITING  TIMER          RUNNING or WAITING   as for DIED: promote or spawn, else retry
+ *   RUNNING  UNRESTORABLE   FAILED               a replayed library no longer loads: kill
+ *                                                the worker, fail what was pending
+ *   any      END            ENDED                kill the worker, stop the spare, timers
+ *
+ * Recovery never gives up while it is possible: a failed spawn (EMFILE,
+ * ENOMEM, ...) and a worker that keeps dying before serving are retried
+ * with a backoff doubling from MXOP__BACKOFF_FIRST_MS to
+ * MXOP__BACKOFF_MAX_MS.  Only what no new worker can fix ends service:
+ * a quarantined library, or one that no longer loads (op indices would
+ * shift).  Deaths reach this file only through the worker callbacks at the
+ * bottom (mxop__session_worker_cbs); supervisor.c never touches a session.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/client.h"
+#include "mxop/errors.h"
+#include "server/daemon/log.h"
+#include "server/daemon/session.h"
+
+typedef enum sess_event { EV_DIED, EV_TIMER, EV_UNRESTORABLE, EV_END } sess_event_t;
+
+static void transition(mxop__session_t *s, sess_event_t ev, const void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Timers. */
+
+static void stimer_closed_cb(uv_handle_t *h)
+{
+    free(MXOP__CONTAINER_OF((uv_timer_t *)h, mxop__stimer_t, timer));
+}
+
+mxop__stimer_t *mxop__stimer_new(mxop__session_t *s)
+{
+    mxop__stimer_t *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    if (uv_timer_init(s->d->loop, &t->timer) != 0) {
+        free(t);
+        return NULL;
+    }
+    t->s = s;
+    return t;
+}
+
+void mxop__stimer_free(mxop__stimer_t *t)
+{
+    if (t == NULL)
+        return;
+    t->s = NULL;
+    uv_timer_stop(&t->timer);
+    uv_close((uv_handle_t *)&t->timer, stimer_closed_cb);
+}
+
+uint64_t mxop__backoff_ms(int failures)
+{
+    if (failures <= 1)
+        return 0;
+    uint64_t ms = MXOP__BACKOFF_FIRST_MS;
+    for (int i = 2; i < failures && ms < MXOP__BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return ms < MXOP__BACKOFF_MAX_MS ? ms : MXOP__BACKOFF_MAX_MS;
+}
+
+static void respawn_cb(uv_timer_t *t)
+{
+    mxop__session_t *s = MXOP__CONTAINER_OF(t, mxop__stimer_t, timer)->s;
+    if (s != NULL)
+        transition(s, EV_TIMER, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Actions. */
+
+/* True if one of the session's libraries is quarantined (it cannot be given to a new worker). */
+static const mxop__lib_t *quarantined_lib(mxop__session_t *s, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < s->n_libs; i++)
+        if (mxop__quarantine_check(s->d, s->libs[i].path, err, errlen) != 0)
+            return &s->libs[i];
+    return NULL;
+}
+
+/* Enters FAILED: requests fail with `code` and `msg` from now on; the client is told. */
+static void enter_failed(mxop__session_t *s, int code, const char *msg)
+{
+    s->state = MXOP__SESS_FAILED;
+    s->dead_code = code == MXOP_EQUARANTINED ? code : MXOP_EWORKER_CRASHED;
+    mxop__fmt(s->dead_msg, sizeof(s->dead_msg), "%s", msg);
+    mxop__spare_event(s, MXOP__SPARE_EV_STOP, NULL);
+    MXOP__LOGE(s->id, NULL, "%s", msg);
+    mxop__reply_event(s, &s->death, msg, false, -1);
+}
+
+/* Enters WAITING: the timer brings the next attempt after `delay_ms`. */
+static void enter_waiting(mxop__session_t *s, uint64_t delay_ms)
+{
+    s->state = MXOP__SESS_WAITING;
+    s->respawn_at = mxop__now_ns() + (int64_t)delay_ms * 1000000LL;
+    if (s->respawn_timer != NULL)
+        uv_timer_start(&s->respawn_timer->timer, respawn_cb, delay_ms, 0);
+}
+
+/*
+ * Puts a worker in place of the dead one and tells the client: the spare
+ * when there is one (it has every library and region already), else a new
+ * worker given them now.  A spawn that fails is retried after a backoff,
+ * and the client is told at its first failure in a row.
+ */
+static void respawn(mxop__session_t *s)
+{
+    mxop__daemon_t *d = s->d;
+    const mxop__death_t *e = &s->death;
+    int client_fd = -1;
+    mxop__worker_t *w = mxop__spare_take(s, &client_fd);
+    bool warm = w != NULL;
+    if (!warm) {
+        mxop__spare_event(s, MXOP__SPARE_EV_DROP, NULL);
+        char err[MXOP__MSG_MAX];
+        if (mxop__worker_spawn(d, s->id, s->generation + 1, &mxop__session_worker_cbs, s, &w,
+                               &client_fd, err, sizeof(err)) != 0) {
+            s->spawn_failures++;
+            uint64_t delay = mxop__backoff_ms(s->spawn_failures + 1);
+            char msg[MXOP__MSG_MAX];
+            mxop__fmt(msg, sizeof(msg),
+                      "%s; no replacement worker could be started (%s); retrying in %llu ms "
+                      "(attempt %d)",
+                      e->message, err, (unsigned long long)delay, s->spawn_failures);
+            /* Logged and told once per run of failures, then every tenth: no flood. */
+            if (s->spawn_failures == 1 || s->spawn_failures % 10 == 0) {
+                MXOP__LOGW(s->id, NULL, "%s", msg);
+                if (s->spawn_failures == 1)
+                    mxop__reply_event(s, e, msg, false, -1);
+            }
+            enter_waiting(s, delay);
+            return;
+        }
+    }
+    if (s->spawn_failures > 0)
+        MXOP__LOGI(s->id, NULL, "a replacement worker started after %d failed attempts",
+                   s->spawn_failures);
+    s->spawn_failures = 0;
+    s->state = MXOP__SESS_RUNNING;
+    s->generation = w->generation;
+    s->worker = w;
+    s->restarts++;
+    /*
+     * A new worker missing a library would number the ops after it wrongly:
+     * it must not serve.  Its death (outside any call) restarts it, with backoff.
+     */
+    if (warm ? !mxop__replay_device_regions(s) : !mxop__replay_to(s, MXOP__FIFO_LIVE))
+        mxop__worker_kill(w, "it could not be given the session's libraries and regions");
+    mxop__reply_event(s, e, e->message, true, client_fd);
+    close(client_fd);
+    MXOP__LOGI(s->id, NULL,
+               "worker restarted: pid %d, generation %u, %s (%zu libraries, %zu regions)",
+               (int)w->pid, (unsigned)s->generation, warm ? "the warm spare" : "started cold",
+               s->n_libs, s->n_regions);
+    mxop__spare_event(s, MXOP__SPARE_EV_WANTED, NULL);
+}
+
+/* RUNNING + DIED: what the death means for the session, then the next state. */
+static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x)
+{
+    mxop__daemon_t *d = s->d;
+    mxop__death_t *e = &s->death;
+    memset(e, 0, sizeof(*e));
+    e->code = x->code;
+    e->term_signal = x->term_signal;
+    e->exit_status = x->exit_status;
+    e->call_id = x->call_id;
+    mxop__fmt(e->op, sizeof(e->op), "%s", x->op);
+    mxop__fmt(e->message, sizeof(e->message), "%s", x->message);
+    s->worker = NULL;
+    s->state = MXOP__SESS_WAITING;
+
+    /*
+     * A worker that died idle while loading a library: say which, and count
+     * it against it if the library did it (a fault or an exit, not a
+     * SIGKILL from outside or from the OOM killer, nor a timeout).
+     */
+    char load_note[160] = "";
+    if (x->op[0] == '\0' && s->pend_head != NULL && s->pend_head->kind == MXOP__PENDING_LOAD) {
+        int sig = x->term_signal;
+        bool by_library = x->code != MXOP_ETIMEOUT && sig != SIGKILL && sig != SIGTERM &&
+                          sig != SIGINT && sig != SIGHUP;
+        int n = by_library ? mxop__quarantine_crash(d, s->pend_head->path) : 0;
+        if (n >= MXOP__QUARANTINE_CRASHES)
+            mxop__fmt(load_note, sizeof(load_note),
+                      "; it has crashed a worker %d times while loading and is now quarantined", n);
+        mxop__fmt(e->message, sizeof(e->message), "%s while loading library '%s'%s", x->message,
+                  s->pend_head->name, load_note);
+    }
+    /*
+     * The backoff counts only deaths nobody asked for, of workers that never
+     * served a call: a worker dying at start-up or while its libraries are
+     * replayed would otherwise respawn at full speed for ever.  A death
+     * inside a client's call or request is followed by a restart at once:
+     * the next one needs another call, so the client sets the pace.
+     */
+    bool client_caused = x->call_id != 0 || (s->pend_head != NULL && !s->pend_head->replay);
+    mxop__replay_fail_pending(s, x->code, x->message, load_note);
+    if (client_caused || x->served)
+        s->idle_deaths = 0;
+    if (!client_caused)
+        s->idle_deaths++;
+    if (s->client == NULL || s->client->conn.closing || d->shutting_down)
+        return;
+
+    char msg[MXOP__MSG_MAX];
+    char err[MXOP__MSG_MAX];
+    const mxop__lib_t *q = quarantined_lib(s, err, sizeof(err));
+    if (q != NULL) {
+        mxop__fmt(msg, sizeof(msg),
+                  "%s; the session's library '%s' is quarantined, so its worker cannot be "
+                  "restored and the session's requests now fail",
+                  e->message, q->name);
+        e->code = MXOP_EQUARANTINED;
+        enter_failed(s, MXOP_EQUARANTINED, msg);
+        return;
+    }
+    uint64_t delay = client_caused ? 0 : mxop__backoff_ms(s->idle_deaths);
+    if (delay == 0 || s->respawn_timer == NULL) {
+        respawn(s);
+        return;
+    }
+    enter_waiting(s, delay);
+    MXOP__LOGI(s->id, NULL, "restarting the worker in %llu ms (%d deaths in a row)",
+               (unsigned long long)delay, s->idle_deaths);
+}
+
+static void on_unrestorable(mxop__session_t *s, const char *why)
+{
+    if (s->worker != NULL) {
+        mxop__worker_detach_kill(s->worker);
+        s->worker = NULL;
+    }
+    mxop__replay_fail_pending(s, MXOP_EWORKER_CRASHED, why, "");
+    memset(&s->death, 0, sizeof(s->death));
+    s->death.code = MXOP_EWORKER_CRASHED;
+    s->death.exit_status = -1;
+    enter_failed(s, MXOP_EWORKER_CRASHED, why);
+}
+
+static void on_end(mxop__session_t *s)
+{
+    if (s->worker != NULL) {
+        mxop__worker_detach_kill(s->worker);
+        s->worker = NULL;
+    }
+    mxop__spare_event(s, MXOP__SPARE_EV_STOP, NULL);
+    mxop__stimer_free(s->respawn_timer);
+    mxop__stimer_free(s->spare_timer);
+    s->respawn_timer = s->spare_timer = NULL;
+    s->state = MXOP__SESS_ENDED;
+    s->client = NULL;
+    s->d->n_sessions--;
+    MXOP__LOGI(s->id, NULL, "session ended (%llu worker restarts)",
+               (unsigned long long)s->restarts);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The transition function: the only place s->state changes (through the actions above). */
+
+static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
+{
+    switch (ev) {
+    case EV_DIED:
+        if (s->state == MXOP__SESS_RUNNING)
+            on_died(s, arg);
+        break;
+    case EV_TIMER:
+        if (s->state != MXOP__SESS_WAITING)
+            break;
+        if (s->client == NULL || s->client->conn.closing || s->d->shutting_down)
+            break;
+        respawn(s);
+        break;
+    case EV_UNRESTORABLE:
+        if (s->state == MXOP__SESS_RUNNING)
+            on_unrestorable(s, arg);
+        break;
+    case EV_END:
+        if (s->state != MXOP__SESS_ENDED)
+            on_end(s);
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entry points. */
+
+void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
+{
+    mxop__daemon_t *d = cl->d;
+    mxop__session_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        mxop__client_reply_error(cl, req_id, MXOP_ENOMEM, "out of memory for a session");
+        return;
+    }
+    s->d = d;
+    s->id = ++d->next_session_id;
+    s->generation = 1;
+    s->next_region = 1;
+    s->next_sup_id = 1;
+    s->spare_state = MXOP__SPARE_NONE;
+
+    char err[MXOP__MSG_MAX];
+    int fds[2] = {-1, -1}; /* the data channel, the call page */
+    mxop__worker_t *w = NULL;
+    int rc = mxop__call_page_create(s, &fds[1], err, sizeof(err));
+    if (rc == 0)
+        rc = mxop__worker_spawn(d, s->id, s->generation, &mxop__session_worker_cbs, s, &w, &fds[0],
+                                err, sizeof(err));
+    if (rc != 0) {
+        MXOP__LOGE(s->id, NULL, "cannot open a session: %s", err);
+        mxop__client_reply_error(cl, req_id, rc, err);
+        if (fds[1] >= 0)
+            close(fds[1]);
+        mxop__call_page_free(s);
+        free(s);
+        return;
+    }
+    s->state = MXOP__SESS_RUNNING;
+    s->worker = w;
+    s->client = cl;
+    cl->session = s;
+    d->n_sessions++;
+    /* Without timers there is no backoff (respawns are immediate) and no spare. */
+    s->respawn_timer = mxop__stimer_new(s);
+    s->spare_timer = mxop__stimer_new(s);
+
+    Mxop__OpenSessionReply osr = MXOP__OPEN_SESSION_REPLY__INIT;
+    osr.session = s->id;
+    osr.worker_pid = (uint32_t)w->pid;
+    osr.generation = s->generation;
+    Mxop__Reply r = MXOP__REPLY__INIT;
+    r.id = req_id;
+    r.body_case = MXOP__REPLY__BODY_OPEN_SESSION;
+    r.open_session = &osr;
+    mxop__reply_send_fds(cl, &r, fds, 2);
+    close(fds[0]);
+    close(fds[1]);
+    MXOP__LOGI(s->id, NULL, "session opened by client %llu '%s'; worker %d",
+               (unsigned long long)cl->id, cl->name, (int)w->pid);
+    mxop__spare_event(s, MXOP__SPARE_EV_WANTED, NULL);
+}
+
+int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen)
+{
+    switch (s->state) {
+    case MXOP__SESS_RUNNING: return 0;
+    case MXOP__SESS_FAILED:
+        mxop__fmt(err, errlen, "%s", s->dead_msg);
+        return s->dead_code != 0 ? s->dead_code : MXOP_EWORKER_CRASHED;
+    case MXOP__SESS_WAITING: {
+        int64_t left = (s->respawn_at - mxop__now_ns()) / 1000000;
+        if (s->spawn_failures > 0)
+            mxop__fmt(err, errlen,
+                      "session %llu's worker died (%s) and no replacement could be started yet "
+                      "(%d attempts); the next attempt is in %lld ms",
+                      (unsigned long long)s->id, s->death.message, s->spawn_failures,
+                      (long long)(left > 0 ? left : 0));
+        else
+            mxop__fmt(err, errlen,
+                      "session %llu's worker died (%s) and is restarted in %lld ms, after %d "
+                      "deaths in a row",
+                      (unsigned long long)s->id, s->death.message, (long long)(left > 0 ? left : 0),
+                      s->idle_deaths);
+        return MXOP_EWORKER_CRASHED;
+    }
+    default:
+        mxop__fmt(err, errlen, "session %llu has ended", (unsigned long long)s->id);
+        return MXOP_EWORKER_CRASHED;
+    }
+}
+
+void mxop__session_unrestorable(mxop__session_t *s, const char *why)
+{
+    transition(s, EV_UNRESTORABLE, why);
+}
+
+void mxop__session_end(mxop__session_t *s)
+{
+    transition(s, EV_END, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* How the session's workers report (the only way supervisor.c reaches a session). */
+
+static void worker_reply(void *owner, mxop__worker_t *w, const Mxop__SupReply *r)
+{
+    mxop__session_t *s = owner;
+    if (s->worker == w)
+        mxop__replay_live_reply(s, r);
+    else if (s->spare == w)
+        mxop__replay_spare_reply(s, r);
+}
+
+static void worker_exit(void *owner, mxop__worker_t *w, const mxop__worker_exit_t *e)
+{
+    mxop__session_t *s = owner;
+    if (s->spare == w) {
+        /* A spare that faults while loading a library counts against that library too. */
+        if (s->spare_head != NULL && s->spare_head->kind == MXOP__PENDING_LOAD &&
+            e->term_signal != SIGKILL && e->term_signal != SIGTERM)
+            mxop__quarantine_crash(s->d, s->spare_head->path);
+        char msg[MXOP__MSG_MAX];
+        mxop__fmt(msg, sizeof(msg), "spare worker %d %s%s%s", (int)w->pid, e->how,
+                  e->kill_msg[0] ? ": " : "", e->kill_msg);
+        mxop__spare_event(s, MXOP__SPARE_EV_DIED, msg);
+    } else if (s->worker == w) {
+        MXOP__LOGW(s->id, e->op[0] ? e->op : NULL, "%s", e->message);
+        transition(s, EV_DIED, e);
+    }
+}
+
+const mxop__worker_cbs_t mxop__session_worker_cbs = {
+    .on_reply = worker_reply,
+    .on_exit = worker_exit,
+};

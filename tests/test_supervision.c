@@ -1,0 +1,674 @@
+/*
+ * tests/test_supervision.c - supervision that an op or a client cannot
+ * defeat (issue 9): a worker's note about its own death does not change
+ * the verdict, a failed spawn is retried until it works, the spare is
+ * re-armed, and control requests with NUL bytes in strings or with
+ * floods of fields are refused with the field or limit named.
+ *
+ * Each test checks the named error, a generous bound in seconds, that the
+ * daemon lives, that another session's results stay right, and that the
+ * daemon's descriptors come back to their baseline.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "control.pb-c.h"
+#include "harness.h"
+#include "mxop/errors.h"
+#include "proto/frame.h"
+
+static mxt_daemon_t daemon_;
+
+/*
+ * Arrays made once per client (at most 4 clients), so that calls made
+ * while the daemon cannot accept descriptors need no new region.
+ */
+static struct {
+    mxop_client_t *c;
+    mxop_array_t x, y;
+} arrays[4];
+
+static void setup(void)
+{
+    mxt_daemon_start(&daemon_, NULL);
+}
+
+static void setup_no_spare(void)
+{
+    const char *args[] = {"--warm-spare", "off", NULL};
+    mxt_daemon_start(&daemon_, args);
+}
+
+static void teardown(void)
+{
+    memset(arrays, 0, sizeof(arrays));
+    mxt_daemon_stop(&daemon_);
+}
+
+TestSuite(supervision, .init = setup, .fini = teardown, .timeout = 90);
+TestSuite(respawn, .init = setup_no_spare, .fini = teardown, .timeout = 90);
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* relu on the client's arrays: 0 and the right values, or the error. */
+static int relu_ok(mxop_client_t *c)
+{
+    int k = 0;
+    while (k < 4 && arrays[k].c != NULL && arrays[k].c != c)
+        k++;
+    cr_assert(k < 4);
+    if (arrays[k].c == NULL) {
+        int64_t s[] = {64};
+        arrays[k].c = c;
+        mxt_array(c, MXOP_F32, 1, s, 7 + (unsigned)k, &arrays[k].x);
+        mxt_array(c, MXOP_F32, 1, s, 8 + (unsigned)k, &arrays[k].y);
+    }
+    mxop_array_t *x = &arrays[k].x, *y = &arrays[k].y;
+    for (int i = 0; i < 64; i++)
+        mxt_set(y, i, -99);
+    int rc = mxop_forward(c, mxt_op(c, "relu"), NULL, x, 1, y, 1);
+    for (int i = 0; rc == 0 && i < 64; i++)
+        cr_assert_eq(mxt_get(y, i), mxt_get(x, i) > 0 ? mxt_get(x, i) : 0, "wrong result");
+    return rc;
+}
+
+/* Waits (at most timeout_ms) for the daemon's descriptor count to be back at `want`. */
+static void fds_back_to(int want, int timeout_ms)
+{
+    int n = -1;
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        n = mxt_fd_count(daemon_.pid);
+        if (n <= want) /* back at the baseline (or below it: nothing leaked) */
+            return;
+        mxt_sleep_ms(50);
+    }
+    cr_assert_fail("the daemon holds %d descriptors, %d before", n, want);
+}
+
+/* ---- a worker's note about its own death is only an annotation ---- */
+
+static void forged_note(const char *op, const char *needle)
+{
+    const char *libs[] = {"relu.so", "forge_note.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* both spares started */
+    int base = mxt_fd_count(daemon_.pid);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    double t0 = now_s();
+    int rc = mxop_forward(c, mxt_op(c, op), NULL, &x, 1, &y, 1);
+    const char *msg = mxop_last_error(c);
+    cr_assert_eq(rc, MXOP_EWORKER_CRASHED, "op %s: got %s (%s)", op, mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, needle) != NULL, "message '%s' lacks '%s'", msg, needle);
+    cr_assert(now_s() - t0 < 10, "the call took %.1f s", now_s() - t0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    cr_assert_eq(relu_ok(other), 0, "the other session: %s", mxop_last_error(other));
+    cr_assert_eq(relu_ok(c), 0, "after the crash: %s", mxop_last_error(c));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    /* The replacement and its spare hold what the old ones held. */
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(supervision, forged_note_does_not_turn_a_segfault_into_disconnected)
+{
+    forged_note("forge_segv", "SIGSEGV");
+}
+
+Test(supervision, forged_oom_note_without_a_fault_is_not_believed)
+{
+    forged_note("forge_oom_exit", "status 5");
+}
+
+/* ---- a failed spawn is retried until it works ---- */
+
+static void set_nofile(pid_t pid, rlim_t cur, struct rlimit *old)
+{
+    struct rlimit now;
+    cr_assert_eq(prlimit(pid, RLIMIT_NOFILE, NULL, &now), 0, "%s", strerror(errno));
+    if (old != NULL)
+        *old = now;
+    now.rlim_cur = cur;
+    cr_assert_eq(prlimit(pid, RLIMIT_NOFILE, &now, NULL), 0, "%s", strerror(errno));
+}
+
+Test(respawn, failed_spawn_is_retried_and_the_session_works_again)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    int base = mxt_fd_count(daemon_.pid);
+
+    /* No descriptor can be made: the replacement's sockets cannot be created. */
+    struct rlimit old;
+    set_nofile(daemon_.pid, 3, &old);
+    pid_t w = mxt_worker_pid(c);
+    cr_assert(w > 0);
+    kill(w, SIGKILL);
+    double t0 = now_s();
+    int rc = relu_ok(c);
+    cr_assert_eq(rc, MXOP_EWORKER_CRASHED, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "no replacement worker could be started") != NULL, "%s",
+              mxop_last_error(c));
+    cr_assert(now_s() - t0 < 10, "the call took %.1f s", now_s() - t0);
+    /* Still failing while the cause lasts; the other session is unaffected. */
+    mxt_sleep_ms(300);
+    cr_assert_eq(relu_ok(other), 0, "the other session: %s", mxop_last_error(other));
+    cr_assert(mxt_daemon_alive(&daemon_));
+
+    /* The cause clears: within the longest backoff (2 s) and some, the session serves again. */
+    set_nofile(daemon_.pid, old.rlim_cur, NULL);
+    double t1 = now_s();
+    while ((rc = relu_ok(c)) != 0 && now_s() - t1 < 15)
+        mxt_sleep_ms(100);
+    cr_assert_eq(rc, 0, "the session did not recover: %s", mxop_last_error(c));
+    for (int i = 0; i < 20; i++)
+        cr_assert_eq(relu_ok(c), 0, "call %d after recovery: %s", i, mxop_last_error(c));
+    cr_assert_eq(relu_ok(other), 0);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+/* ---- the spare is re-armed after its failures ---- */
+
+static int workers_of_daemon(void)
+{
+    pid_t kids[64];
+    return mxt_children(daemon_.pid, kids, 64);
+}
+
+Test(supervision, spare_is_rearmed_after_many_failures)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    /* Wait for the spare: two workers. */
+    double t0 = now_s();
+    while (workers_of_daemon() < 2 && now_s() - t0 < 10)
+        mxt_sleep_ms(50);
+    cr_assert_eq(workers_of_daemon(), 2, "no spare at the start");
+    int base = mxt_fd_count(daemon_.pid);
+
+    /* Every spare start fails for a while: more than the ten failures that once ended it. */
+    struct rlimit old;
+    set_nofile(daemon_.pid, 3, &old);
+    pid_t kids[8];
+    int n = mxt_children(daemon_.pid, kids, 8);
+    pid_t live = mxt_worker_pid(c);
+    for (int i = 0; i < n; i++)
+        if (kids[i] != live)
+            kill(kids[i], SIGKILL);
+    mxt_sleep_ms(6000);
+    cr_assert_eq(relu_ok(c), 0, "the live worker: %s", mxop_last_error(c));
+    set_nofile(daemon_.pid, old.rlim_cur, NULL);
+
+    /* Backoff is capped at 2 s (+ 0.1 s start delay): the spare is back soon after. */
+    t0 = now_s();
+    while (workers_of_daemon() < 2 && now_s() - t0 < 15)
+        mxt_sleep_ms(50);
+    cr_assert_eq(workers_of_daemon(), 2, "the spare was not re-armed");
+    cr_assert(mxt_daemon_alive(&daemon_));
+    fds_back_to(base, 10000);
+    mxop_close(c);
+}
+
+/* ---- control requests: NUL bytes in strings, floods of fields ---- */
+
+static int raw_connect(void)
+{
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(s >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    cr_assert(strlen(daemon_.sock) < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, daemon_.sock, strlen(daemon_.sock) + 1);
+    cr_assert_eq(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s", strerror(errno));
+    return s;
+}
+
+static void raw_send(int s, const uint8_t *payload, uint32_t len)
+{
+    uint8_t hdr[MXOP__FRAME_HDR];
+    mxop__frame_hdr_encode(hdr, MXOP__KIND_CTL_REQUEST, len);
+    cr_assert_eq(write(s, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = write(s, payload + off, len - off);
+        cr_assert(n > 0, "%s", strerror(errno));
+        off += (size_t)n;
+    }
+}
+
+/* Receives one reply: its status, message (copied) and whether the connection then closed. */
+static int raw_reply(int s, char *msg, size_t msglen)
+{
+    mxop__framebuf_t fb = {0};
+    uint16_t kind;
+    uint32_t len;
+    int rc = mxop__frame_recv(s, &fb, &kind, &len, NULL, 0, NULL, 5000);
+    cr_assert_eq(rc, 0, "no reply: %s", mxop_err_name(rc));
+    Mxop__Reply *r = mxop__reply__unpack(NULL, len, fb.data);
+    cr_assert_not_null(r);
+    int status = r->status;
+    snprintf(msg, msglen, "%s", r->message != NULL ? r->message : "");
+    mxop__reply__free_unpacked(r, NULL);
+    mxop__framebuf_free(&fb);
+    return status;
+}
+
+/* Hello (id 1, versions 1..1, name "t"), hand-encoded. */
+static const uint8_t hello[] = {0x08, 0x01, 0x52, 0x07, 0x08, 0x01, 0x10, 0x01, 0x1a, 0x01, 't'};
+
+Test(supervision, nul_in_client_name_is_refused)
+{
+    int base = mxt_fd_count(daemon_.pid);
+    int s = raw_connect();
+    /* Hello with client_name "ab\0cd". */
+    const uint8_t req[] = {0x08, 0x01, 0x52, 0x0b, 0x08, 0x01, 0x10, 0x01,
+                           0x1a, 0x05, 'a',  'b',  0x00, 'c',  'd'};
+    raw_send(s, req, sizeof(req));
+    char msg[512];
+    int rc = raw_reply(s, msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EINVAL, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "client_name") != NULL && strstr(msg, "NUL") != NULL, "%s", msg);
+    close(s);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    fds_back_to(base, 5000);
+}
+
+Test(supervision, nul_in_library_path_is_refused_and_the_connection_stays)
+{
+    int s = raw_connect();
+    raw_send(s, hello, sizeof(hello));
+    char msg[512];
+    cr_assert_eq(raw_reply(s, msg, sizeof(msg)), 0, "%s", msg);
+    /* LoadLibrary (id 2) of "relu.so\0x". */
+    const uint8_t req[] = {0x08, 0x02, 0x62, 0x0b, 0x0a, 0x09, 'r', 'e',
+                           'l',  'u',  '.',  's',  'o',  0x00, 'x'};
+    raw_send(s, req, sizeof(req));
+    int rc = raw_reply(s, msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EINVAL, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "load_library.path") != NULL, "%s", msg);
+    /* The connection still serves: Stats (id 3). */
+    const uint8_t stats[] = {0x08, 0x03, 0x82, 0x01, 0x00};
+    raw_send(s, stats, sizeof(stats));
+    cr_assert_eq(raw_reply(s, msg, sizeof(msg)), 0, "%s", msg);
+    close(s);
+}
+
+Test(supervision, flood_of_unknown_fields_is_refused_quickly)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* its spare started */
+    int base = mxt_fd_count(daemon_.pid);
+    int s = raw_connect();
+    /* 333 000 unknown varint fields (number 100: key 0xa0 0x06, value 0). */
+    static uint8_t flood[MXOP__FRAME_MAX];
+    uint32_t len = 0;
+    while (len + 3 <= sizeof(flood)) {
+        flood[len++] = 0xa0;
+        flood[len++] = 0x06;
+        flood[len++] = 0x00;
+    }
+    double t0 = now_s();
+    raw_send(s, flood, len);
+    char msg[512];
+    int rc = raw_reply(s, msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_ELIMIT, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "fields") != NULL, "%s", msg);
+    char byte;
+    cr_assert_eq(read(s, &byte, 1), 0, "the connection was not closed");
+    cr_assert(now_s() - t0 < 5, "took %.1f s", now_s() - t0);
+    close(s);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    fds_back_to(base, 5000);
+    mxop_close(other);
+}
+
+/* ---- every callback runs under a deadline the worker cannot move ---- */
+
+static void setup_deadlines(void)
+{
+    const char *args[] = {"--init-timeout-ms", "1500", NULL};
+    mxt_daemon_start(&daemon_, args);
+}
+
+TestSuite(deadlines, .init = setup_deadlines, .fini = teardown, .timeout = 90);
+
+/* After a hang: the named error, the client's bound, the daemon alive, both sessions serving. */
+static void after_hang(mxop_client_t *c, mxop_client_t *other, int rc, double t0, double bound_s,
+                       const char *n1, const char *n2)
+{
+    double took = now_s() - t0;
+    const char *msg = mxop_last_error(c);
+    cr_assert_eq(rc, MXOP_ETIMEOUT, "got %s (%s)", mxop_err_name(rc), msg);
+    if (n1 != NULL)
+        cr_assert(strstr(msg, n1) != NULL, "message '%s' lacks '%s'", msg, n1);
+    if (n2 != NULL)
+        cr_assert(strstr(msg, n2) != NULL, "message '%s' lacks '%s'", msg, n2);
+    cr_assert(took < bound_s, "returned after %.1f s, bound %.1f s", took, bound_s);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    cr_assert_eq(relu_ok(other), 0, "the other session: %s", mxop_last_error(other));
+    cr_assert_eq(relu_ok(c), 0, "the session after the hang: %s", mxop_last_error(c));
+}
+
+/* A call with a 500 ms deadline: it returns within deadline + 5 s grace (+ 3 s for a loaded host).
+ */
+#define CALL_MS 500
+#define BOUND_S (CALL_MS / 1000.0 + 5 + 3)
+
+static void hang_forward(const char *op)
+{
+    const char *libs[] = {"relu.so", "forge_note.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000);
+    int base = mxt_fd_count(daemon_.pid);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    mxop_call_t call = {.struct_size = sizeof(call), .timeout_ms = CALL_MS};
+    double t0 = now_s();
+    int rc = mxop_forward(c, mxt_op(c, op), &call, &x, 1, &y, 1);
+    after_hang(c, other, rc, t0, BOUND_S, op, "forge_note");
+    /* A second call of the session is not stuck behind the hung worker. */
+    cr_assert_eq(relu_ok(c), 0);
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, status_page_saying_no_call_in_flight_does_not_save_a_hang)
+{
+    hang_forward("forge_idle_hang");
+}
+
+Test(deadlines, status_page_seqlock_left_odd_does_not_save_a_hang)
+{
+    hang_forward("forge_odd_hang");
+}
+
+Test(deadlines, status_page_deadline_zero_start_in_future_does_not_save_a_hang)
+{
+    hang_forward("forge_future_hang");
+}
+
+Test(deadlines, hang_in_init_is_killed_and_names_the_library)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(other), 0);
+    double t0 = now_s();
+    int rc = mxop_load_library(c, "hang_init.so");
+    after_hang(c, other, rc, t0, 1.5 + 8, "hang_init", "mxop_plugin_init");
+    /* The session loads and runs other libraries afterwards. */
+    cr_assert_eq(mxop_load_library(c, "crash.so"), 0, "%s", mxop_last_error(c));
+    mxop_close(c);
+    mxop_close(other);
+}
+
+static mxop_client_t *hang_client(mxop_client_t **other)
+{
+    const char *libs[] = {"relu.so", "hang_cb.so", NULL};
+    *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(*other), 0);
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    return c;
+}
+
+Test(deadlines, hang_in_infer_shape)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int32_t dt = MXOP_F32, odt;
+    mxop_shape_t sh = {.ndim = 1, .dims = {8}}, osh;
+    double t0 = now_s();
+    int rc = mxop_infer(c, mxt_op(c, "hang_infer"), NULL, 1, &dt, &sh, 1, &odt, &osh);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_infer", "infer");
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, hang_in_state_create)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int32_t dt = MXOP_F32;
+    mxop_shape_t sh = {.ndim = 1, .dims = {8}};
+    uint64_t state = 0;
+    double t0 = now_s();
+    int rc = mxop_state_create(c, mxt_op(c, "hang_create"), NULL, 1, &dt, &sh, &state);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_create", "state_create");
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, hang_in_state_destroy)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int32_t dt = MXOP_F32;
+    mxop_shape_t sh = {.ndim = 1, .dims = {8}};
+    uint64_t state = 0;
+    cr_assert_eq(mxop_state_create(c, mxt_op(c, "hang_destroy"), NULL, 1, &dt, &sh, &state), 0,
+                 "%s", mxop_last_error(c));
+    double t0 = now_s();
+    int rc = mxop_state_destroy(c, state);
+    after_hang(c, other, rc, t0, BOUND_S, "state_destroy", NULL);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, hang_in_backward)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int64_t s[] = {16};
+    mxop_array_t in[3], dx;
+    for (int i = 0; i < 3; i++)
+        mxt_array(c, MXOP_F32, 1, s, 1 + (unsigned)i, &in[i]);
+    mxt_array(c, MXOP_F32, 1, s, 9, &dx);
+    double t0 = now_s();
+    /* The output gradient, the input, the output; the input gradient. */
+    int rc = mxop_backward(c, mxt_op(c, "hang_backward"), NULL, in, 3, &dx, 1);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_backward", "backward");
+    for (int i = 0; i < 3; i++)
+        mxop_array_free(c, &in[i]);
+    mxop_array_free(c, &dx);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+/* ---- stopped workers: the client's bound holds ---- */
+
+/* The daemon's child that is neither c's live worker nor one of `known` (n of them), or -1. */
+static pid_t spare_of(mxop_client_t *c, const pid_t *known, int n_known)
+{
+    pid_t kids[16];
+    int n = mxt_children(daemon_.pid, kids, 16);
+    pid_t live = mxt_worker_pid(c);
+    for (int i = 0; i < n; i++) {
+        bool old = kids[i] == live;
+        for (int k = 0; k < n_known; k++)
+            old = old || kids[i] == known[k];
+        if (!old)
+            return kids[i];
+    }
+    return -1;
+}
+
+Test(deadlines, worker_stopped_while_idle_is_replaced_before_a_call_waits_on_it)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    pid_t stopped = mxt_worker_pid(c);
+    kill(stopped, SIGSTOP);
+    double t0 = now_s();
+    /* The stopped worker is replaced before the call waits on it: the call runs, on the new one. */
+    int rc = relu_ok(c);
+    cr_assert_eq(rc, 0, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(now_s() - t0 < BOUND_S, "returned after %.1f s", now_s() - t0);
+    cr_assert_neq(mxt_worker_pid(c), stopped, "the stopped worker still serves");
+    /* The next calls run too. */
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, stopped_replacement_worker_does_not_hold_a_call_past_its_bound)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* the other session's spare has started */
+    pid_t known[16];
+    int n_known = mxt_children(daemon_.pid, known, 16);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    double t0 = now_s();
+    pid_t spare = -1;
+    while ((spare = spare_of(c, known, n_known)) < 0 && now_s() - t0 < 10)
+        mxt_sleep_ms(50);
+    cr_assert(spare > 0, "no spare");
+    mxt_sleep_ms(500); /* it has its libraries */
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    /* The replacement (the warm spare) is stopped; then the live worker dies. */
+    kill(spare, SIGSTOP);
+    kill(mxt_worker_pid(c), SIGKILL);
+    t0 = now_s();
+    int rc = relu_ok(c);
+    /* It may even succeed, on the worker started after the stopped one was killed. */
+    cr_assert(rc == 0 || rc == MXOP_ETIMEOUT || rc == MXOP_EWORKER_CRASHED, "got %s (%s)",
+              mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(now_s() - t0 < BOUND_S, "returned after %.1f s (%s)", now_s() - t0,
+              mxop_last_error(c));
+    /* Within a few calls the session is served by a running worker again. */
+    double t1 = now_s();
+    while ((rc = relu_ok(c)) != 0 && now_s() - t1 < 20)
+        mxt_sleep_ms(100);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_close(c);
+    mxop_close(other);
+}
+
+/* ---- garbage on the data channel ---- */
+
+/* The client's data channel: its only unix socket connected to an unnamed peer (a socketpair). */
+static int data_channel_fd(void)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+            continue;
+        struct sockaddr_un sa;
+        socklen_t len = sizeof(sa);
+        if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0 || sa.sun_family != AF_UNIX)
+            continue;
+        if (len <= sizeof(sa_family_t))
+            return fd;
+    }
+    return -1;
+}
+
+Test(supervision, garbage_on_the_data_channel_replaces_the_worker_and_tells_the_client)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    mxt_sleep_ms(500);
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    int base = mxt_fd_count(daemon_.pid);
+    int fd = data_channel_fd();
+    cr_assert(fd >= 0, "no data channel found");
+    const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+    cr_assert(send(fd, junk, sizeof(junk) - 1, MSG_NOSIGNAL) > 0);
+    /* The next call reaches the replacement; the session keeps its results right. */
+    double t0 = now_s();
+    int rc;
+    while ((rc = relu_ok(c)) != 0 && now_s() - t0 < 10)
+        mxt_sleep_ms(50);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts + 1, "the worker was not replaced");
+    cr_assert_neq(after.worker_pid, before.worker_pid);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+}
+
+/* ---- no process descended from a worker becomes a client ---- */
+
+static void setup_no_sandbox(void)
+{
+    const char *args[] = {"--sandbox", "none", NULL};
+    mxt_daemon_start(&daemon_, args);
+}
+
+TestSuite(ancestry, .init = setup_no_sandbox, .fini = teardown, .timeout = 60);
+
+Test(ancestry, a_worker_descendant_in_a_session_of_its_own_is_refused)
+{
+    const char *libs[] = {"hang_escape.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    int64_t s[] = {2};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F64, 1, s, 1, &x);
+    mxt_array(c, MXOP_F64, 1, s, 2, &y);
+    const char *attrs[] = {"socket", daemon_.sock, NULL};
+    mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs, .timeout_ms = 10000};
+    int rc = mxop_forward(c, mxt_op(c, "escape_connect"), &call, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    cr_assert_neq(mxt_get(&y, 0), 0, "the escape could not be attempted");
+    cr_assert_eq(mxt_get(&y, 0), -(double)ECONNRESET, "the daemon served a worker's descendant");
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxop_close(c);
+}
