@@ -221,7 +221,8 @@ $(B)/plugins/%.so: plugins/%.cu include/mxop/op.h include/mxop/types.h
 	@$(if $(Q),echo "  NVCC    $@")
 	$(Q)$(NVCC) $(NVCC_FLAGS) $< -o $@
 
-$(B)/tests/plugins/%.so: tests/plugins/%.cu include/mxop/op.h include/mxop/types.h
+$(B)/tests/plugins/%.so: tests/plugins/%.cu include/mxop/op.h include/mxop/types.h \
+                        tests/plugins/mx_abi.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $@")
 	$(Q)$(NVCC) $(NVCC_FLAGS) $< -o $@

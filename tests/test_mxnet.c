@@ -5,8 +5,11 @@
  * name.  The libraries are tests/plugins/mx_*.cc (no MXNet code).
  */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "harness.h"
 
@@ -398,4 +401,115 @@ Test(mxnet, sparse_op_is_refused_dense_op_runs)
     for (int i = 0; i < 4; i++)
         want[i] = -mxt_get(&x, (size_t)i);
     mxt_assert_close(&y, want, 4, 0, 0);
+}
+
+/* ---- GPU ops (tests/plugins/mx_gpu.cu, built where the CUDA toolkit is) ---- */
+
+static int plugin_built(const char *lib)
+{
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/tests/plugins/%s", mxt_build_dir(), lib);
+    return stat(path, &st) == 0;
+}
+
+Test(mxnet, gpu_op_loads_and_refuses_host_tensors)
+{
+    if (!plugin_built("mx_gpu.so"))
+        cr_skip_test("mx_gpu.so is not built (the build found no CUDA toolkit)");
+    OK(mxop_load_library(client, "mx_gpu.so"));
+    mxop_op_info_t info;
+    OK(mxop_op_info(mxt_op(client, "gpu_scale"), &info));
+    cr_assert(info.has_backward);
+    int64_t s[] = {8};
+    mxop_array_t x, y;
+    mxt_array(client, MXOP_F32, 1, s, 101, &x);
+    mxt_array(client, MXOP_F32, 1, s, 102, &y);
+    int rc = mxop_forward(client, mxt_op(client, "gpu_scale"), NULL, &x, 1, &y, 1);
+    expect_msg(rc, MXOP_ENOT_SUPPORTED, "gpu_scale", NULL);
+    gemm_still_works();
+}
+
+/* This process's CUDA runtime, for the device test (dlopen: the file builds without CUDA). */
+static struct {
+    int (*GetDeviceCount)(int *);
+    int (*Malloc)(void **, size_t);
+    int (*Free)(void *);
+    int (*Memcpy)(void *, const void *, size_t, int);
+} cu;
+
+static const char *no_gpu(void)
+{
+    static char why[256];
+    const char *names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+    void *h = NULL;
+    for (size_t i = 0; h == NULL && i < sizeof(names) / sizeof(names[0]); i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return "the CUDA runtime cannot be loaded";
+    const char *syms[] = {"cudaGetDeviceCount", "cudaMalloc", "cudaFree", "cudaMemcpy"};
+    void **slots[] = {(void **)&cu.GetDeviceCount, (void **)&cu.Malloc, (void **)&cu.Free,
+                      (void **)&cu.Memcpy};
+    for (size_t i = 0; i < 4; i++) {
+        void *f = dlsym(h, syms[i]);
+        if (f == NULL)
+            return "the CUDA runtime lacks an entry point";
+        memcpy(slots[i], &f, sizeof(f));
+    }
+    int n = 0;
+    int err = cu.GetDeviceCount(&n);
+    if (err != 0 || n <= 0) {
+        snprintf(why, sizeof(why), "cudaGetDeviceCount returned %d, %d devices", err, n);
+        return why;
+    }
+    return NULL;
+}
+
+/* A device region of `bytes` at dev, viewed as an f32 vector of n. */
+static mxop_array_t dev_array(void *dev, size_t n)
+{
+    uint32_t region = 0;
+    uint64_t offset = 0;
+    OK(mxop_region_register_cuda(client, dev, n * sizeof(float), &region, &offset));
+    mxop_array_t a;
+    int64_t s[] = {(int64_t)n};
+    OK(mxop_array_view(client, region, offset, MXOP_F32, 1, s, &a));
+    return a;
+}
+
+Test(mxnet, gpu_op_on_device_uses_allocator_and_stream)
+{
+    if (!plugin_built("mx_gpu.so"))
+        cr_skip_test("mx_gpu.so is not built (the build found no CUDA toolkit)");
+    const char *why = no_gpu();
+    if (why != NULL) {
+        /* Where there is no device, a device region is refused by name and the session goes on. */
+        static float host[16];
+        uint32_t region = 0;
+        uint64_t offset = 0;
+        int rc = mxop_region_register_cuda(client, host, sizeof(host), &region, &offset);
+        cr_assert(rc == MXOP_ENO_DEVICE || rc == MXOP_EINVAL, "%s: %s", mxop_err_name(rc),
+                  mxop_last_error(client));
+        gemm_still_works();
+        cr_skip_test("no CUDA device (%s): the device half of this test did not run", why);
+    }
+    OK(mxop_load_library(client, "mx_gpu.so"));
+    enum { N = 4099 };
+    float hx[N], got[N];
+    for (int i = 0; i < N; i++)
+        hx[i] = (float)(i % 97) - 48.0f;
+    void *dx = NULL, *dy = NULL;
+    cr_assert_eq(cu.Malloc(&dx, N * sizeof(float)), 0);
+    cr_assert_eq(cu.Malloc(&dy, N * sizeof(float)), 0);
+    cr_assert_eq(cu.Memcpy(dx, hx, sizeof(hx), 1), 0);
+    mxop_array_t x = dev_array(dx, N), y = dev_array(dy, N);
+    OK(mxop_forward(client, mxt_op(client, "gpu_scale"), NULL, &x, 1, &y, 1));
+    cr_assert_eq(cu.Memcpy(got, dy, sizeof(got), 2), 0);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(got[i], 2.0f * hx[i], "y[%d]", i);
+    OK(mxop_region_release(client, x.region));
+    OK(mxop_region_release(client, y.region));
+    cu.Free(dx);
+    cu.Free(dy);
+    gemm_still_works();
 }

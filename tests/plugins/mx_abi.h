@@ -64,7 +64,11 @@ struct Res {
     void *(*cpu_malloc)(void *, int);
     void *cpu_alloc;
     void *rng_cpu;
+    void *(*gpu_malloc)(void *, int);
+    void *gpu_alloc;
+    void *stream; /* a cudaStream_t in a GPU call */
     void *alloc_cpu(int bytes) const { return cpu_malloc(cpu_alloc, bytes); }
+    void *alloc_gpu(int bytes) const { return gpu_malloc(gpu_alloc, bytes); }
     std::mt19937 *cpu_rand_states() const { return static_cast<std::mt19937 *>(rng_cpu); }
 };
 
@@ -108,6 +112,7 @@ struct Op {
     comp_fn forward, backward;
     create_fn create;
     int is_subgraph;
+    int gpu; /* forward, backward and create are registered for "gpu", not "cpu" */
 };
 
 inline Attrs attrs_of(const char *const *keys, const char *const *vals, int num)
@@ -133,6 +138,7 @@ static const fx::Op *fx_ops(int *n);
 static int fx_init(int version);
 
 static const char *fx_cpu_ctx[1] = {"cpu"};
+static const char *fx_gpu_ctx[1] = {"gpu"};
 
 FX_EXPORT int _opVersion(void)
 {
@@ -182,13 +188,13 @@ FX_EXPORT void _opRegGet(int idx, const char **name, int *is_sg, const char ***f
     fx::Op *op = const_cast<fx::Op *>(&fx_ops(&n)[idx]);
     *name = op->name;
     *is_sg = op->is_subgraph;
-    *fwd_ctx = fx_cpu_ctx;
+    *fwd_ctx = op->gpu ? fx_gpu_ctx : fx_cpu_ctx;
     *fwd_fp = &op->forward;
     *fwd_count = op->forward != nullptr;
-    *bwd_ctx = fx_cpu_ctx;
+    *bwd_ctx = op->gpu ? fx_gpu_ctx : fx_cpu_ctx;
     *bwd_fp = &op->backward;
     *bwd_count = op->backward != nullptr;
-    *create_ctx = fx_cpu_ctx;
+    *create_ctx = op->gpu ? fx_gpu_ctx : fx_cpu_ctx;
     *create_fp = &op->create;
     *create_count = op->create != nullptr;
     *parse = op->parse;
@@ -328,7 +334,7 @@ FX_EXPORT int _opCallFCompute(fx::comp_fn fcomp, const char *const *keys, const 
     fx_touch(outtypes, outIDs, outdev_type, outdev_id, num_out, outstypes);
     std::vector<fx::Tensor> in = fx::tensors(inshapes, indims, indata, intypes, num_in);
     std::vector<fx::Tensor> out = fx::tensors(outshapes, outdims, outdata, outtypes, num_out);
-    fx::Res res{cpu_malloc, cpu_alloc, rng_cpu_states};
+    fx::Res res{cpu_malloc, cpu_alloc, rng_cpu_states, gpu_malloc, gpu_alloc, cuda_stream};
     return fcomp(fx::attrs_of(keys, vals, num), in, out, res);
 }
 
@@ -338,7 +344,7 @@ FX_EXPORT int _opCallFStatefulCompute(int is_forward, void *state_op, FX_COMPUTE
     fx_touch(outtypes, outIDs, outdev_type, outdev_id, num_out, outstypes);
     std::vector<fx::Tensor> in = fx::tensors(inshapes, indims, indata, intypes, num_in);
     std::vector<fx::Tensor> out = fx::tensors(outshapes, outdims, outdata, outtypes, num_out);
-    fx::Res res{cpu_malloc, cpu_alloc, rng_cpu_states};
+    fx::Res res{cpu_malloc, cpu_alloc, rng_cpu_states, gpu_malloc, gpu_alloc, cuda_stream};
     fx::StatefulOp *op = static_cast<fx::StatefulOp *>(state_op);
     return is_forward ? op->forward(in, out, res) : op->backward(in, out, res);
 }

@@ -255,15 +255,15 @@ static int rand_forward(const Attrs &, std::vector<Tensor> &in, std::vector<Tens
 
 static const fx::Op ops[] = {
     {"my_gemm", gemm_parse, gemm_type, nullptr, gemm_shape, nullptr, gemm_forward, gemm_backward,
-     nullptr, 0},
+     nullptr, 0, 0},
     {"my_counter", counter_parse, f32_type, nullptr, same_shape, nullptr, nullptr, nullptr,
-     counter_create, 0},
+     counter_create, 0, 0},
     {"my_states", states_parse, states_type, nullptr, states_shape, nullptr, states_forward,
-     nullptr, nullptr, 0},
+     nullptr, nullptr, 0, 0},
     {"my_mutate", mutate_parse, f32_type, nullptr, same_shape, mutate_which, mutate_forward,
-     nullptr, nullptr, 0},
+     nullptr, nullptr, 0, 0},
     {"my_rand", one_in_one_out, rand_type, nullptr, same_shape, nullptr, rand_forward, nullptr,
-     nullptr, 0},
+     nullptr, 0, 0},
 };
 
 static const fx::Op *fx_ops(int *n)

@@ -20,7 +20,7 @@ static int forward(const fx::Attrs &, std::vector<fx::Tensor> &, std::vector<fx:
 }
 
 static const fx::Op ops[] = {
-    {"part_identity", parse, nullptr, nullptr, nullptr, nullptr, forward, nullptr, nullptr, 0},
+    {"part_identity", parse, nullptr, nullptr, nullptr, nullptr, forward, nullptr, nullptr, 0, 0},
 };
 
 static const fx::Op *fx_ops(int *n)

@@ -55,9 +55,9 @@ static int negate(const fx::Attrs &, std::vector<fx::Tensor> &in, std::vector<fx
 
 static const fx::Op ops[] = {
     {"sparse_transpose", parse, same_type, csr_stype, same_shape, nullptr, csr_forward, nullptr,
-     nullptr, 0},
+     nullptr, 0, 0},
     {"dense_negate", parse, same_type, dense_stype, same_shape, nullptr, negate, nullptr, nullptr,
-     0},
+     0, 0},
 };
 
 static const fx::Op *fx_ops(int *n)

@@ -43,9 +43,9 @@ static int arity_forward(const fx::Attrs &, std::vector<fx::Tensor> &in,
 
 static const fx::Op ops[] = {
     {"throw_forward", one_one, same_type, nullptr, same_shape, nullptr, throw_forward, nullptr,
-     nullptr, 0},
+     nullptr, 0, 0},
     {"throw_arity", one_one, same_type, nullptr, same_shape, nullptr, arity_forward, nullptr,
-     nullptr, 0},
+     nullptr, 0, 0},
 };
 
 static const fx::Op *fx_ops(int *n)

@@ -18,7 +18,7 @@ static int forward(const fx::Attrs &, std::vector<fx::Tensor> &, std::vector<fx:
 }
 
 static const fx::Op ops[] = {
-    {"old_identity", parse, nullptr, nullptr, nullptr, nullptr, forward, nullptr, nullptr, 0},
+    {"old_identity", parse, nullptr, nullptr, nullptr, nullptr, forward, nullptr, nullptr, 0, 0},
 };
 
 static const fx::Op *fx_ops(int *n)
