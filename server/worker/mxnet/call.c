@@ -315,7 +315,9 @@ static int build(mxop_ctx_t *ctx, frame_t *f, int n_in, const mxop_tensor_t *in,
         }
     }
     if (!gpu) {
-        f->rng_cpu = mxop__mx_cpu_rand_states(H->rng_seed(ctx));
+        const mxop__mx_op_t *mo = mxop__mx_op_get(mxop__ctx.op->index);
+        int reseed = mo == NULL || mo->rng != MXOP__MX_RNG_NONE;
+        f->rng_cpu = mxop__mx_cpu_rand_states(H->rng_seed(ctx), reseed);
         if (f->rng_cpu == NULL)
             return H->set_error(ctx, MXOP_ENOMEM, "op '%s': no memory for the random states",
                                 op_name());
@@ -325,6 +327,8 @@ static int build(mxop_ctx_t *ctx, frame_t *f, int n_in, const mxop_tensor_t *in,
 
 static int finish(mxop_ctx_t *ctx, frame_t *f, int n_out, mxop_tensor_t *out, int gpu)
 {
+    if (!gpu && mxop__ctx.op != NULL)
+        mxop__mx_note_rng(mxop__ctx.op->index, mxop__mx_rand_used());
     for (int j = 0; j < n_out; j++) {
         if (out[j].req == MXOP_REQ_ADD) {
             int rc = add_into(ctx, &out[j], f->odata[j], gpu);

@@ -11,6 +11,7 @@
  */
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <random>
 
@@ -33,24 +34,49 @@ uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* The first word of each state right after seeding: a state that drew since differs there. */
+uint32_t first_word[kStates];
+
+uint32_t first_word_of(const std::mt19937 &g)
+{
+    /*
+     * Both libstdc++ and libc++ keep the 624-word state array first in the
+     * object; a draw after seeding regenerates it, so its first word moves.
+     * The library shares this layout with the worker anyway: it casts the
+     * same pointer to std::mt19937 *.
+     */
+    uint32_t w;
+    std::memcpy(&w, &g, sizeof(w));
+    return w;
+}
+
 } // namespace
 
-extern "C" void *mxop__mx_cpu_rand_states(uint64_t seed)
+extern "C" void *mxop__mx_cpu_rand_states(uint64_t seed, int reseed)
 {
     if (states == nullptr) {
         states = new (std::nothrow) std::mt19937[kStates];
         if (states == nullptr)
             return nullptr;
+        reseed = 1;
     }
-    for (int i = 0; i < kStates; i++)
-        states[i].seed(static_cast<uint32_t>(splitmix64(seed + static_cast<uint64_t>(i))));
+    if (reseed) {
+        for (int i = 0; i < kStates; i++) {
+            states[i].seed(static_cast<uint32_t>(splitmix64(seed + static_cast<uint64_t>(i))));
+            first_word[i] = first_word_of(states[i]);
+        }
+    }
     return states;
 }
 
-extern "C" void mxop__mx_rand_free(void)
+extern "C" int mxop__mx_rand_used(void)
 {
-    delete[] states;
-    states = nullptr;
+    if (states == nullptr)
+        return 0;
+    for (int i = 0; i < kStates; i++)
+        if (first_word_of(states[i]) != first_word[i])
+            return 1;
+    return 0;
 }
 
 extern "C" int mxop__mx_probe_parse(const mxop__mx_abi_t *abi, mxop__mx_fn parse, int *num_in,

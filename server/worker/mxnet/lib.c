@@ -43,6 +43,16 @@ const mxop__mx_op_t *mxop__mx_op_get(uint32_t index)
     return &ops[index];
 }
 
+void mxop__mx_note_rng(uint32_t index, int used)
+{
+    if (index >= cap_ops)
+        return;
+    if (used)
+        ops[index].rng = MXOP__MX_RNG_USES;
+    else if (ops[index].rng == MXOP__MX_RNG_UNKNOWN)
+        ops[index].rng = MXOP__MX_RNG_NONE;
+}
+
 mxop__mx_lib_t *mxop__mx_lib_get(uint32_t lib)
 {
     return lib < n_libs ? &libs[lib] : NULL;

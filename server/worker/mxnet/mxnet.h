@@ -107,7 +107,19 @@ typedef struct mxop__mx_op {
     uint32_t lib; /* index into the MXNet library table */
     mxop__mx_fn parse, type, stype, shape, mutate;
     mxop__mx_fn fwd_cpu, fwd_gpu, bwd_cpu, bwd_gpu, create_cpu, create_gpu;
+    int rng; /* enum mxop__mx_rng: learned from the op's calls */
 } mxop__mx_op_t;
+
+/*
+ * Whether an op draws from the CPU random states.  The ABI does not say, so
+ * the first call reseeds and looks; an op seen not to draw gets the states
+ * as they are (still random, not reseeded from its call's seed) until it
+ * is seen drawing, and from then on they are reseeded for each of its calls.
+ */
+enum mxop__mx_rng { MXOP__MX_RNG_UNKNOWN = 0, MXOP__MX_RNG_USES = 1, MXOP__MX_RNG_NONE = 2 };
+
+/** Records what a call of op `index` showed about its use of the random states. */
+void mxop__mx_note_rng(uint32_t index, int used);
 
 /** Whether the dlopen'ed library `h` is an MXNet extension library (exports _opVersion). */
 int mxop__mx_detect(void *h);
@@ -145,13 +157,15 @@ void mxop__mx_fill_def(const mxop__mx_op_t *mo, mxop_op_def_t *def);
 
 /**
  * The CPU random states MXNet hands an op: 1024 std::mt19937, state i
- * seeded with the low 32 bits of splitmix64(seed + i).  Made once, reseeded
- * per call.  NULL when out of memory.
+ * seeded with the low 32 bits of splitmix64(seed + i).  Made once (kept
+ * for the worker's life); reseeded when `reseed` is set (seeding all 1024
+ * costs about a millisecond, so call.c asks for it only for ops that draw
+ * from them).  NULL when out of memory.
  */
-void *mxop__mx_cpu_rand_states(uint64_t seed);
+void *mxop__mx_cpu_rand_states(uint64_t seed, int reseed);
 
-/** Frees the random states (at exit). */
-void mxop__mx_rand_free(void);
+/** Whether any state drew since it was last seeded. */
+int mxop__mx_rand_used(void);
 
 /*
  * ParseAttrs with no attributes and MutateInputs, run at load to learn an
