@@ -35,14 +35,13 @@ TestSuite(mxnet, .init = setup, .fini = teardown, .timeout = 60);
 #define OK(expr)                                                                                   \
     do {                                                                                           \
         int rc_ = (expr);                                                                          \
-        cr_assert_eq(rc_, 0, "%s: %s: %s", #expr, mxop_err_name(rc_), mxop_last_error(client));  \
+        cr_assert_eq(rc_, 0, "%s: %s: %s", #expr, mxop_err_name(rc_), mxop_last_error(client));    \
     } while (0)
 
 static void expect_msg(int rc, int code, const char *n1, const char *n2)
 {
     const char *msg = mxop_last_error(client);
-    cr_assert_eq(rc, code, "got %s (%s), expected %s", mxop_err_name(rc), msg,
-                 mxop_err_name(code));
+    cr_assert_eq(rc, code, "got %s (%s), expected %s", mxop_err_name(rc), msg, mxop_err_name(code));
     if (n1 != NULL)
         cr_assert(strstr(msg, n1) != NULL, "message '%s' lacks '%s'", msg, n1);
     if (n2 != NULL)
@@ -511,5 +510,22 @@ Test(mxnet, gpu_op_on_device_uses_allocator_and_stream)
     OK(mxop_region_release(client, y.region));
     cu.Free(dx);
     cu.Free(dy);
+    gemm_still_works();
+}
+
+Test(mxnet, initialize_refusal_carries_library_message)
+{
+    int rc = mxop_load_library(client, "mx_newhost.so");
+    expect_msg(rc, MXOP_ELIB_INIT, "needs MXNet 2.0 or newer, the host is 10901", NULL);
+    gemm_still_works();
+}
+
+Test(mxnet, subgraph_op_is_refused_by_name)
+{
+    int rc = mxop_load_library(client, "mx_subgraph.so");
+    /* Refused inside registration: the loader reports it as an init failure. */
+    expect_msg(rc, MXOP_ELIB_INIT, "_custom_subgraph_op", "subgraph ops are not supported");
+    cr_assert_eq(mxop_op_find(client, "_custom_subgraph_op", &(const mxop_op_t *){NULL}),
+                 MXOP_EUNKNOWN_OP);
     gemm_still_works();
 }

@@ -24,9 +24,9 @@ enum { MX_F32 = 0, MX_F64 = 1, MX_F16 = 2, MX_U8 = 3, MX_I32 = 4, MX_I8 = 5, MX_
 enum { MX_DENSE = 0, MX_ROW_SPARSE = 1, MX_CSR = 2 };
 
 static const int to_mx[MXOP_DTYPE_COUNT] = {
-    [MXOP_F32] = MX_F32, [MXOP_F64] = MX_F64, [MXOP_F16] = MX_F16, [MXOP_BF16] = -1,
-    [MXOP_I32] = MX_I32, [MXOP_I64] = MX_I64, [MXOP_U8] = MX_U8,   [MXOP_I8] = MX_I8,
-    [MXOP_BOOL] = -1,
+    [MXOP_F32] = MX_F32, [MXOP_F64] = MX_F64, [MXOP_F16] = MX_F16,
+    [MXOP_BF16] = -1,    [MXOP_I32] = MX_I32, [MXOP_I64] = MX_I64,
+    [MXOP_U8] = MX_U8,   [MXOP_I8] = MX_I8,   [MXOP_BOOL] = -1,
 };
 static const int from_mx[7] = {MXOP_F32, MXOP_F64, MXOP_F16, MXOP_U8, MXOP_I32, MXOP_I8, MXOP_I64};
 
@@ -74,8 +74,9 @@ static int parse(mxop_ctx_t *ctx, const mxop__mx_op_t *mo, mxop__mx_lib_t *l, co
                              "the library's ParseAttrs refused the attributes without a message");
     mxop__mx_skip_msgs(mo->lib);
     if (n_in >= 0 && nin != n_in)
-        return H->set_error(ctx, MXOP_EARITY, "op '%s' takes %d inputs with these attributes, got %d",
-                            op_name(), nin, n_in);
+        return H->set_error(ctx, MXOP_EARITY,
+                            "op '%s' takes %d inputs with these attributes, got %d", op_name(), nin,
+                            n_in);
     if (n_out >= 0 && nout != n_out)
         return H->set_error(ctx, MXOP_EARITY,
                             "op '%s' makes %d outputs with these attributes, mxop declared %d "
@@ -117,8 +118,7 @@ static int mx_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
             is[i] = MX_DENSE;
         for (int j = 0; j < n_out; j++)
             os[j] = -1;
-        if (l->abi.infer_stype(mo->stype, a.keys, a.vals, a.n, is, n_in, os, n_out) !=
-            MXOP__MX_OK)
+        if (l->abi.infer_stype(mo->stype, a.keys, a.vals, a.n, is, n_in, os, n_out) != MXOP__MX_OK)
             return mxop__mx_fail(ctx, mo->lib, MXOP_ENOT_SUPPORTED,
                                  "its InferSType refused dense inputs: the op needs sparse "
                                  "storage (row_sparse or CSR), which mxop does not support");
@@ -309,8 +309,8 @@ static int build(mxop_ctx_t *ctx, frame_t *f, int n_in, const mxop_tensor_t *in,
                             : H->workspace(ctx, bytes ? bytes : 1);
             if (tmp == NULL)
                 return H->set_error(ctx, MXOP_ENOMEM,
-                                    "op '%s': no workspace for output %d (req add/null)",
-                                    op_name(), j);
+                                    "op '%s': no workspace for output %d (req add/null)", op_name(),
+                                    j);
             f->odata[j] = tmp;
         }
     }
@@ -353,7 +353,8 @@ static int compute(mxop_ctx_t *ctx, int backward, int gpu, int n_in, const mxop_
     const mxop__mx_op_t *mo = cur(&l);
     if (mo == NULL)
         return H->set_error(ctx, MXOP_EINVAL, "op '%s' is not an MXNet op", op_name());
-    mxop__mx_fn fn = backward ? (gpu ? mo->bwd_gpu : mo->bwd_cpu) : (gpu ? mo->fwd_gpu : mo->fwd_cpu);
+    mxop__mx_fn fn =
+        backward ? (gpu ? mo->bwd_gpu : mo->bwd_cpu) : (gpu ? mo->fwd_gpu : mo->fwd_cpu);
     if (fn == NULL)
         return H->set_error(ctx, MXOP_ENOT_SUPPORTED, "op '%s' has no %s %s", op_name(),
                             gpu ? "gpu" : "cpu", backward ? "backward" : "forward");

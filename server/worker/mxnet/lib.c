@@ -263,9 +263,8 @@ static int register_one(mxop_ctx_t *ctx, const mxop_host_t *host, uint32_t lib, 
     by_ctx(cctx, cfp, nc, &mo.create_cpu, &mo.create_gpu);
     if (mo.parse == NULL || (mo.fwd_cpu == NULL && mo.fwd_gpu == NULL && mo.create_cpu == NULL &&
                              mo.create_gpu == NULL))
-        return host->set_error(ctx, MXOP_ELIB_INVALID,
-                               "library '%s': op '%s' has no %s", l->name, name,
-                               mo.parse == NULL ? "ParseAttrs" : "forward for cpu or gpu");
+        return host->set_error(ctx, MXOP_ELIB_INVALID, "library '%s': op '%s' has no %s", l->name,
+                               name, mo.parse == NULL ? "ParseAttrs" : "forward for cpu or gpu");
 
     mxop_op_def_t def;
     memset(&def, 0, sizeof(def));

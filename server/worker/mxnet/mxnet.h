@@ -51,19 +51,18 @@ typedef struct mxop__mx_abi {
                     mxop__mx_fn **fwd_fp, int *fwd_count, const char ***bwd_ctx,
                     mxop__mx_fn **bwd_fp, int *bwd_count, const char ***create_ctx,
                     mxop__mx_fn **create_fp, int *create_count, mxop__mx_fn *parse,
-                    mxop__mx_fn *type, mxop__mx_fn *stype, mxop__mx_fn *shape,
-                    mxop__mx_fn *mutate);
+                    mxop__mx_fn *type, mxop__mx_fn *stype, mxop__mx_fn *shape, mxop__mx_fn *mutate);
     void (*free_)(void *ptr);
     int (*parse_attrs)(mxop__mx_fn parse, const char *const *keys, const char *const *vals, int num,
                        int *num_in, int *num_out);
-    int (*infer_shape)(mxop__mx_fn shape, const char *const *keys, const char *const *vals,
-                       int num, unsigned int **inshapes, int *indims, int num_in,
+    int (*infer_shape)(mxop__mx_fn shape, const char *const *keys, const char *const *vals, int num,
+                       unsigned int **inshapes, int *indims, int num_in,
                        unsigned int ***mod_inshapes, int **mod_indims, unsigned int ***outshapes,
                        int **outdims, int num_out);
     int (*infer_type)(mxop__mx_fn type, const char *const *keys, const char *const *vals, int num,
                       int *intypes, int num_in, int *outtypes, int num_out);
-    int (*infer_stype)(mxop__mx_fn stype, const char *const *keys, const char *const *vals,
-                       int num, int *instypes, int num_in, int *outstypes, int num_out);
+    int (*infer_stype)(mxop__mx_fn stype, const char *const *keys, const char *const *vals, int num,
+                       int *instypes, int num_in, int *outstypes, int num_out);
     int (*fcompute)(mxop__mx_fn fcomp, const char *const *keys, const char *const *vals, int num,
                     const int64_t **inshapes, int *indims, void **indata, int *intypes,
                     size_t *in_ids, const char **indev_type, int *indev_id, int num_in,
