@@ -336,7 +336,7 @@ Test(mxnet, cpu_random_states_are_mt19937_seeded_from_the_call)
     cr_assert_neq(memcmp(y.data, y2.data, 2048 * sizeof(double)), 0, "another seed, same numbers");
 }
 
-static void expect_crash(const char *op)
+static void expect_crash(const char *op, const char *signal)
 {
     mxop_stats_t before, after;
     OK(mxop_stats(client, &before));
@@ -345,7 +345,7 @@ static void expect_crash(const char *op)
     mxt_array(client, MXOP_F32, 1, s, 81, &x);
     mxt_array(client, MXOP_F32, 1, s, 82, &y);
     int rc = mxop_forward(client, mxt_op(client, op), NULL, &x, 1, &y, 1);
-    expect_msg(rc, MXOP_EWORKER_CRASHED, op, "SIGABRT");
+    expect_msg(rc, MXOP_EWORKER_CRASHED, op, signal);
     cr_assert(mxt_daemon_alive(&daemon_), "the daemon died");
     OK(mxop_stats(client, &after));
     cr_assert_eq(after.worker_restarts, before.worker_restarts + 1);
@@ -355,8 +355,14 @@ static void expect_crash(const char *op)
 Test(mxnet, cxx_exception_ends_only_the_worker)
 {
     OK(mxop_load_library(client, "mx_throw.so"));
-    expect_crash("throw_forward");
-    expect_crash("throw_arity");
+    expect_crash("throw_forward", "SIGABRT");
+    expect_crash("throw_arity", "SIGABRT");
+}
+
+Test(mxnet, null_dereference_ends_only_the_worker)
+{
+    OK(mxop_load_library(client, "mx_throw.so"));
+    expect_crash("null_write", "SIGSEGV");
 }
 
 Test(mxnet, stateful_create_without_required_attribute_ends_only_the_worker)
