@@ -24,6 +24,8 @@ CFLAGS   ?= -O2 -g
 LDFLAGS  ?=
 PROTOC_C ?= protoc-c
 PKG_CONFIG ?= pkg-config
+CXX      ?= g++
+CXXFLAGS ?= -O2 -g
 
 # A sanitizer build lives in its own tree, so that switching SANITIZE on and
 # off never mixes objects built with and without it.
@@ -101,10 +103,14 @@ GEN_C     := $(patsubst proto/%.proto,$(B)/gen/%.pb-c.c,$(PROTOS))
 GEN_H     := $(GEN_C:.c=.h)
 COMMON_C  := $(wildcard common/*.c) $(wildcard proto/*.c) $(wildcard shm/*.c)
 DAEMON_C  := $(wildcard server/daemon/*.c)
-WORKER_C  := $(wildcard server/worker/*.c)
+WORKER_C  := $(wildcard server/worker/*.c) $(wildcard server/worker/mxnet/*.c)
+# The MXNet compatibility layer's one C++ file (MXNet's random states are C++ objects).
+WORKER_CC := $(wildcard server/worker/mxnet/*.cc)
 CLIENT_C  := $(wildcard client/*.c)
 PLUGIN_C  := $(wildcard plugins/*.c)
 TPLUGIN_C := $(wildcard tests/plugins/*.c)
+# C++ fixture libraries: the MXNet extension libraries of tests/test_mxnet.c.
+TPLUGIN_CC := $(wildcard tests/plugins/*.cc)
 PLUGIN_CU := $(wildcard plugins/*.cu)
 TPLUGIN_CU := $(wildcard tests/plugins/*.cu)
 TEST_C    := $(wildcard tests/test_*.c)
@@ -116,7 +122,7 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 GEN_O    := $(patsubst $(B)/gen/%.c,$(B)/obj/gen/%.o,$(GEN_C))
 COMMON_O := $(call obj,$(COMMON_C)) $(GEN_O)
 DAEMON_O := $(call obj,$(DAEMON_C))
-WORKER_O := $(call obj,$(WORKER_C))
+WORKER_O := $(call obj,$(WORKER_C)) $(patsubst %.cc,$(B)/obj/%.o,$(WORKER_CC))
 CLIENT_O := $(call obj,$(CLIENT_C))
 
 DAEMON   := $(B)/bin/mxop-serverd
@@ -124,7 +130,8 @@ WORKER   := $(B)/bin/mxop-worker
 LIB_SO   := $(B)/lib/libmxop.so
 LIB_A    := $(B)/lib/libmxop.a
 PLUGINS  := $(patsubst plugins/%.c,$(B)/plugins/%.so,$(PLUGIN_C))
-TPLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(TPLUGIN_C))
+TPLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(TPLUGIN_C)) \
+            $(patsubst tests/plugins/%.cc,$(B)/tests/plugins/%.so,$(TPLUGIN_CC))
 ifeq ($(CUDA),1)
 CU_PLUGINS  := $(patsubst plugins/%.cu,$(B)/plugins/%.so,$(PLUGIN_CU))
 CU_TPLUGINS := $(patsubst tests/plugins/%.cu,$(B)/tests/plugins/%.so,$(TPLUGIN_CU))
@@ -164,6 +171,13 @@ $(B)/obj/%.o: %.c $(GEN_H) | $(DEPS_OK)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) $(MX_CFLAGS) -c $< -o $@
 
+# C++ in the worker (server/worker/mxnet/cxx.cc): the house warnings, C++17.
+$(B)/obj/%.o: %.cc | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $<")
+	$(Q)$(CXX) $(CXXFLAGS) -std=c++17 -D_GNU_SOURCE -fPIC -pthread -Iinclude -I. -I$(B)/gen -MMD -MP \
+	    $(SAN_FLAGS) $(filter-out -Wstrict-prototypes,$(WARN)) -Werror -c $< -o $@
+
 $(DAEMON): $(DAEMON_O) $(COMMON_O)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
@@ -172,7 +186,7 @@ $(DAEMON): $(DAEMON_O) $(COMMON_O)
 $(WORKER): $(WORKER_O) $(COMMON_O)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -rdynamic $^ -o $@ $(PB_LIBS) -lseccomp -ldl -lm
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -rdynamic $^ -o $@ $(PB_LIBS) -lseccomp -ldl -lm -lstdc++
 
 $(LIB_SO): $(CLIENT_O) $(COMMON_O)
 	@mkdir -p $(@D)
@@ -195,13 +209,20 @@ $(B)/tests/plugins/%.so: tests/plugins/%.c include/mxop/op.h include/mxop/types.
 	@$(if $(Q),echo "  PLUGIN  $@")
 	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude $(WARN) -Wno-error -shared -fPIC -pthread $< -o $@ -lm
 
+# C++ fixture libraries (MXNet extension libraries written here, exporting MXNet's C ABI).
+$(B)/tests/plugins/%.so: tests/plugins/%.cc tests/plugins/mx_abi.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PLUGIN  $@")
+	$(Q)$(CXX) $(CXXFLAGS) -std=c++17 -Itests/plugins $(filter-out -Wstrict-prototypes,$(WARN)) -shared -fPIC $< -o $@
+
 # CUDA op libraries (CUDA=1 only): one nvcc command, as the op-author guide shows.
 $(B)/plugins/%.so: plugins/%.cu include/mxop/op.h include/mxop/types.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $@")
 	$(Q)$(NVCC) $(NVCC_FLAGS) $< -o $@
 
-$(B)/tests/plugins/%.so: tests/plugins/%.cu include/mxop/op.h include/mxop/types.h
+$(B)/tests/plugins/%.so: tests/plugins/%.cu include/mxop/op.h include/mxop/types.h \
+                        tests/plugins/mx_abi.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $@")
 	$(Q)$(NVCC) $(NVCC_FLAGS) $< -o $@

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "server/worker/mxnet/mxnet.h"
 #include "server/worker/worker.h"
 
 /* An op definition bigger than this is garbage, not a newer ABI. */
@@ -243,7 +244,16 @@ int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *m
         }
     }
 
+    mxop_plugin_init_fn init;
     const mxop_plugin_info_t *info = dlsym(h, "mxop_plugin_info");
+    if (info == NULL && mxop__mx_detect(h)) {
+        /* An MXNet extension library: its own layer checks it and registers its ops. */
+        rc = mxop__mx_open(h, lname, msg, msglen);
+        if (rc != 0)
+            goto err_close;
+        init = mxop__mx_plugin_init;
+        goto have_init;
+    }
     if (info == NULL) {
         mxop__fmt(msg, msglen,
                   "library '%s' exports no mxop_plugin_info: not an mxop op library (declare it "
@@ -267,7 +277,6 @@ int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *m
         rc = MXOP_EABI;
         goto err_close;
     }
-    mxop_plugin_init_fn init;
     void *sym = dlsym(h, "mxop_plugin_init");
     if (sym == NULL) {
         mxop__fmt(msg, msglen,
@@ -278,6 +287,8 @@ int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *m
     }
     /* POSIX guarantees a data pointer from dlsym converts to a function pointer. */
     memcpy(&init, &sym, sizeof(init));
+
+have_init:
 
     if (grow_libs() != 0) {
         mxop__fmt(msg, msglen, "out of memory loading library '%s'", lname);

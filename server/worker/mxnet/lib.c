@@ -1,0 +1,325 @@
+/*
+ * server/worker/mxnet/lib.c - recognising an MXNet extension library,
+ * checking it, and registering its ops as mxop ops.
+ *
+ * MXNet's own loader (MXLoadLib) aborts the process on anything it dislikes;
+ * here every refusal is a named error with a message, and the library is
+ * unloaded by the plugin loader.  The loader contract followed is MXNet's:
+ * _opVersion must be exactly 11, initialize() may refuse the host, ops are
+ * enumerated with _opRegSize / _opRegGet (once per op: it appends on every
+ * call), and partitioners and graph passes are refused by name.
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "server/worker/mxnet/mxnet.h"
+#include "server/worker/worker.h"
+
+/* Libraries and ops; both tables only grow (an op index is mxop's). */
+static mxop__mx_lib_t *libs;
+static uint32_t n_libs;
+static mxop__mx_op_t *ops;
+static uint32_t cap_ops;
+
+/* The library mxop__mx_open accepted, registered by the next plugin init. */
+static int pending = -1;
+
+int mxop__mx_detect(void *h)
+{
+    return dlsym(h, "_opVersion") != NULL && dlsym(h, "mxop_plugin_info") == NULL;
+}
+
+const mxop__mx_op_t *mxop__mx_op_get(uint32_t index)
+{
+    if (index >= cap_ops)
+        return NULL;
+    const mxop__mx_op_t *o = &ops[index];
+    if (o->fwd_cpu == NULL && o->fwd_gpu == NULL && o->create_cpu == NULL && o->create_gpu == NULL)
+        return NULL;
+    return &ops[index];
+}
+
+void mxop__mx_note_rng(uint32_t index, int used)
+{
+    if (index >= cap_ops)
+        return;
+    if (used)
+        ops[index].rng = MXOP__MX_RNG_USES;
+    else if (ops[index].rng == MXOP__MX_RNG_UNKNOWN)
+        ops[index].rng = MXOP__MX_RNG_NONE;
+}
+
+mxop__mx_lib_t *mxop__mx_lib_get(uint32_t lib)
+{
+    return lib < n_libs ? &libs[lib] : NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Messages */
+
+/* The library's messages from msgs_seen on, joined with "; " into buf. */
+static void read_msgs(mxop__mx_lib_t *l, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    int n = l->abi.msg_size();
+    size_t used = 0;
+    for (int i = l->msgs_seen; i < n; i++) {
+        const char *m = NULL;
+        l->abi.msg_get(i, &m);
+        if (m == NULL || m[0] == '\0')
+            continue;
+        int w = snprintf(buf + used, len - used, "%s%s", used ? "; " : "", m);
+        if (w < 0 || (size_t)w >= len - used)
+            break;
+        used += (size_t)w;
+    }
+    /* Trailing newlines from MX_ERROR_MSG << ... << std::endl read badly in one line. */
+    while (used > 0 && (buf[used - 1] == '\n' || buf[used - 1] == ' '))
+        buf[--used] = '\0';
+    if (n > l->msgs_seen)
+        l->msgs_seen = n;
+}
+
+void mxop__mx_skip_msgs(uint32_t lib)
+{
+    mxop__mx_lib_t *l = mxop__mx_lib_get(lib);
+    if (l != NULL) {
+        int n = l->abi.msg_size();
+        if (n > l->msgs_seen)
+            l->msgs_seen = n;
+    }
+}
+
+int mxop__mx_fail(mxop_ctx_t *ctx, uint32_t lib, int code, const char *fallback)
+{
+    char said[MXOP__W_MSG_MAX];
+    const char *op = mxop__ctx.op != NULL ? mxop__ctx.op->name : "?";
+    read_msgs(&libs[lib], said, sizeof(said));
+    if (said[0] != '\0')
+        return mxop__host.set_error(ctx, code, "op '%s': %s", op, said);
+    return mxop__host.set_error(ctx, code, "op '%s': %s", op, fallback);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Opening a library */
+
+/* Looks up every entry point; the first missing one is named in msg. */
+static int bind_abi(void *h, mxop__mx_abi_t *a, const char *lname, char *msg, size_t msglen)
+{
+    static const struct {
+        const char *sym;
+        size_t off;
+    } need[] = {
+        {"_opVersion", offsetof(mxop__mx_abi_t, op_version)},
+        {"initialize", offsetof(mxop__mx_abi_t, initialize)},
+        {"_msgSize", offsetof(mxop__mx_abi_t, msg_size)},
+        {"_msgGet", offsetof(mxop__mx_abi_t, msg_get)},
+        {"_opRegSize", offsetof(mxop__mx_abi_t, reg_size)},
+        {"_opRegGet", offsetof(mxop__mx_abi_t, reg_get)},
+        {"_opCallFree", offsetof(mxop__mx_abi_t, free_)},
+        {"_opCallParseAttrs", offsetof(mxop__mx_abi_t, parse_attrs)},
+        {"_opCallInferShape", offsetof(mxop__mx_abi_t, infer_shape)},
+        {"_opCallInferType", offsetof(mxop__mx_abi_t, infer_type)},
+        {"_opCallInferSType", offsetof(mxop__mx_abi_t, infer_stype)},
+        {"_opCallFCompute", offsetof(mxop__mx_abi_t, fcompute)},
+        {"_opCallMutateInputs", offsetof(mxop__mx_abi_t, mutate_inputs)},
+        {"_opCallCreateOpState", offsetof(mxop__mx_abi_t, create_state)},
+        {"_opCallDestroyOpState", offsetof(mxop__mx_abi_t, destroy_state)},
+        {"_opCallFStatefulCompute", offsetof(mxop__mx_abi_t, fstateful)},
+    };
+    for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+        void *p = dlsym(h, need[i].sym);
+        if (p == NULL) {
+            mxop__fmt(msg, msglen,
+                      "library '%s' looks like an MXNet extension library but exports no %s "
+                      "(every lib_api version 11 library has it)",
+                      lname, need[i].sym);
+            return MXOP_ELIB_INVALID;
+        }
+        /* POSIX: a data pointer from dlsym converts to a function pointer. */
+        memcpy((char *)a + need[i].off, &p, sizeof(p));
+    }
+    return 0;
+}
+
+/* How many partitioners or passes the library registers (0 when it lacks the entry point). */
+static int count_of(void *h, const char *sym)
+{
+    void *p = dlsym(h, sym);
+    if (p == NULL)
+        return 0;
+    int (*fn)(void);
+    memcpy(&fn, &p, sizeof(fn));
+    return fn();
+}
+
+int mxop__mx_open(void *h, const char *lname, char *msg, size_t msglen)
+{
+    mxop__mx_lib_t l;
+    memset(&l, 0, sizeof(l));
+    int rc = bind_abi(h, &l.abi, lname, msg, msglen);
+    if (rc != 0)
+        return rc;
+    snprintf(l.name, sizeof(l.name), "%s", lname);
+
+    int v = l.abi.op_version();
+    if (v != MXOP__MX_LIB_VERSION) {
+        mxop__fmt(msg, msglen,
+                  "library '%s' was built against MXNet lib_api version %d (MX_LIBRARY_VERSION); "
+                  "mxop runs version %d only: rebuild it against MXNet 1.9's lib_api.h",
+                  lname, v, MXOP__MX_LIB_VERSION);
+        return MXOP_EABI;
+    }
+    if (l.abi.initialize(MXOP__MX_HOST_VERSION) != MXOP__MX_OK) {
+        char said[MXOP__W_MSG_MAX];
+        read_msgs(&l, said, sizeof(said));
+        mxop__fmt(msg, msglen, "library '%s' failed to initialise (initialize(%d) failed)%s%s",
+                  lname, MXOP__MX_HOST_VERSION, said[0] ? ": " : "", said);
+        return MXOP_ELIB_INIT;
+    }
+    int parts = count_of(h, "_partRegSize");
+    int passes = count_of(h, "_passRegSize");
+    if (parts > 0 || passes > 0) {
+        mxop__fmt(msg, msglen,
+                  "library '%s' registers %d graph partitioner(s) and %d graph pass(es): mxop "
+                  "runs ops only, partitioners and passes are not supported",
+                  lname, parts, passes);
+        return MXOP_ENOT_SUPPORTED;
+    }
+    if (l.abi.reg_size() <= 0) {
+        mxop__fmt(msg, msglen, "library '%s' registers no ops", lname);
+        return MXOP_ELIB_INVALID;
+    }
+    l.msgs_seen = l.abi.msg_size();
+
+    mxop__mx_lib_t *p = realloc(libs, (size_t)(n_libs + 1) * sizeof(*p));
+    if (p == NULL) {
+        mxop__fmt(msg, msglen, "out of memory loading library '%s'", lname);
+        return MXOP_ENOMEM;
+    }
+    libs = p;
+    libs[n_libs] = l;
+    pending = (int)n_libs++;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Registering its ops */
+
+static int grow_ops(uint32_t need)
+{
+    if (need <= cap_ops)
+        return 0;
+    uint32_t cap = cap_ops ? cap_ops : 64;
+    while (cap < need)
+        cap *= 2;
+    mxop__mx_op_t *p = realloc(ops, (size_t)cap * sizeof(*p));
+    if (p == NULL)
+        return MXOP_ENOMEM;
+    memset(p + cap_ops, 0, (size_t)(cap - cap_ops) * sizeof(*p));
+    ops = p;
+    cap_ops = cap;
+    return 0;
+}
+
+/* Picks the function registered for context "cpu" or "gpu". */
+static void by_ctx(const char **ctxs, mxop__mx_fn *fps, int n, mxop__mx_fn *cpu, mxop__mx_fn *gpu)
+{
+    for (int i = 0; i < n; i++) {
+        if (ctxs[i] != NULL && strcmp(ctxs[i], "cpu") == 0)
+            *cpu = fps[i];
+        else if (ctxs[i] != NULL && strcmp(ctxs[i], "gpu") == 0)
+            *gpu = fps[i];
+    }
+}
+
+/* Registers op `i` of library `lib`. */
+static int register_one(mxop_ctx_t *ctx, const mxop_host_t *host, uint32_t lib, int i)
+{
+    mxop__mx_lib_t *l = &libs[lib];
+    const char *name = NULL;
+    int is_sg = 0, nf = 0, nb = 0, nc = 0;
+    const char **fctx = NULL, **bctx = NULL, **cctx = NULL;
+    mxop__mx_fn *ffp = NULL, *bfp = NULL, *cfp = NULL;
+    mxop__mx_op_t mo;
+    memset(&mo, 0, sizeof(mo));
+    mo.lib = lib;
+    l->abi.reg_get(i, &name, &is_sg, &fctx, &ffp, &nf, &bctx, &bfp, &nb, &cctx, &cfp, &nc,
+                   &mo.parse, &mo.type, &mo.stype, &mo.shape, &mo.mutate);
+    if (name == NULL)
+        return host->set_error(ctx, MXOP_ELIB_INVALID, "library '%s': op %d has no name", l->name,
+                               i);
+    if (is_sg)
+        return host->set_error(ctx, MXOP_ENOT_SUPPORTED,
+                               "library '%s': op '%s' is a subgraph op; mxop runs ops only, "
+                               "subgraph ops are not supported",
+                               l->name, name);
+    by_ctx(fctx, ffp, nf, &mo.fwd_cpu, &mo.fwd_gpu);
+    by_ctx(bctx, bfp, nb, &mo.bwd_cpu, &mo.bwd_gpu);
+    by_ctx(cctx, cfp, nc, &mo.create_cpu, &mo.create_gpu);
+    if (mo.parse == NULL || (mo.fwd_cpu == NULL && mo.fwd_gpu == NULL && mo.create_cpu == NULL &&
+                             mo.create_gpu == NULL))
+        return host->set_error(ctx, MXOP_ELIB_INVALID, "library '%s': op '%s' has no %s", l->name,
+                               name, mo.parse == NULL ? "ParseAttrs" : "forward for cpu or gpu");
+
+    mxop_op_def_t def;
+    memset(&def, 0, sizeof(def));
+    def.struct_size = sizeof(def);
+    def.name = name;
+    def.description = "an op of an MXNet extension library (lib_api version 11)";
+    /*
+     * MXNet learns an op's arity from ParseAttrs with the call's attributes.
+     * mxop declares it at load: ParseAttrs with no attributes gives it when
+     * it does not depend on them; else the op takes any number of inputs
+     * and one output, and every call checks the counts against ParseAttrs.
+     */
+    int nin = -1, nout = -1;
+    if (mxop__mx_probe_parse(&l->abi, mo.parse, &nin, &nout) != MXOP__MX_OK || nin < 0 ||
+        nout < 0 || nin > MXOP_MAX_TENSORS || nout > MXOP_MAX_TENSORS) {
+        nin = -1;
+        nout = 1;
+    }
+    mxop__mx_skip_msgs(lib);
+    def.num_inputs = nin;
+    def.min_inputs = 0;
+    def.num_outputs = nout;
+    if (mo.mutate != NULL) {
+        int *idx = NULL, n = 0;
+        if (mxop__mx_probe_mutate(&l->abi, mo.mutate, &idx, &n) == MXOP__MX_OK) {
+            for (int j = 0; j < n; j++)
+                if (idx[j] >= 0 && idx[j] < 64 && (nin < 0 || idx[j] < nin))
+                    def.mutated_inputs |= 1ull << idx[j];
+        }
+        if (idx != NULL)
+            l->abi.free_(idx);
+        mxop__mx_skip_msgs(lib);
+    }
+    mxop__mx_fill_def(&mo, &def);
+
+    uint32_t index = mxop__op_count();
+    if (grow_ops(index + 1) != 0)
+        return host->set_error(ctx, MXOP_ENOMEM, "out of memory registering op '%s'", name);
+    int rc = host->register_op(ctx, &def);
+    if (rc == 0)
+        ops[index] = mo;
+    return rc;
+}
+
+int mxop__mx_plugin_init(mxop_ctx_t *ctx, const mxop_host_t *host)
+{
+    if (pending < 0)
+        return host->set_error(ctx, MXOP_EINVAL, "no MXNet library is being loaded");
+    uint32_t lib = (uint32_t)pending;
+    pending = -1;
+    int n = libs[lib].abi.reg_size();
+    for (int i = 0; i < n; i++) {
+        int rc = register_one(ctx, host, lib, i);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
