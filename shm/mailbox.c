@@ -15,7 +15,6 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "proto/frame.h"
-#include "shm/crowd.h"
 #include "shm/region.h"
 
 _Static_assert(MXOP__FRAME_HDR == 12, "mxop__mbox_fits assumes a 12-byte frame header");
@@ -287,21 +286,16 @@ int mxop__mbox_spin(mxop__mbox_t *m, int64_t *spent_ns)
      * is a read of the rseq area, no syscall).  Past half the budget, yield
      * anyway, in case the peer moved here since it last wrote.
      *
-     * A crowded machine (more runnable threads than CPUs): the peer may be
-     * waiting for a CPU that this side would burn, so yield at each look
-     * too.  Yielding rather than sleeping at once was measured (docs/
-     * performance.md): with 4 and 8 client processes on 2 CPUs it made
-     * about 3x the calls/s of sleeping on the bell, since a yield hands the
-     * CPU straight to a runnable peer while a wake-up costs two syscalls and
-     * a trip through the scheduler on each side.
+     * Not done, as measured (docs/performance.md): yielding at each look
+     * whenever the machine has more runnable threads than CPUs.  It helped
+     * when only mxop's own pairs crowded the CPUs, but with other work on
+     * the machine each yield handed a whole time slice to that work, and
+     * the calls fell to the socket path's rate.  Spins that fail, which is
+     * what crowding leads to, are handled by spin_pays instead.
      */
     int me = sched_getcpu();
     int peer = atomic_load_explicit(&m->rx->cpu, memory_order_relaxed);
     int yield_each = me >= 0 && me == peer;
-    if (!yield_each && mxop__crowd_check(start)) {
-        m->n_crowded++;
-        yield_each = 1;
-    }
     for (;;) {
         for (int i = 0; i < 32; i++) {
             if (mxop__mbox_ready(m)) {

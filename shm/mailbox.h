@@ -16,11 +16,11 @@
  * Waking: the reader first spins on seq for a bounded, adaptive time (the
  * peer usually answers within a few microseconds), yielding the CPU while
  * it spins if the peer last ran on the same CPU (spinning there would only
- * keep the peer from running), and also when more threads are runnable
- * than there are CPUs (shm/crowd.h; the peer may then wait for the CPU this
- * side would burn).  It does not spin at all when its recent spins mostly
- * ended without a frame (then it tries one spin in MXOP__MBOX_PROBE_EVERY
- * waits, to notice when spinning pays again).  Then it raises the
+ * keep the peer from running).  It does not spin at all when its recent
+ * spins mostly ended without a frame, as they do when the peer waits for a
+ * CPU (more runnable processes than CPUs) or is busy with a long op; then
+ * it tries one spin in MXOP__MBOX_PROBE_EVERY waits, to notice when
+ * spinning pays again.  Then it raises the
  * slot's `sleeping` flag and sleeps in poll() on its bell (an eventfd)
  * together with its sockets, so that a dead peer (POLLHUP) or a supervisor
  * request is seen at once and an idle side burns nothing.  A writer that
@@ -97,7 +97,7 @@ typedef struct mxop__mbox {
     int32_t hit_rate;        /* moving average of spin successes, in 1/MXOP__MBOX_HIT_ONE */
     uint32_t unspun;         /* waits since the last spin, when spins stopped paying */
     /* What the policy did, for tests and the bench (never reset). */
-    uint64_t n_spins, n_spin_hits, n_crowded, n_skip_rare;
+    uint64_t n_spins, n_spin_hits, n_skip_rare;
 } mxop__mbox_t;
 
 /* The size of the memfd. */
