@@ -12,6 +12,12 @@ for b in "$B"/bin/bench_*; do
 done
 [ $found = 1 ] || { echo "bench: no benchmarks built yet" >&2; exit 1; }
 
+# The plot of calls/s against client processes (section 6 of bench_mxop).
+if [ -f "$B/bench/results.json" ]; then
+    "${PYTHON:-/usr/bin/python3}" "$(dirname "$0")/../bench/plot_scaling.py" \
+        "$B/bench/results.json" "$B/bench/scaling.png" || exit 1
+fi
+
 # The Python layer: per-call cost and ops from PyTorch vs PyTorch's own.
 PY=${PYTHON:-/usr/bin/python3}
 echo

@@ -41,6 +41,8 @@ static void mbox_init(mxop__mbox_t *m)
     memset(m, 0, sizeof(*m));
     m->bell_tx = -1;
     m->bell_rx = -1;
+    /* A new session starts out spinning, until its waits say otherwise. */
+    m->hit_rate = MXOP__MBOX_HIT_ONE;
 }
 
 int mxop__mbox_create(mxop__mbox_t *m, int fds[3], char *msg, size_t msglen)
@@ -250,22 +252,55 @@ static int64_t spin_budget(const mxop__mbox_t *m)
     return b < MXOP__MBOX_SPIN_MIN_NS ? MXOP__MBOX_SPIN_MIN_NS : b;
 }
 
+/*
+ * Whether to spin before this wait: not when recent spins rarely
+ * succeeded, except for a probe now and then, so that the side learns when
+ * the peer answers quickly again.
+ */
+static int spin_pays(mxop__mbox_t *m)
+{
+    if (m->hit_rate < MXOP__MBOX_HIT_MIN && ++m->unspun < MXOP__MBOX_PROBE_EVERY) {
+        m->n_skip_rare++;
+        return 0;
+    }
+    m->unspun = 0;
+    return 1;
+}
+
+static void note_spin(mxop__mbox_t *m, int hit)
+{
+    m->n_spins++;
+    m->n_spin_hits += (uint64_t)hit;
+    m->hit_rate += ((hit ? MXOP__MBOX_HIT_ONE : 0) - m->hit_rate) / 16;
+}
+
 int mxop__mbox_spin(mxop__mbox_t *m, int64_t *spent_ns)
 {
     int64_t start = mxop__now_ns(), budget = spin_budget(m), now = start;
+    *spent_ns = 0;
+    if (!spin_pays(m))
+        return mxop__mbox_ready(m);
     /*
      * Two processes on one CPU: the peer can only answer when this side
      * lets it run, so yield at each look instead of spinning (sched_getcpu
      * is a read of the rseq area, no syscall).  Past half the budget, yield
      * anyway, in case the peer moved here since it last wrote.
+     *
+     * Not done, as measured (docs/performance.md): yielding at each look
+     * whenever the machine has more runnable threads than CPUs.  It helped
+     * when only mxop's own pairs crowded the CPUs, but with other work on
+     * the machine each yield handed a whole time slice to that work, and
+     * the calls fell to the socket path's rate.  Spins that fail, which is
+     * what crowding leads to, are handled by spin_pays instead.
      */
     int me = sched_getcpu();
     int peer = atomic_load_explicit(&m->rx->cpu, memory_order_relaxed);
-    int colocated = me >= 0 && me == peer;
+    int yield_each = me >= 0 && me == peer;
     for (;;) {
         for (int i = 0; i < 32; i++) {
             if (mxop__mbox_ready(m)) {
                 *spent_ns = mxop__now_ns() - start;
+                note_spin(m, 1);
                 return 1;
             }
             cpu_relax();
@@ -273,10 +308,11 @@ int mxop__mbox_spin(mxop__mbox_t *m, int64_t *spent_ns)
         now = mxop__now_ns();
         if (now - start >= budget)
             break;
-        if (colocated || now - start > budget / 2)
+        if (yield_each || now - start > budget / 2)
             sched_yield();
     }
     *spent_ns = now - start;
+    note_spin(m, 0);
     return 0;
 }
 

@@ -16,7 +16,11 @@
  * Waking: the reader first spins on seq for a bounded, adaptive time (the
  * peer usually answers within a few microseconds), yielding the CPU while
  * it spins if the peer last ran on the same CPU (spinning there would only
- * keep the peer from running).  Then it raises the
+ * keep the peer from running).  It does not spin at all when its recent
+ * spins mostly ended without a frame, as they do when the peer waits for a
+ * CPU (more runnable processes than CPUs) or is busy with a long op; then
+ * it tries one spin in MXOP__MBOX_PROBE_EVERY waits, to notice when
+ * spinning pays again.  Then it raises the
  * slot's `sleeping` flag and sleeps in poll() on its bell (an eventfd)
  * together with its sockets, so that a dead peer (POLLHUP) or a supervisor
  * request is seen at once and an idle side burns nothing.  A writer that
@@ -51,6 +55,16 @@
 #define MXOP__MBOX_SPIN_NS 50000
 #define MXOP__MBOX_SPIN_MIN_NS 2000
 
+/*
+ * Spin successes are averaged over about the last 16 spins, in 1/1024ths;
+ * below MXOP__MBOX_HIT_MIN (a quarter) a spin costs more than it saves, and
+ * the side sleeps at once, except for one probing spin every
+ * MXOP__MBOX_PROBE_EVERY waits.
+ */
+#define MXOP__MBOX_HIT_ONE 1024
+#define MXOP__MBOX_HIT_MIN 256
+#define MXOP__MBOX_PROBE_EVERY 16
+
 typedef struct mxop__mbox_slot {
     _Atomic uint32_t seq;      /* even: stable; odd: being written */
     _Atomic uint32_t sleeping; /* 1: the reader sleeps (or is about to) on its bell */
@@ -80,6 +94,10 @@ typedef struct mxop__mbox {
     uint32_t rx_seen;        /* seq of the last frame taken from rx */
     uint32_t tx_seq;         /* seq of the last frame put (kept here, not trusted from the peer) */
     int64_t wait_avg_ns;     /* moving average of recent waits, for the spin budget */
+    int32_t hit_rate;        /* moving average of spin successes, in 1/MXOP__MBOX_HIT_ONE */
+    uint32_t unspun;         /* waits since the last spin, when spins stopped paying */
+    /* What the policy did, for tests and the bench (never reset). */
+    uint64_t n_spins, n_spin_hits, n_skip_rare;
 } mxop__mbox_t;
 
 /* The size of the memfd. */
@@ -136,7 +154,8 @@ static inline int mxop__mbox_ready(const mxop__mbox_t *m)
 int mxop__mbox_take(mxop__mbox_t *m, uint8_t *buf, size_t cap, uint16_t *kind, uint32_t *len);
 
 /**
- * Spins until a new frame is ready or this side's adaptive budget runs out.
+ * Spins until a new frame is ready or this side's adaptive budget runs out;
+ * does not spin at all when spinning cannot pay (see the top of this file).
  * Returns 1 (ready) or 0.  *spent_ns gets the time spun.
  */
 int mxop__mbox_spin(mxop__mbox_t *m, int64_t *spent_ns);

@@ -100,8 +100,11 @@ int mxop__region_prefault(void *base, size_t size, int writable)
 {
     /*
      * A fresh shared mapping costs a page fault per page on first touch
-     * (~6 us each on a VM: 100 ms for 64 MiB).  Populate the page tables now.
+     * (~2-6 us each on a VM: 30-100 ms for 64 MiB).  Populate the page
+     * tables of the head now; see MXOP__PREFAULT_MAX for why not all.
      */
+    if (size > MXOP__PREFAULT_MAX)
+        size = MXOP__PREFAULT_MAX;
     if (madvise(base, size, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
         return 0;
     long page = sysconf(_SC_PAGESIZE);

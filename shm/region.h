@@ -36,9 +36,23 @@ int mxop__region_map(int fd, size_t size, int writable, void **base);
 /** munmap; accepts base NULL. */
 void mxop__region_unmap(void *base, size_t size);
 
+/*
+ * The most bytes of a mapping mxop__region_prefault faults in.  Beyond
+ * that, pre-faulting at registration costs more than the first use saves:
+ * on this VM populating both worker mappings of a fresh 64 MiB region took
+ * 45-60 ms, while the first call that touched it unfaulted cost 6 ms more
+ * than later calls as an input and 20-30 ms more as an output (make bench,
+ * section 4 and bench_prefault; docs/performance.md).  Huge pages, which
+ * would cut the faults 512-fold, are not there for shared memory on this
+ * machine (/sys/kernel/mm/transparent_hugepage/shmem_enabled is "never").
+ */
+#define MXOP__PREFAULT_MAX ((size_t)2 << 20)
+
 /**
- * Faults every page of a mapping in now, so that the first op that touches
- * the region runs at full speed.  Uses MADV_POPULATE_READ/WRITE where the
+ * Faults the first MXOP__PREFAULT_MAX bytes of a mapping in now (all of a
+ * small one: the mailbox, small regions), so that the first op that
+ * touches them runs at full speed; the rest is faulted in by its first
+ * use, only as far as it is used.  Uses MADV_POPULATE_READ/WRITE where the
  * kernel has it, else touches each page.  Returns 0.
  */
 int mxop__region_prefault(void *base, size_t size, int writable);

@@ -28,6 +28,7 @@ int mxb_row_met(const mxb_row_t *r)
 {
     switch (r->target) {
     case MXB_RATIO_AT_MOST: return r->n > 0 && mxb_row_ratio(r) > 0 && mxb_row_ratio(r) <= r->limit;
+    case MXB_RATIO_AT_LEAST: return r->n > 0 && mxb_row_ratio(r) >= r->limit;
     case MXB_TIME_AT_MOST: return r->n > 0 && r->median <= r->limit;
     default: return -1;
     }
@@ -108,6 +109,7 @@ static const char *fmt_target(char *buf, size_t len, const mxb_row_t *r)
     char v[24];
     switch (r->target) {
     case MXB_RATIO_AT_MOST: snprintf(buf, len, "<= %.2fx", r->limit); break;
+    case MXB_RATIO_AT_LEAST: snprintf(buf, len, ">= %.2fx", r->limit); break;
     case MXB_TIME_AT_MOST:
         snprintf(buf, len, "<= %s", fmt_value(v, sizeof(v), MXB_TIME, 1, r->limit));
         break;
@@ -161,7 +163,7 @@ void mxb_report_print(FILE *f)
         const mxb_row_t *r = &rows[i];
         if (r->target == MXB_NO_TARGET)
             continue;
-        if (r->target == MXB_RATIO_AT_MOST)
+        if (r->target == MXB_RATIO_AT_MOST || r->target == MXB_RATIO_AT_LEAST)
             fprintf(f, "  %-7s %-44s %s, target %s\n", met_word(r), r->name,
                     r->n ? (snprintf(a, sizeof(a), "%.2fx", mxb_row_ratio(r)), a) : "n/a",
                     fmt_target(t, sizeof(t), r));
@@ -212,7 +214,10 @@ static void json_str(FILE *f, const char *s)
 
 static const char *target_name(int t)
 {
-    return t == MXB_RATIO_AT_MOST ? "ratio_at_most" : t == MXB_TIME_AT_MOST ? "ns_at_most" : "";
+    return t == MXB_RATIO_AT_MOST    ? "ratio_at_most"
+           : t == MXB_RATIO_AT_LEAST ? "ratio_at_least"
+           : t == MXB_TIME_AT_MOST   ? "ns_at_most"
+                                     : "";
 }
 
 static int write_csv(const char *path)

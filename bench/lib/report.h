@@ -24,6 +24,7 @@ enum mxb_target {
     MXB_NO_TARGET = 0,
     MXB_RATIO_AT_MOST = 1, /* ratio <= limit */
     MXB_TIME_AT_MOST = 2,  /* median <= limit nanoseconds */
+    MXB_RATIO_AT_LEAST = 3, /* ratio >= limit (rates: higher is better) */
 };
 
 typedef struct mxb_row {

@@ -1,0 +1,310 @@
+/*
+ * tests/test_contention.c - calls where training runs: more processes than
+ * CPUs, idle sessions beside busy ones, several threads sharing one client,
+ * and the mailbox's rule of spinning only when spinning pays.
+ *
+ * Nothing here is timed: the tests assert that every call completes with
+ * its own correct result and that idle sides stay idle, with wide margins
+ * for a loaded 2-CPU machine.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "data.pb-c.h"
+#include "harness.h"
+#include "proto/frame.h"
+#include "shm/mailbox.h"
+
+static mxt_daemon_t daemon_;
+
+static void setup(void)
+{
+    mxt_daemon_start(&daemon_, NULL);
+}
+
+static void teardown(void)
+{
+    mxt_daemon_stop(&daemon_);
+}
+
+TestSuite(contention, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Values that differ per caller and per call, so that a result meant for another cannot pass. */
+static void fill(float *p, size_t n, unsigned who, unsigned call)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((int)((i * 7 + call * 13 + who * 5) % 17) - 8) + (float)who +
+               (float)call * 1e-3f;
+}
+
+#define ELEMS 256
+
+/*
+ * `calls` relu calls on one client with the caller's own values; returns
+ * NULL or the first failure, written into why.
+ */
+static const char *relu_calls(mxop_client_t *c, unsigned who, int calls, char *why, size_t len)
+{
+    const mxop_op_t *op = NULL;
+    if (mxop_op_find(c, "relu", &op) != 0)
+        return "no op relu";
+    int64_t s[] = {ELEMS};
+    mxop_array_t x, y;
+    if (mxop_array_alloc(c, MXOP_F32, 1, s, &x) != 0)
+        return "mxop_array_alloc failed";
+    if (mxop_array_alloc(c, MXOP_F32, 1, s, &y) != 0) {
+        mxop_array_free(c, &x);
+        return "mxop_array_alloc failed";
+    }
+    const char *fail = NULL;
+    for (int k = 0; k < calls && fail == NULL; k++) {
+        fill(x.data, ELEMS, who, (unsigned)k);
+        memset(y.data, 0xff, y.nbytes);
+        int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
+        if (rc != 0) {
+            snprintf(why, len, "caller %u, call %d: %s: %s", who, k, mxop_err_name(rc),
+                     mxop_last_error(c));
+            fail = why;
+            break;
+        }
+        const float *in = x.data, *out = y.data;
+        for (int i = 0; i < ELEMS; i++) {
+            float want = in[i] > 0 ? in[i] : 0;
+            if (out[i] != want) {
+                snprintf(why, len, "caller %u, call %d, element %d: got %g, expected %g", who, k,
+                         i, out[i], want);
+                fail = why;
+                break;
+            }
+        }
+    }
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    return fail;
+}
+
+static mxop_client_t *connect_relu(void)
+{
+    const char *libs[] = {"relu.so", NULL};
+    return mxt_connect_with(&daemon_, libs);
+}
+
+/* ---- more client processes than CPUs ---- */
+
+#define PROCS 6
+#define PROC_CALLS 1500
+
+/* One client process: its own session, PROC_CALLS checked calls; the exit status says how. */
+_Noreturn static void client_proc(unsigned who)
+{
+    char why[512];
+    mxop_client_t *c = NULL;
+    mxop_connect_opts_t o = {.struct_size = sizeof(o), .timeout_ms = 60000};
+    if (mxop_connect(daemon_.sock, &o, &c) != 0)
+        _exit(2);
+    if (mxop_load_library(c, "relu.so") != 0)
+        _exit(3);
+    const char *fail = relu_calls(c, who, PROC_CALLS, why, sizeof(why));
+    if (fail != NULL)
+        fprintf(stderr, "client process %u: %s\n", who, fail);
+    mxop_close(c);
+    _exit(fail == NULL ? 0 : 4);
+}
+
+Test(contention, more_client_processes_than_cpus_all_make_progress)
+{
+    cr_log_info("%d client processes with their workers on %ld CPUs", PROCS,
+                sysconf(_SC_NPROCESSORS_ONLN));
+    pid_t pids[PROCS];
+    pid_t parent = getpid();
+    for (unsigned i = 0; i < PROCS; i++) {
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0, "fork failed");
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent)
+                _exit(1);
+            client_proc(i);
+        }
+        pids[i] = pid;
+    }
+    int bad = 0;
+    for (int i = 0; i < PROCS; i++) {
+        int st = 0;
+        cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            cr_log_error("client process %d ended with status 0x%x", i, st);
+            bad++;
+        }
+    }
+    cr_assert_eq(bad, 0, "%d of %d client processes did not finish their %d calls", bad, PROCS,
+                 PROC_CALLS);
+}
+
+/* ---- idle sessions beside one another ---- */
+
+static long cpu_ms_of(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "cannot open %s", path);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    cr_assert_not_null(p);
+    unsigned long ut = 0, st = 0;
+    cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st), 2);
+    return (long)((ut + st) * 1000 / (unsigned long)sysconf(_SC_CLK_TCK));
+}
+
+static long self_cpu_ms(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+}
+
+#define IDLE_SESSIONS 4
+
+Test(contention, idle_sessions_burn_no_cpu_after_busy_ones)
+{
+    char why[512];
+    mxop_client_t *c[IDLE_SESSIONS];
+    pid_t w[IDLE_SESSIONS];
+    long w0[IDLE_SESSIONS];
+    /* Every session is busy first, so that each side's spin policy is warm. */
+    for (int i = 0; i < IDLE_SESSIONS; i++) {
+        c[i] = connect_relu();
+        cr_assert_null(relu_calls(c[i], (unsigned)i, 1000, why, sizeof(why)), "%s", why);
+        w[i] = mxt_worker_pid(c[i]);
+        cr_assert_gt(w[i], 0);
+    }
+    long c0 = self_cpu_ms();
+    for (int i = 0; i < IDLE_SESSIONS; i++)
+        w0[i] = cpu_ms_of(w[i]);
+    mxt_sleep_ms(1200);
+    long used = self_cpu_ms() - c0;
+    cr_assert_lt(used, 60, "%d idle clients used %ld ms of CPU in 1.2 s", IDLE_SESSIONS, used);
+    for (int i = 0; i < IDLE_SESSIONS; i++) {
+        long wused = cpu_ms_of(w[i]) - w0[i];
+        cr_assert_lt(wused, 60, "idle worker %d used %ld ms of CPU in 1.2 s", i, wused);
+    }
+    for (int i = 0; i < IDLE_SESSIONS; i++) {
+        cr_assert_null(relu_calls(c[i], (unsigned)i, 10, why, sizeof(why)), "after idling: %s",
+                       why);
+        mxop_close(c[i]);
+    }
+}
+
+/* ---- several threads sharing one client ---- */
+
+#define THREADS 4
+#define THREAD_CALLS 400
+
+typedef struct thread_arg {
+    mxop_client_t *c;
+    unsigned who;
+    char why[512];
+    const char *fail;
+} thread_arg_t;
+
+static void *thread_main(void *p)
+{
+    thread_arg_t *a = p;
+    a->fail = relu_calls(a->c, a->who, THREAD_CALLS, a->why, sizeof(a->why));
+    return NULL;
+}
+
+Test(contention, threads_sharing_one_client_each_get_their_own_results)
+{
+    mxop_client_t *c = connect_relu();
+    pthread_t t[THREADS];
+    static thread_arg_t args[THREADS];
+    for (unsigned i = 0; i < THREADS; i++) {
+        args[i] = (thread_arg_t){.c = c, .who = i + 1};
+        cr_assert_eq(pthread_create(&t[i], NULL, thread_main, &args[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        cr_expect_null(args[i].fail, "thread %d: %s", i, args[i].why);
+    mxop_close(c);
+}
+
+/* ---- the spin policy itself, on a mailbox with no peer ---- */
+
+Test(contention, a_side_whose_spins_never_succeed_stops_spinning)
+{
+    mxop__mbox_t m;
+    int fds[3];
+    char why[256];
+    cr_assert_eq(mxop__mbox_create(&m, fds, why, sizeof(why)), 0, "%s", why);
+    close(fds[0]);
+    /* Nobody ever answers: the first spins fail, then the side mostly sleeps at once. */
+    int waits = 160;
+    for (int i = 0; i < waits; i++) {
+        int64_t spent = 0;
+        cr_assert_eq(mxop__mbox_spin(&m, &spent), 0);
+        mxop__mbox_note_wait(&m, 2 * (int64_t)MXOP__MBOX_SPIN_NS);
+    }
+    cr_log_info("%llu spins in %d waits (%llu skipped as not paying)", (unsigned long long)m.n_spins,
+                waits, (unsigned long long)m.n_skip_rare);
+    cr_assert_eq(m.n_spin_hits, 0);
+    /* About 20 spins bring the success average under a quarter; then one in every 16 waits. */
+    cr_assert_lt(m.n_spins, 40, "%llu of %d waits spun though no spin ever succeeded",
+                 (unsigned long long)m.n_spins, waits);
+    cr_assert_gt(m.n_skip_rare, (uint64_t)waits / 2);
+    mxop__mbox_close(&m);
+}
+
+Test(contention, a_side_whose_probes_succeed_spins_again)
+{
+    mxop__mbox_t cl, wk;
+    int fds[3];
+    char why[256];
+    cr_assert_eq(mxop__mbox_create(&cl, fds, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(mxop__mbox_attach(&wk, fds[0], dup(fds[1]), dup(fds[2]), MXOP__MBOX_BYTES, why,
+                                   sizeof(why)),
+                 0, "%s", why);
+    for (int i = 0; i < 100; i++) {
+        int64_t spent;
+        mxop__mbox_spin(&cl, &spent);
+    }
+    uint64_t skipped = cl.n_skip_rare;
+    cr_assert_gt(skipped, 0, "spins that never succeed did not stop");
+    /* From now on every frame is there before the wait: each probe succeeds. */
+    uint8_t buf[MXOP__MBOX_SLOT_BYTES];
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    uint64_t spins_before = cl.n_spins;
+    for (int i = 0; i < 200; i++) {
+        res.id = (uint64_t)i;
+        mxop__mbox_put(&wk, MXOP__KIND_CALL_RESULT, &res.base, protobuf_c_message_get_packed_size(&res.base));
+        int64_t spent;
+        cr_assert_eq(mxop__mbox_spin(&cl, &spent), 1, "a frame put before the wait was not seen");
+        uint16_t kind;
+        uint32_t len;
+        cr_assert_eq(mxop__mbox_take(&cl, buf, sizeof(buf), &kind, &len), 1);
+        cr_assert_eq(kind, MXOP__KIND_CALL_RESULT);
+    }
+    uint64_t late_skips = cl.n_skip_rare - skipped;
+    cr_log_info("%llu spins, %llu skipped after the peer began to answer",
+                (unsigned long long)(cl.n_spins - spins_before), (unsigned long long)late_skips);
+    /* A few probes raise the average over a quarter; from then on every wait spins. */
+    cr_assert_lt(late_skips, 100, "the side kept skipping spins that succeed");
+    cr_assert_gt(cl.n_spin_hits, 100);
+    mxop__mbox_close(&wk);
+    mxop__mbox_close(&cl);
+}
