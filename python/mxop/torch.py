@@ -408,25 +408,35 @@ def _backward(op, ent, grads, inputs, outputs, needs):
 
 # ---- autograd ----------------------------------------------------------------
 
-def _no_double_backward(name, res):
-    """Gradients computed under create_graph=True carry a node that raises
-    when differentiated again: an mxop backward is once-differentiable, and
-    a second derivative through it would otherwise be silently zero."""
-    msg = ("mxop op '%s' is once-differentiable: its backward runs in the worker and "
-           "cannot itself be differentiated (double backward, e.g. a gradient penalty "
-           "or gradgradcheck, is not supported)" % name).encode()
+class _Once(torch.autograd.Function):
+    """The node under gradients computed with create_graph=True: it links
+    them to the tensors they depend on (the call's inputs and output
+    gradients), so that differentiating them again reaches it, and raises
+    there.  An mxop backward runs in the worker and is once-differentiable;
+    a second derivative through it would otherwise be silently zero (or
+    "not used in the graph")."""
+
+    @staticmethod
+    def forward(ctx, name, n, *args):
+        ctx.name = name
+        ctx.n_args = len(args)
+        return tuple(a.clone() for a in args[:n])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotSupported(-1023, "mxop op '%s' is once-differentiable: its backward runs "
+                           "in the worker and cannot itself be differentiated (double "
+                           "backward, e.g. a gradient penalty or gradgradcheck, is not "
+                           "supported)" % ctx.name)
+
+
+def _no_double_backward(name, res, deps):
+    """`res` (gradients, some None) linked through _Once to `deps`."""
     idx = [i for i, r in enumerate(res) if r is not None]
-    if not idx:
+    links = [d for d in deps if isinstance(d, _Tensor) and d.requires_grad]
+    if not idx or not links:
         return res
-    fake = []
-    for i in idx:
-        v = res[i].detach()
-        v.requires_grad_(True)
-        fake.append(v)
-    with torch.enable_grad():
-        wrapped = torch._C._functions.DelayedError(msg, len(fake))(*fake)
-    if isinstance(wrapped, _Tensor):
-        wrapped = (wrapped,)
+    wrapped = _Once.apply(name, len(idx), *[res[i] for i in idx], *links)
     out = list(res)
     for i, w in zip(idx, wrapped):
         out[i] = w
@@ -459,6 +469,7 @@ class _Fn(torch.autograd.Function):
         ctx.n_out = len(outs)
         ctx.gen = getattr(op, "gen", None)
         ctx.save_for_backward(*saved_in, *outs)
+        ctx.set_materialize_grads(False)  # None, not zeros, for outputs not used
         nondiff = [o for o in outs if not (o.is_floating_point() or o.is_complex())]
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
@@ -490,7 +501,7 @@ class _Fn(torch.autograd.Function):
         with torch.no_grad():
             res = _backward(op, ctx.ent, grads, inputs, outputs, needs)
         if torch.is_grad_enabled():
-            res = _no_double_backward(op.name, res)
+            res = _no_double_backward(op.name, res, grads + tuple(inputs))
         return (None, None) + res
 
 
