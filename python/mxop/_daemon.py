@@ -23,6 +23,7 @@ child keeps using its parent's.
 import atexit
 import ctypes
 import glob
+import logging
 import os
 import queue
 import shutil
@@ -292,6 +293,38 @@ class _Inherited:
 
 _ENV = "MXOP_EMBEDDED_SOCKET"
 
+# The embedded daemon's log goes to the "mxop.daemon" logger, not to the
+# user's stderr: what a call's failure logs there is already the message of
+# the exception the call raises, so printing it too would say it twice.
+# The package's logger has a NullHandler (a library's convention): the log
+# shows once logging is configured (logging.basicConfig()).
+log = logging.getLogger("mxop.daemon")
+logging.getLogger("mxop").addHandler(logging.NullHandler())
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+           "error": logging.ERROR}
+
+
+def _forward_log(d):
+    f = d.proc.stderr
+
+    def run():
+        try:
+            for line in iter(f.readline, b""):
+                text = line.decode(errors="replace").rstrip("\n")
+                parts = text.split(" ", 2)
+                level = _LEVELS.get(parts[1], logging.WARNING) if len(parts) > 1 \
+                    else logging.WARNING
+                log.log(level, "%s", text)
+        except Exception:  # interpreter shutdown, closed pipe: nothing to forward
+            pass
+        finally:
+            try:
+                f.close()
+            except Exception:
+                pass
+
+    threading.Thread(target=run, name="mxop-daemon-log", daemon=True).start()
+
 # Every Daemon started here, so that atexit can stop those left running.
 _daemons = weakref.WeakSet()
 
@@ -316,7 +349,8 @@ def embedded(plugin_dir=None):
             # its first connect) has one: the whole tree shares it.
             d = _Inherited(inherited)
         else:
-            d = Daemon(plugin_dir=plugin_dir)
+            d = Daemon(plugin_dir=plugin_dir, stderr=subprocess.PIPE)
+            _forward_log(d)
             if key is None:
                 os.environ[_ENV] = d.socket
         _embedded[key] = d

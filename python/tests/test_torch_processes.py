@@ -209,3 +209,35 @@ def test_no_directory_left_when_the_owner_dies(how, tmp_path):
     assert p.stdout.strip() == "[0.0, 2.0]", p.stderr
     assert p.returncode in (0, -signal.SIGTERM, -signal.SIGKILL)
     assert leftovers(tmp) == []
+
+
+WARNS = textwrap.dedent("""
+    import logging, sys, time, torch, mxop, mxop.torch as mt
+    if sys.argv[1] == "logging":
+        logging.basicConfig(stream=sys.stdout, format="LOG %(name)s %(message)s")
+    c = mxop.connect()
+    c.load("crash.so")
+    try:
+        mt.op("segv", c)(torch.ones(4))
+    except RuntimeError as e:
+        print("CAUGHT", e, flush=True)
+    c.close()
+    time.sleep(0.5)  # the log line reaches the logger from a thread
+""")
+
+
+@pytest.mark.parametrize("mode", ["plain", "logging"])
+def test_daemon_warnings_reach_the_user_once(mode, tmp_path):
+    tmp = str(tmp_path)
+    plugins = os.path.join(BUILD, "tests", "plugins")
+    p = subprocess.run([PYTHON, "-c", WARNS, mode], env=clean_env(tmp, MXOP_PLUGIN_DIR=plugins),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "CAUGHT MXOP_EWORKER_CRASHED" in p.stdout
+    assert "killed by signal 11" not in p.stderr, "the daemon's warning was printed to stderr"
+    logged = [ln for ln in p.stdout.splitlines() if ln.startswith("LOG mxop.daemon")]
+    if mode == "logging":
+        assert len([ln for ln in logged if "signal 11" in ln]) == 1, p.stdout
+    else:
+        assert logged == []
+    assert leftovers(tmp) == []
