@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from . import _lib
+from . import _torch_library as _tl
 from . import client as _cl
 from .client import Client, Op, _OutSpec, _ZPAD, _ASZ
 from .errors import (InvalidArgument, NotSupported, InvalidAttribute, ArityMismatch,
@@ -631,6 +632,72 @@ def _restore(library, name, attrs, path):
     return TorchOp(_find_op(_client_for(path), library, name), **attrs)
 
 
+# ---- torch.ops.mxop.<op>: the dispatcher's view of an op ----------------------
+
+class _Target:
+    """What the dispatcher's kernels of one op name call (see _torch_library)."""
+
+    def __init__(self, top):
+        self.top = top
+
+    def run(self, tensors, attrs, timeout, seed, grad):
+        t = self.top
+        op = t.op if t.op.client._h else t._revive()
+        ent = t._entry(attrs, timeout, seed)
+        if grad and tensors and isinstance(tensors[0], _Tensor) and tensors[0].is_meta:
+            # The Autograd kernel comes first for meta tensors too.
+            outs = tuple(torch.empty(shape, dtype=dt, device="meta")
+                         for dt, shape in self.meta(tensors, attrs))
+            return outs[0] if len(outs) == 1 else outs
+        if grad and _needs_graph(tensors):
+            r = _Fn.apply(op, ent, *tensors)
+            if op.mutated_inputs:
+                n = op.num_outputs
+                return r[0] if n == 1 else tuple(r[:n])
+            return r
+        outs = _forward(op, ent, tensors)
+        return outs[0] if len(outs) == 1 else outs
+
+    def meta(self, tensors, attrs):
+        t = self.top
+        op = t.op if t.op.client._h else t._revive()
+        ent = t._entry(attrs)
+        sig = tuple((dtype_code(x.dtype), tuple(x.shape)) for x in tensors)
+        return [(_TORCH_OF[s.dtype], s.shape) for s in op._specs(ent, sig)]
+
+
+def _register(op):
+    """Makes `op` torch.ops.mxop.<name> (stateful ops stay mxop.torch only:
+    a state is an object, not an argument a schema can carry)."""
+    if op.stateful:
+        return False
+    e = _tl._ops.get(op.name)
+    if e is not None:
+        if e.target.top.op is op:
+            return True
+        same = (e.variadic == (op.num_inputs < 0) and e.n_out == op.num_outputs)
+        if not same:
+            return False  # another library's op of that name keeps it
+    decl = getattr(op, "attrs", None)
+    if not isinstance(decl, (list, tuple)):
+        decl = None
+    try:
+        return _tl.register(op.name, op.num_inputs, op.num_outputs, decl,
+                            _Target(TorchOp(op, _register=False)))
+    except RuntimeError:  # a name or declaration the schema language cannot take
+        return False
+
+
+def _traced(tensors):
+    """True when this call is being recorded (jit.trace, or fx Proxies)."""
+    if torch._C._get_tracing_state() is not None:
+        return True
+    for t in tensors:
+        if type(t) is not _Tensor and isinstance(t, torch.fx.Proxy):
+            return True
+    return False
+
+
 class TorchOp:
     """An mxop op on tensors, with autograd through the op's backward.
 
@@ -647,7 +714,7 @@ class TorchOp:
     found again in the unpickling process (deepcopy, torch.save, spawn);
     in a forked child it reconnects to the same daemon on first use."""
 
-    def __init__(self, op, **attrs):
+    def __init__(self, op, _register=True, **attrs):
         if not isinstance(op, Op):
             raise InvalidArgument(-1001, "TorchOp needs an mxop.Op, got %r" % (op,))
         for k in ("out", "timeout", "seed"):
@@ -659,6 +726,7 @@ class TorchOp:
         self.attrs = dict(attrs)
         self._ent = op._entry(self.attrs)
         self.__name__ = op.name
+        self.registered = _register and globals()["_register"](op)
 
     def _revive(self):
         """The op again after a fork: this process's own session on the same daemon."""
@@ -685,6 +753,10 @@ class TorchOp:
                                                     or seed is not None) else self._ent
         if out is not None:
             return _forward_out(op, ent, tensors, out)
+        if self.registered and _traced(tensors):
+            # Recorded as a call of torch.ops.mxop.<op>, not as its result.
+            args, kw = _tl.call_args(op.name, tensors, {**self.attrs, **attrs}, timeout, seed)
+            return _tl.op(op.name)(*args, **kw)
         if _needs_graph(tensors):
             r = _Fn.apply(op, ent, *tensors)
             if op.mutated_inputs:
