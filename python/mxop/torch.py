@@ -42,6 +42,7 @@ import os
 import numpy as np
 import torch
 
+from . import _interrupt
 from . import _lib
 from . import _torch_library as _tl
 from . import client as _cl
@@ -222,6 +223,36 @@ def _pack_tensor(c, buf, i, t, keep, devs=None):
     return code, shape
 
 
+# ---- the call itself ----------------------------------------------------------
+
+_inflight = _interrupt.inflight
+
+
+def _call(c, fn, *args):
+    """fn(*args) (mxop_forward or mxop_backward) with the worker's pid in
+    _interrupt.inflight, so that Ctrl-C can abandon the call; raises the
+    call's error.  The pid is looked up once per worker (after a failure
+    the worker may be a new one)."""
+    d = c.__dict__
+    _inflight[0] = d.get("_wpid", 0)
+    try:
+        rc = fn(*args)
+    except BaseException:  # KeyboardInterrupt: the worker was killed
+        d["_wpid"] = 0
+        raise
+    finally:
+        _inflight[0] = 0
+    if rc < 0:
+        d["_wpid"] = 0
+        raise c._error(rc)
+    if not d.get("_wpid"):
+        try:
+            d["_wpid"] = c.stats().worker_pid
+        except Exception:  # no stats: Ctrl-C then waits for the call
+            d["_wpid"] = -1
+    return rc
+
+
 # ---- CUDA tensors as device regions ------------------------------------------
 
 _register_cuda = None
@@ -314,9 +345,7 @@ def _forward_cuda(c, h, op, ent, bufs, n_in, specs, devs, keep):
         _pack_cuda(c, ob, i, o, keep, 0)
         outs.append(o)
     _sync(devs)
-    rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, bufs[3], len(specs))
-    if rc < 0:
-        raise c._error(rc)
+    _call(c, _lib_.mxop_forward, h, op._p, ent.addr, bufs[1], n_in, bufs[3], len(specs))
     return tuple(outs)
 
 
@@ -330,9 +359,7 @@ def _backward_cuda(c, h, op, ent, bufs, n_all, sig, off, needs, devs, keep):
         _pack_cuda(c, ob, i, g, keep, 0 if needs[i] else _lib.REQ_NULL)
         outs.append(g)
     _sync(devs)
-    rc = _lib_.mxop_backward(h, op._p, ent.addr, bufs[1], n_all, bufs[3], len(needs))
-    if rc < 0:
-        raise c._error(rc)
+    _call(c, _lib_.mxop_backward, h, op._p, ent.addr, bufs[1], n_all, bufs[3], len(needs))
     return tuple([g if needs[i] else None for i, g in enumerate(outs)])
 
 
@@ -365,9 +392,7 @@ def _forward(op, ent, tensors):
             b = c._alloc(s.dtype, s.ndim, s.caddr)
             _memmove(ob_addr + i * _ASZ, _addressof(b), _ASZ)
             blocks.append(b)
-        rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
-        if rc < 0:
-            raise c._error(rc)
+        _call(c, _lib_.mxop_forward, h, op._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
         return tuple([_tensor_view(b, s) for b, s in zip(blocks, specs)])
     finally:
         c._give(bufs)
@@ -398,9 +423,7 @@ def _backward(op, ent, grads, inputs, outputs, needs):
                 ctypes.c_int32.from_address(ob_addr + i * _ASZ + _cl._OFF_REQ).value = \
                     _lib.REQ_NULL
             blocks.append((b, s))
-        rc = _lib_.mxop_backward(h, op._p, ent.addr, bufs[1], len(allin), ob_addr, n_fwd)
-        if rc < 0:
-            raise c._error(rc)
+        _call(c, _lib_.mxop_backward, h, op._p, ent.addr, bufs[1], len(allin), ob_addr, n_fwd)
         return tuple([_tensor_view(b, s) if needs[i] else None
                       for i, (b, s) in enumerate(blocks)])
     finally:
@@ -580,9 +603,7 @@ def _forward_out(op, ent, tensors, out):
                 raise ShapeMismatch(-1016, "op '%s': out[%d] has shape %s; the op gives %s"
                                     % (op.name, i, tuple(o.shape), s.shape))
             _pack_tensor(c, bufs[2], i, o, keep)
-        rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, bufs[3], n_out)
-        if rc < 0:
-            raise c._error(rc)
+        _call(c, _lib_.mxop_forward, h, op._p, ent.addr, bufs[1], n_in, bufs[3], n_out)
     finally:
         c._give(bufs)
     with torch.no_grad():
@@ -727,6 +748,7 @@ class TorchOp:
         self._ent = op._entry(self.attrs)
         self.__name__ = op.name
         self.registered = _register and globals()["_register"](op)
+        _interrupt.arm()
 
     def _revive(self):
         """The op again after a fork: this process's own session on the same daemon."""

@@ -241,3 +241,41 @@ def test_daemon_warnings_reach_the_user_once(mode, tmp_path):
     else:
         assert logged == []
     assert leftovers(tmp) == []
+
+
+CTRL_C = textwrap.dedent("""
+    import os, signal, sys, threading, time, torch, mxop, mxop.torch as mt
+    c = mxop.connect(timeout=120)
+    c.load("crash.so")
+    op = mt.op(sys.argv[1], c)
+    ident = mt.op("identity", c)
+    ident(torch.ones(4))
+    sent = []
+    def interrupt():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Timer(1.0, interrupt).start()
+    try:
+        op(torch.ones(4), ms=60000)
+        print("NO-INTERRUPT", flush=True)
+    except KeyboardInterrupt:
+        print("INTERRUPTED %.3f" % (time.monotonic() - sent[0]), flush=True)
+    # The session works afterwards.
+    print("AFTER", ident(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist(), flush=True)
+""")
+
+
+@pytest.mark.parametrize("opname", ["sleep", "hang"])
+def test_ctrl_c_abandons_a_slow_call(opname, tmp_path):
+    tmp = str(tmp_path)
+    plugins = os.path.join(BUILD, "tests", "plugins")
+    p = subprocess.run([PYTHON, "-c", CTRL_C, opname],
+                       env=clean_env(tmp, MXOP_PLUGIN_DIR=plugins), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = dict(ln.split(" ", 1) for ln in p.stdout.splitlines())
+    assert "INTERRUPTED" in lines, p.stdout
+    # The op would take 60 s; the bound is generous for a loaded machine
+    # (measured about 0.002 s when idle).
+    assert float(lines["INTERRUPTED"]) < 5.0
+    assert lines["AFTER"] == "[1.0, 2.0, 3.0, 4.0]"
