@@ -7,7 +7,8 @@ can call it, and torch.fx traces it.  Per op, one schema and three kernels:
   - the schema: its inputs (Tensor x0, Tensor x1, ... or Tensor[] inputs
     for a variadic op), its outputs (Tensor or a tuple), then keywords:
     the declared attributes, typed, each optional (None: the op's own
-    default); without declarations `str[]? attrs` ("name=value" strings);
+    default); without declarations `str? attrs`, "name=value" pairs joined
+    by ";" (one string: jit.trace cannot record a list of strings);
     always `float? timeout` and `int? seed`;
   - CPU and CUDA: the call itself (mxop.torch's forward);
   - Autograd: the call as an autograd Function (the op's backward);
@@ -51,7 +52,7 @@ def _schema(name, n_in, n_out, decl):
         args = ["Tensor x%d" % i for i in range(n_in)]
     kw = []
     if decl is None:
-        kw.append("str[]? attrs=None")
+        kw.append("str? attrs=None")
     else:
         for a in decl:
             kw.append("%s? %s=None" % (_TYPES.get(str(a[1]).lower(), "str"), a[0]))
@@ -67,12 +68,14 @@ def _split(e, args, kw):
     seed = kw.pop("seed", None)
     if e.decl is None:
         attrs = {}
-        for s in kw.pop("attrs", None) or ():
+        for s in (kw.pop("attrs", None) or "").split(";"):
+            if not s.strip():
+                continue
             k, sep, v = s.partition("=")
             if not sep:
-                raise ValueError("mxop op '%s': attrs entries are 'name=value', got %r"
+                raise ValueError("mxop op '%s': attrs is 'name=value;name=value', got %r"
                                  % (e.name, s))
-            attrs[k] = v
+            attrs[k.strip()] = v
     else:
         attrs = {k: v for k, v in kw.items() if v is not None}
     return tensors, attrs, timeout, seed
@@ -132,7 +135,7 @@ def call_args(name, tensors, attrs, timeout, seed):
     kw = {}
     if attrs:
         if e.decl is None:
-            kw["attrs"] = ["%s=%s" % (k, _text(v)) for k, v in attrs.items()]
+            kw["attrs"] = ";".join("%s=%s" % (k, _text(v)) for k, v in attrs.items())
         else:
             kw.update(attrs)
     if timeout is not None:
