@@ -4,6 +4,7 @@ import glob
 import os
 import re
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -62,3 +63,29 @@ def test_documented_torchrun_command_runs(tmp_path):
                        text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert any(ln.startswith("RESULT ") for ln in p.stdout.splitlines()), p.stdout
+
+
+def test_documented_pip_install_works(tmp_path):
+    cmds = [b for b in blocks(DOCS[1], "sh") if "pip install" in b]
+    assert len(cmds) == 1
+    argv = shlex.split(cmds[0].splitlines()[0])
+    assert argv[:4] == ["/usr/bin/python3", "-m", "pip", "install"]
+    # Built from a copy, so that the source tree gets no build directories.
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(SOURCE, "python"), src,
+                    ignore=shutil.ignore_patterns("__pycache__", "tests"))
+    site = tmp_path / "site"
+    argv[0] = PYTHON
+    argv[argv.index("--target") + 1] = str(site)
+    argv[-1] = str(src)
+    env = clean_env(str(tmp_path))
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    env["PYTHONPATH"] = str(site)  # the installed copy, told MXOP_BUILD_DIR
+    code = ("import mxop, mxop.torch, torch; assert mxop.__file__.startswith(%r); "
+            "g = mxop.torch.load(None, 'gemm.so').gemm; "
+            "print(g(torch.ones(2, 3), torch.ones(3, 2)).tolist())" % str(site))
+    p = subprocess.run([PYTHON, "-c", code], env=env, cwd=str(tmp_path), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[[3.0, 3.0], [3.0, 3.0]]"
