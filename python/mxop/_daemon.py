@@ -225,7 +225,11 @@ class Daemon:
             self.dir = None
         w, self._watcher = self._watcher, None
         if w is not None and w.poll() is None:
-            w.kill()
+            # The cleaner leads its own process group: end its tail too.
+            try:
+                os.killpg(w.pid, signal.SIGKILL)
+            except OSError:
+                w.kill()
             w.wait()
         return rc
 

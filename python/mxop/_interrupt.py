@@ -38,7 +38,9 @@ def _watch(fd):
             return
         if signal.SIGINT in data:
             pid = inflight[0]
-            if pid > 0:
+            # Only while Ctrl-C means KeyboardInterrupt: a handler installed
+            # later may mean to ignore it, and then the call must go on.
+            if pid > 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:  # gone already, or not ours to signal
