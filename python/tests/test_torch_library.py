@@ -102,3 +102,21 @@ def test_schema_from_declared_attributes():
     assert tl._schema("f", -1, 2, None) == (
         "f(Tensor[] inputs, *, str? attrs=None, float? timeout=None, int? seed=None) "
         "-> (Tensor, Tensor)")
+
+
+def test_traced_module_differentiates_and_saves(T):
+    import io
+
+    m = torch.nn.Sequential(mt.Linear(4, 3, T.gemm), torch.nn.ReLU())
+    tr = torch.jit.trace(m, torch.randn(2, 4))
+    x = torch.randn(5, 4, requires_grad=True)
+    y = tr(x)
+    y.sum().backward()
+    x2 = x.detach().requires_grad_()
+    m(x2).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(y, m(x2))
+    buf = io.BytesIO()
+    torch.jit.save(tr, buf)
+    buf.seek(0)
+    torch.testing.assert_close(torch.jit.load(buf)(x), y)
