@@ -45,11 +45,15 @@ _TYPES = {"int": "int", "i64": "int", "i32": "int", "int64": "int", "float": "fl
           "string": "str"}
 
 
-def _schema(name, n_in, n_out, decl):
+def _schema(name, n_in, n_out, decl, mutated=0):
+    """The op's schema; inputs the op writes in place (bits of `mutated`)
+    are annotated as written (Tensor(a!)), so that TorchScript does not
+    reorder or merge calls around them."""
     if n_in < 0:
         args = ["Tensor[] inputs"]
     else:
-        args = ["Tensor x%d" % i for i in range(n_in)]
+        args = ["Tensor(%s!) x%d" % (chr(97 + i), i) if (mutated >> i & 1 and i < 26)
+                else "Tensor x%d" % i for i in range(n_in)]
     kw = []
     if decl is None:
         kw.append("str? attrs=None")
@@ -86,7 +90,7 @@ def registered(name):
     return name in _ops
 
 
-def register(name, n_in, n_out, decl, target):
+def register(name, n_in, n_out, decl, target, mutated=0):
     """Registers op `name` (once per process) or points it at `target`.
 
     target: an object with run(tensors, attrs, timeout, seed, grad) (the
@@ -106,7 +110,7 @@ def register(name, n_in, n_out, decl, target):
     e.decl = [tuple(a) for a in decl] if decl is not None else None
     e.target = target
     lib = _library()
-    lib.define(_schema(name, n_in, n_out, e.decl))
+    lib.define(_schema(name, n_in, n_out, e.decl, mutated))
 
     def run(grad):
         def kernel(*args, **kw):

@@ -704,7 +704,7 @@ def _register(op):
         decl = None
     try:
         return _tl.register(op.name, op.num_inputs, op.num_outputs, decl,
-                            _Target(TorchOp(op, _register=False)))
+                            _Target(TorchOp(op, _register=False)), op.mutated_inputs)
     except RuntimeError:  # a name or declaration the schema language cannot take
         return False
 

@@ -99,6 +99,8 @@ def test_schema_from_declared_attributes():
     s = tl._schema("gemm2", 2, 1, decl)
     assert s == ("gemm2(Tensor x0, Tensor x1, *, float? alpha=None, bool? transpose_b=None, "
                  "str? mode=None, float? timeout=None, int? seed=None) -> Tensor")
+    assert tl._schema("g", 2, 1, None, mutated=2).startswith(
+        "g(Tensor x0, Tensor(b!) x1, *, str? attrs=None")
     assert tl._schema("f", -1, 2, None) == (
         "f(Tensor[] inputs, *, str? attrs=None, float? timeout=None, int? seed=None) "
         "-> (Tensor, Tensor)")
