@@ -242,15 +242,22 @@ def _call(c, fn, *args):
         raise
     finally:
         _inflight[0] = 0
+    if rc < 0 or not d.get("_wpid"):
+        _settle(c, rc)
+    return rc
+
+
+def _settle(c, rc):
+    """After a call: raises its error (forgetting the worker's pid: it may be
+    replaced), or looks the worker's pid up if it is not known yet."""
+    d = c.__dict__
     if rc < 0:
         d["_wpid"] = 0
         raise c._error(rc)
-    if not d.get("_wpid"):
-        try:
-            d["_wpid"] = c.stats().worker_pid
-        except Exception:  # no stats: Ctrl-C then waits for the call
-            d["_wpid"] = -1
-    return rc
+    try:
+        d["_wpid"] = c.stats().worker_pid
+    except Exception:  # no stats: Ctrl-C then waits for the call
+        d["_wpid"] = -1
 
 
 # ---- CUDA tensors as device regions ------------------------------------------
@@ -392,7 +399,18 @@ def _forward(op, ent, tensors):
             b = c._alloc(s.dtype, s.ndim, s.caddr)
             _memmove(ob_addr + i * _ASZ, _addressof(b), _ASZ)
             blocks.append(b)
-        _call(c, _lib_.mxop_forward, h, op._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
+        # _call, inlined: this is the hot path of every forward.
+        d = c.__dict__
+        _inflight[0] = d.get("_wpid", 0)
+        try:
+            rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
+        except BaseException:  # KeyboardInterrupt: the worker was killed
+            d["_wpid"] = 0
+            raise
+        finally:
+            _inflight[0] = 0
+        if rc < 0 or not d.get("_wpid"):
+            _settle(c, rc)
         return tuple([_tensor_view(b, s) for b, s in zip(blocks, specs)])
     finally:
         c._give(bufs)
@@ -491,14 +509,16 @@ class _Fn(torch.autograd.Function):
         ctx.ent = ent
         ctx.n_in = len(inputs)
         ctx.n_out = len(outs)
-        ctx.gen = getattr(op, "gen", None)
+        ctx.gen = op.__dict__.get("gen")  # a _StateOp's; an Op has none (no getattr miss)
         ctx.save_for_backward(*saved_in, *outs)
-        ctx.set_materialize_grads(False)  # None, not zeros, for outputs not used
         nondiff = [o for o in outs if not (o.is_floating_point() or o.is_complex())]
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
         if dirty:
             ctx.mark_dirty(*dirty)
+            # None, not zeros, for the extra outputs' gradients: a gradient
+            # through them is refused, and zeros would look like one.
+            ctx.set_materialize_grads(False)
             return outs + dirty
         return outs[0] if len(outs) == 1 else outs
 
@@ -709,14 +729,27 @@ def _register(op):
         return False
 
 
-def _traced(tensors):
-    """True when this call is being recorded (jit.trace, or fx Proxies)."""
-    if torch._C._get_tracing_state() is not None:
-        return True
+_tracing_state = torch._C._get_tracing_state  # not None under torch.jit.trace
+
+
+_Proxy = torch.fx.Proxy
+_grad_enabled = torch.is_grad_enabled
+
+
+def _mode(tensors):
+    """How to run a call: 2 if torch.fx is tracing it (Proxy inputs), 1 if it
+    goes into the autograd graph, else 0 (one pass over the inputs)."""
+    g = _grad_enabled()
+    m = 0
     for t in tensors:
-        if type(t) is not _Tensor and isinstance(t, torch.fx.Proxy):
-            return True
-    return False
+        if type(t) is not _Tensor:
+            if isinstance(t, _Proxy):
+                return 2
+            if not isinstance(t, _Tensor):
+                continue
+        if g and t.requires_grad:
+            m = 1
+    return m
 
 
 class TorchOp:
@@ -775,11 +808,12 @@ class TorchOp:
                                                     or seed is not None) else self._ent
         if out is not None:
             return _forward_out(op, ent, tensors, out)
-        if self.registered and _traced(tensors):
+        mode = _mode(tensors)
+        if self.registered and (mode == 2 or _tracing_state() is not None):
             # Recorded as a call of torch.ops.mxop.<op>, not as its result.
             args, kw = _tl.call_args(op.name, tensors, {**self.attrs, **attrs}, timeout, seed)
             return _tl.op(op.name)(*args, **kw)
-        if _needs_graph(tensors):
+        if mode:
             r = _Fn.apply(op, ent, *tensors)
             if op.mutated_inputs:
                 n = op.num_outputs
