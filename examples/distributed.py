@@ -2,6 +2,7 @@
 """mxop ops in a torch.distributed job: every rank a client of one daemon.
 
     /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 \\
+        --redirects 2 --tee 2 --log_dir /tmp/mxop-torchrun-logs \\
         examples/distributed.py [--steps N] [--json]
 
 Each rank opens its own session (its own worker) with the node's one
@@ -16,8 +17,9 @@ parameters (they must be identical) and rank 0 prints a summary.
 torch 1.13's launcher under Python 3.11 fails with "'NoneType' object has
 no attribute 'get'" unless --redirects and --tee name a single stream (its
 Std enum lookup misses the zero and multi-bit members there), hence
-"--redirects 2 --tee 2" (stderr to a log file and to the console) in the
-tests.
+"--redirects 2 --tee 2" (stderr to a log file and to the console) and a
+--log_dir in the command above (python/tests/test_docs.py runs it as
+python/README.md documents it).
 """
 
 import argparse

@@ -10,12 +10,20 @@ PR_SET_PDEATHSIG (SIGTERM), so it ends when its parent dies however that
 happens, and atexit stops it cleanly before that.  The daemon ends its
 workers itself.  PR_SET_PDEATHSIG fires when the *thread* that forked the
 child exits, so a daemon asked for from any thread but the main one is
-forked by a helper thread that lives as long as the process.
+forked by a helper thread that lives as long as the process.  A small
+cleaner process (see _start_cleaner) removes the private directory when the
+owner dies without running atexit (os._exit, SIGTERM, SIGKILL).
+
+The embedded daemon is one per process tree: its socket is exported as
+$MXOP_EMBEDDED_SOCKET, so that spawned children (multiprocessing 'spawn',
+DataLoader workers) use it instead of starting their own, and a forked
+child keeps using its parent's.
 """
 
 import atexit
 import ctypes
 import glob
+import logging
 import os
 import queue
 import shutil
@@ -134,6 +142,7 @@ class Daemon:
         self.dir = _private_dir()
         self.socket = os.path.join(self.dir, "mxop.sock")
         self.proc = None
+        self._watcher = None
         try:
             if plugin_dir is None:
                 plugin_dir = os.path.join(self.dir, "plugins")
@@ -153,6 +162,7 @@ class Daemon:
             self.argv = argv
             self.proc = _popen(argv, stdin=subprocess.DEVNULL, stderr=stderr, close_fds=True)
             _daemons.add(self)
+            self._watcher = _start_cleaner(self._owner, self.proc.pid, self.dir)
             self._wait_socket(start_timeout)
         except BaseException:
             self.stop()
@@ -163,7 +173,17 @@ class Daemon:
         return self.proc.pid if self.proc is not None else None
 
     def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is None:
+            return False
+        if os.getpid() != self._owner:
+            # A forked child's copy: the daemon is not our child (waitpid
+            # would say it ended); it lives while its pid and socket do.
+            try:
+                os.kill(self.proc.pid, 0)
+            except OSError:
+                return False
+            return os.path.exists(self.socket)
+        return self.proc.poll() is None
 
     def _wait_socket(self, timeout):
         end = time.monotonic() + timeout
@@ -203,6 +223,14 @@ class Daemon:
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+        w, self._watcher = self._watcher, None
+        if w is not None and w.poll() is None:
+            # The cleaner leads its own process group: end its tail too.
+            try:
+                os.killpg(w.pid, signal.SIGKILL)
+            except OSError:
+                w.kill()
+            w.wait()
         return rc
 
     def kill(self, sig=signal.SIGKILL):
@@ -227,6 +255,80 @@ class Daemon:
         return "<mxop.Daemon pid=%s socket=%r>" % (self.pid, self.socket)
 
 
+# The cleaner: a tiny shell process per daemon, in its own session (so
+# that a terminal's Ctrl-C does not reach it), that waits for the owner
+# process to end however it ends (os._exit, SIGTERM, SIGKILL), then for the
+# daemon (which PR_SET_PDEATHSIG ends with it), then removes the private
+# directory.  A normal stop removes the directory itself and ends the cleaner.
+_CLEANER = ('tail -s 0.2 --pid="$1" -f /dev/null 2>/dev/null; i=0; '
+            'while kill -0 "$2" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; '
+            'rm -rf -- "$3"')
+
+
+def _start_cleaner(owner, pid, d):
+    try:
+        return subprocess.Popen(["/bin/sh", "-c", _CLEANER, "mxop-cleaner", str(owner),
+                                 str(pid), d], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                close_fds=True, start_new_session=True)
+    except OSError:  # no shell: the directory is still removed by a normal stop
+        return None
+
+
+class _Inherited:
+    """The embedded daemon of an ancestor process (one daemon per process
+    tree): found through $MXOP_EMBEDDED_SOCKET, which the ancestor sets; not
+    ours to stop."""
+
+    def __init__(self, socket):
+        self.socket = socket
+        self.dir = os.path.dirname(socket)
+        self.pid = None
+
+    def alive(self):
+        return os.path.exists(self.socket)
+
+    def stop(self, timeout=None):
+        return None
+
+    def __repr__(self):
+        return "<mxop.Daemon (inherited) socket=%r>" % (self.socket,)
+
+
+_ENV = "MXOP_EMBEDDED_SOCKET"
+
+# The embedded daemon's log goes to the "mxop.daemon" logger, not to the
+# user's stderr: what a call's failure logs there is already the message of
+# the exception the call raises, so printing it too would say it twice.
+# The package's logger has a NullHandler (a library's convention): the log
+# shows once logging is configured (logging.basicConfig()).
+log = logging.getLogger("mxop.daemon")
+logging.getLogger("mxop").addHandler(logging.NullHandler())
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+           "error": logging.ERROR}
+
+
+def _forward_log(d):
+    f = d.proc.stderr
+
+    def run():
+        try:
+            for line in iter(f.readline, b""):
+                text = line.decode(errors="replace").rstrip("\n")
+                parts = text.split(" ", 2)
+                level = _LEVELS.get(parts[1], logging.WARNING) if len(parts) > 1 \
+                    else logging.WARNING
+                log.log(level, "%s", text)
+        except Exception:  # interpreter shutdown, closed pipe: nothing to forward
+            pass
+        finally:
+            try:
+                f.close()
+            except Exception:
+                pass
+
+    threading.Thread(target=run, name="mxop-daemon-log", daemon=True).start()
+
 # Every Daemon started here, so that atexit can stop those left running.
 _daemons = weakref.WeakSet()
 
@@ -245,7 +347,16 @@ def embedded(plugin_dir=None):
         d = _embedded.get(key)
         if d is not None and d.alive():
             return d
-        d = Daemon(plugin_dir=plugin_dir)
+        inherited = os.environ.get(_ENV)
+        if key is None and inherited and os.path.exists(inherited):
+            # A process this one descends from (spawn, or fork before
+            # its first connect) has one: the whole tree shares it.
+            d = _Inherited(inherited)
+        else:
+            d = Daemon(plugin_dir=plugin_dir, stderr=subprocess.PIPE)
+            _forward_log(d)
+            if key is None:
+                os.environ[_ENV] = d.socket
         _embedded[key] = d
         return d
 
@@ -255,6 +366,10 @@ def stop_embedded():
     with _embedded_lock:
         ds = list(_embedded.values())
         _embedded.clear()
+        for d in ds:
+            if isinstance(d, Daemon) and os.environ.get(_ENV) == d.socket \
+                    and os.getpid() == d._owner:
+                del os.environ[_ENV]
     for d in ds + list(_daemons):
         try:
             d.stop()

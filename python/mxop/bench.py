@@ -12,6 +12,11 @@ Rows (microseconds per call, median of 5 runs of N calls):
   torch_relu_grad     TorchOp building the autograd graph (Function.apply)
   torch_relu_fwd_bwd  forward + backward through autograd
   torch_builtin_relu  torch.relu, in process (the floor of any proxy)
+  torch_ops_relu_nograd / _grad  the op through torch.ops.mxop.relu (dispatcher)
+  torch_pyfunction_relu  a Python autograd.Function around torch.relu
+  torch_ops_relu_fwd_bwd / torch_pyfunction_fwd_bwd: forward + backward of each;
+                  torch_fwd_bwd_vs_pyfunction_ratio (target <= 1.5)
+  stub_torch_ops_nograd  the Python layer's own cost through torch.ops
   torch_relu_1MiB_mxop / _builtin / _ratio: relu of 1 MiB from PyTorch through
                   mxop vs torch.relu in process (target: ratio <= 1.2)
   gemm_mxop_NxN / gemm_torch_NxN: forward of an NxN f32 product
@@ -87,6 +92,36 @@ def run(socket=None, n=20000, gemm_n=256):
         rows["torch_relu_fwd_bwd"] = _time(fb, n // 2)
         rows["torch_builtin_relu"] = _time(lambda: torch.relu(tx), n)
 
+        # The same 16 floats through the dispatcher (torch.ops.mxop.relu), and
+        # the yardstick of a Python autograd.Function around torch.relu.
+        class PyRelu(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t):
+                y = torch.relu(t)
+                ctx.save_for_backward(y)
+                return y
+
+            @staticmethod
+            def backward(ctx, g):
+                y, = ctx.saved_tensors
+                return g * (y > 0)
+
+        top = torch.ops.mxop.relu
+        rows["torch_ops_relu_nograd"] = _time(lambda: top(tx), n)
+        rows["torch_ops_relu_grad"] = _time(lambda: top(txg), n)
+        rows["torch_pyfunction_relu"] = _time(lambda: PyRelu.apply(txg), n)
+
+        def fb_ops():
+            top(txg).backward(tx)
+
+        def fb_py():
+            PyRelu.apply(txg).backward(tx)
+
+        rows["torch_ops_relu_fwd_bwd"] = _time(fb_ops, n // 2)
+        rows["torch_pyfunction_fwd_bwd"] = _time(fb_py, n // 2)
+        rows["torch_fwd_bwd_vs_pyfunction_ratio"] = (rows["torch_relu_fwd_bwd"] /
+                                                     rows["torch_pyfunction_fwd_bwd"])
+
         # relu on 1 MiB (262144 f32) from PyTorch: through mxop (zero-copy
         # input, output allocated in shared memory per call) vs torch.relu in
         # process, each making a fresh output as an engine op would.
@@ -107,6 +142,12 @@ def run(socket=None, n=20000, gemm_n=256):
     rows.update(_python_layer_only(c, relu, x, tx if torch is not None else None, n))
     c.close()
     return rows
+
+
+def torch_ops_relu():
+    import torch
+
+    return torch.ops.mxop.relu
 
 
 def _python_layer_only(c, relu, x, tx, n):
@@ -134,6 +175,8 @@ def _python_layer_only(c, relu, x, tx, n):
             txg = tx.detach().requires_grad_()
             rows["stub_torch_op_nograd"] = _time(lambda: tr(tx), n)
             rows["stub_torch_op_autograd"] = _time(lambda: tr(txg), n)
+            top = torch_ops_relu()
+            rows["stub_torch_ops_nograd"] = _time(lambda: top(tx), n)
     finally:
         lib.mxop_forward = real
     return rows

@@ -289,6 +289,8 @@ class Client:
 
     def _handle(self):
         if not self._h or self._close_pending:
+            if getattr(self, "_forked", False):
+                raise Disconnected(-1007, _FORKED_MSG % (self.path,))
             raise Disconnected(-1007, "the client is closed")
         return self._h
 
@@ -560,6 +562,12 @@ class Client:
 
 
 _clients = weakref.WeakSet()
+
+# Why a client inherited through os.fork() refuses calls, and the remedy.
+_FORKED_MSG = ("this client (socket %s) was made before os.fork(); a forked child cannot "
+               "use its parent's session: call mxop.connect() in the child (e.g. in a "
+               "DataLoader worker_init_fn), use the 'spawn' start method, or use "
+               "mxop.torch ops, which reconnect by themselves")
 
 
 def _after_fork_in_child():

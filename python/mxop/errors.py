@@ -47,7 +47,7 @@ _TABLE = (
 )
 
 
-class MxopError(Exception):
+class MxopError(RuntimeError):
     """Base of every mxop error.
 
     code: the negative MXOP_E* number; name: "MXOP_ETIMEOUT";
@@ -59,7 +59,7 @@ class MxopError(Exception):
     name = "MXOP_E?"
 
     def __init__(self, code, message):
-        Exception.__init__(self, message)
+        RuntimeError.__init__(self, message)
         self.code = code
         self.message = message
         self.name = "MXOP_E" + _NAMES[code] if code in _NAMES else _lib_name(code)

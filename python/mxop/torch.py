@@ -37,15 +37,18 @@ hold open), call release_cuda_regions(client).
 """
 
 import ctypes
+import os
 
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
 
+from . import _interrupt
 from . import _lib
+from . import _torch_library as _tl
 from . import client as _cl
 from .client import Client, Op, _OutSpec, _ZPAD, _ASZ
-from .errors import InvalidArgument, NotSupported
+from .errors import (InvalidArgument, NotSupported, InvalidAttribute, ArityMismatch,
+                     ShapeMismatch, DtypeMismatch, UnknownOp)
 
 _lib_ = _lib.lib
 _pack_array = _lib.ARRAY_STRUCT.pack_into
@@ -53,6 +56,7 @@ _memmove = ctypes.memmove
 _addressof = ctypes.addressof
 _from_numpy = torch.from_numpy
 _Tensor = torch.Tensor
+_strided = torch.strided
 
 _MX_OF_TORCH = {
     torch.float32: _lib.F32,
@@ -182,6 +186,9 @@ def _pack_tensor(c, buf, i, t, keep, devs=None):
             return c._pack_np(buf, i, t, keep)
         t = torch.as_tensor(t)
         keep.append(t)
+    if t.layout is not _strided:
+        raise NotSupported(-1023, "mxop: input %d is a %s tensor; mxop ops take dense "
+                           "(strided) tensors: call .to_dense() first" % (i, t.layout))
     if t.device.type != "cpu":
         if t.device.type != "cuda" or devs is None:
             raise NotSupported(-1023, "input %d is on %s; mxop passes CPU and CUDA tensors only"
@@ -214,6 +221,43 @@ def _pack_tensor(c, buf, i, t, keep, devs=None):
         _pack_array(buf, i * _ASZ, ptr, code, ndim, *shape, *_ZPAD[ndim],
                     ro[0], ro[1], nbytes, 0)
     return code, shape
+
+
+# ---- the call itself ----------------------------------------------------------
+
+_inflight = _interrupt.inflight
+
+
+def _call(c, fn, *args):
+    """fn(*args) (mxop_forward or mxop_backward) with the worker's pid in
+    _interrupt.inflight, so that Ctrl-C can abandon the call; raises the
+    call's error.  The pid is looked up once per worker (after a failure
+    the worker may be a new one)."""
+    d = c.__dict__
+    _inflight[0] = d.get("_wpid", 0)
+    try:
+        rc = fn(*args)
+    except BaseException:  # KeyboardInterrupt: the worker was killed
+        d["_wpid"] = 0
+        raise
+    finally:
+        _inflight[0] = 0
+    if rc < 0 or not d.get("_wpid"):
+        _settle(c, rc)
+    return rc
+
+
+def _settle(c, rc):
+    """After a call: raises its error (forgetting the worker's pid: it may be
+    replaced), or looks the worker's pid up if it is not known yet."""
+    d = c.__dict__
+    if rc < 0:
+        d["_wpid"] = 0
+        raise c._error(rc)
+    try:
+        d["_wpid"] = c.stats().worker_pid
+    except Exception:  # no stats: Ctrl-C then waits for the call
+        d["_wpid"] = -1
 
 
 # ---- CUDA tensors as device regions ------------------------------------------
@@ -308,9 +352,7 @@ def _forward_cuda(c, h, op, ent, bufs, n_in, specs, devs, keep):
         _pack_cuda(c, ob, i, o, keep, 0)
         outs.append(o)
     _sync(devs)
-    rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, bufs[3], len(specs))
-    if rc < 0:
-        raise c._error(rc)
+    _call(c, _lib_.mxop_forward, h, op._p, ent.addr, bufs[1], n_in, bufs[3], len(specs))
     return tuple(outs)
 
 
@@ -324,9 +366,7 @@ def _backward_cuda(c, h, op, ent, bufs, n_all, sig, off, needs, devs, keep):
         _pack_cuda(c, ob, i, g, keep, 0 if needs[i] else _lib.REQ_NULL)
         outs.append(g)
     _sync(devs)
-    rc = _lib_.mxop_backward(h, op._p, ent.addr, bufs[1], n_all, bufs[3], len(needs))
-    if rc < 0:
-        raise c._error(rc)
+    _call(c, _lib_.mxop_backward, h, op._p, ent.addr, bufs[1], n_all, bufs[3], len(needs))
     return tuple([g if needs[i] else None for i, g in enumerate(outs)])
 
 
@@ -359,9 +399,18 @@ def _forward(op, ent, tensors):
             b = c._alloc(s.dtype, s.ndim, s.caddr)
             _memmove(ob_addr + i * _ASZ, _addressof(b), _ASZ)
             blocks.append(b)
-        rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
-        if rc < 0:
-            raise c._error(rc)
+        # _call, inlined: this is the hot path of every forward.
+        d = c.__dict__
+        _inflight[0] = d.get("_wpid", 0)
+        try:
+            rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
+        except BaseException:  # KeyboardInterrupt: the worker was killed
+            d["_wpid"] = 0
+            raise
+        finally:
+            _inflight[0] = 0
+        if rc < 0 or not d.get("_wpid"):
+            _settle(c, rc)
         return tuple([_tensor_view(b, s) for b, s in zip(blocks, specs)])
     finally:
         c._give(bufs)
@@ -392,40 +441,112 @@ def _backward(op, ent, grads, inputs, outputs, needs):
                 ctypes.c_int32.from_address(ob_addr + i * _ASZ + _cl._OFF_REQ).value = \
                     _lib.REQ_NULL
             blocks.append((b, s))
-        rc = _lib_.mxop_backward(h, op._p, ent.addr, bufs[1], len(allin), ob_addr, n_fwd)
-        if rc < 0:
-            raise c._error(rc)
+        _call(c, _lib_.mxop_backward, h, op._p, ent.addr, bufs[1], len(allin), ob_addr, n_fwd)
         return tuple([_tensor_view(b, s) if needs[i] else None
                       for i, (b, s) in enumerate(blocks)])
     finally:
         c._give(bufs)
 
 
+# ---- autograd ----------------------------------------------------------------
+
+class _Once(torch.autograd.Function):
+    """The node under gradients computed with create_graph=True: it links
+    them to the tensors they depend on (the call's inputs and output
+    gradients), so that differentiating them again reaches it, and raises
+    there.  An mxop backward runs in the worker and is once-differentiable;
+    a second derivative through it would otherwise be silently zero (or
+    "not used in the graph")."""
+
+    @staticmethod
+    def forward(ctx, name, n, *args):
+        ctx.name = name
+        ctx.n_args = len(args)
+        return tuple(a.clone() for a in args[:n])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotSupported(-1023, "mxop op '%s' is once-differentiable: its backward runs "
+                           "in the worker and cannot itself be differentiated (double "
+                           "backward, e.g. a gradient penalty or gradgradcheck, is not "
+                           "supported)" % ctx.name)
+
+
+def _no_double_backward(name, res, deps):
+    """`res` (gradients, some None) linked through _Once to `deps`."""
+    idx = [i for i, r in enumerate(res) if r is not None]
+    links = [d for d in deps if isinstance(d, _Tensor) and d.requires_grad]
+    if not idx or not links:
+        return res
+    wrapped = _Once.apply(name, len(idx), *[res[i] for i in idx], *links)
+    out = list(res)
+    for i, w in zip(idx, wrapped):
+        out[i] = w
+    return tuple(out)
+
+
 class _Fn(torch.autograd.Function):
-    """One mxop call in the autograd graph: apply(op, entry, *inputs)."""
+    """One mxop call in the autograd graph: apply(op, entry, *inputs).
+
+    Inputs the op writes in place (its mutated_inputs) are marked dirty and
+    returned after the op's outputs (the caller drops them), as torch's own
+    in-place ops do; their values before the call are what backward sees.
+    A stateful op's backward is refused once its state has run another
+    forward (the state then holds that call's values, not this one's)."""
 
     @staticmethod
     def forward(ctx, op, ent, *inputs):
+        mut = op.mutated_inputs
+        saved_in = inputs
+        dirty = ()
+        if mut:
+            dirty = tuple(t for i, t in enumerate(inputs)
+                          if mut >> i & 1 and isinstance(t, _Tensor))
+            saved_in = tuple(t.clone() if (mut >> i & 1 and isinstance(t, _Tensor)) else t
+                             for i, t in enumerate(inputs))
         outs = _forward(op, ent, inputs)
         ctx.op = op
         ctx.ent = ent
         ctx.n_in = len(inputs)
-        ctx.save_for_backward(*inputs, *outs)
+        ctx.n_out = len(outs)
+        ctx.gen = op.__dict__.get("gen")  # a _StateOp's; an Op has none (no getattr miss)
+        ctx.save_for_backward(*saved_in, *outs)
         nondiff = [o for o in outs if not (o.is_floating_point() or o.is_complex())]
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
+        if dirty:
+            ctx.mark_dirty(*dirty)
+            # None, not zeros, for the extra outputs' gradients: a gradient
+            # through them is refused, and zeros would look like one.
+            ctx.set_materialize_grads(False)
+            return outs + dirty
         return outs[0] if len(outs) == 1 else outs
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grads):
+        op = ctx.op
+        extra = grads[ctx.n_out:]
+        grads = grads[:ctx.n_out]
+        if any(g is not None for g in extra):
+            raise NotSupported(-1023, "op '%s' wrote an input in place; a gradient through "
+                               "that input's new value is not supported" % op.name)
+        if ctx.gen is not None and ctx.gen != op.gen:
+            raise InvalidArgument(-1001, "backward of stateful op '%s' (state %#x): the state "
+                                  "has run %d forward call(s) since this one, so its saved "
+                                  "values belong to a later call; run backward before the "
+                                  "next forward of the state" % (op.name, op.state.id,
+                                                                 op.gen - ctx.gen))
         saved = ctx.saved_tensors
         inputs, outputs = saved[:ctx.n_in], saved[ctx.n_in:]
         grads = tuple(torch.zeros_like(o) if g is None else g for g, o in zip(grads, outputs))
         needs = ctx.needs_input_grad[2:]
         if not any(needs):
             return (None, None) + (None,) * ctx.n_in
-        return (None, None) + _backward(ctx.op, ctx.ent, grads, inputs, outputs, needs)
+        with torch.no_grad():
+            res = _backward(op, ctx.ent, grads, inputs, outputs, needs)
+        if torch.is_grad_enabled():
+            res = _no_double_backward(op.name, res, grads + tuple(inputs))
+        return (None, None) + res
 
 
 def _needs_graph(tensors):
@@ -437,31 +558,268 @@ def _needs_graph(tensors):
     return False
 
 
+# ---- keywords ---------------------------------------------------------------
+
+def _declared(op):
+    """The op's declared attributes by name ({name: (name, type, default,
+    required, doc)}), or None when the library declares none (then every
+    keyword goes to the op as an attribute string, as before declarations)."""
+    d = getattr(op, "attrs", None)
+    if not isinstance(d, (list, tuple)):
+        return None
+    return {a[0]: a for a in d}
+
+
+def _check_attrs(op, attrs):
+    """Refuses keywords the op does not declare, naming the op and what it knows."""
+    decl = _declared(op)
+    if decl is None or not attrs:
+        return
+    for k in attrs:
+        if k not in decl:
+            raise InvalidAttribute(-1018, "op '%s' has no attribute '%s' (its attributes: %s; "
+                                   "reserved keywords: out=, timeout=, seed=)"
+                                   % (op.name, k, ", ".join(sorted(decl)) or "none"))
+
+
+def _check_seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 < seed < 2**64:
+        raise InvalidArgument(-1001, "seed= must be an integer in [1, 2**64), got %r "
+                                     "(leave it out for the session's random sequence)"
+                              % (seed,))
+
+
+def _forward_out(op, ent, tensors, out):
+    """A forward writing into the given tensors (out=), as torch's out= does:
+    no autograd, shapes and dtypes must match what the op produces."""
+    outs = (out,) if isinstance(out, _Tensor) else tuple(out)
+    n_out = op.num_outputs
+    if len(outs) != n_out:
+        raise ArityMismatch(-1015, "op '%s' has %d output(s); out= gave %d"
+                            % (op.name, n_out, len(outs)))
+    if torch.is_grad_enabled() and (_needs_graph(tensors) or any(
+            isinstance(o, _Tensor) and o.requires_grad for o in outs)):
+        raise NotSupported(-1023, "op '%s': out= does not support autograd (an input or an "
+                           "out tensor requires grad); call it under torch.no_grad() or "
+                           "without out=" % op.name)
+    c = op.client
+    h = c._handle()
+    n_in = len(tensors)
+    bufs = c._bufs(n_in, n_out)
+    keep = []
+    try:
+        ib = bufs[0]
+        sig = tuple([_pack_tensor(c, ib, i, t, keep) for i, t in enumerate(tensors)])
+        specs = op._specs(ent, sig)
+        for i, (o, s) in enumerate(zip(outs, specs)):
+            if not isinstance(o, _Tensor) or o.device.type != "cpu" \
+                    or o.layout is not _strided or not o.is_contiguous():
+                raise InvalidArgument(-1001, "op '%s': out[%d] must be a contiguous CPU "
+                                      "tensor" % (op.name, i))
+            if _MX_OF_TORCH.get(o.dtype) != s.dtype:
+                raise DtypeMismatch(-1017, "op '%s': out[%d] is %s; the op gives %s"
+                                    % (op.name, i, o.dtype, _TORCH_OF.get(s.dtype)))
+            if tuple(o.shape) != s.shape:
+                raise ShapeMismatch(-1016, "op '%s': out[%d] has shape %s; the op gives %s"
+                                    % (op.name, i, tuple(o.shape), s.shape))
+            _pack_tensor(c, bufs[2], i, o, keep)
+        _call(c, _lib_.mxop_forward, h, op._p, ent.addr, bufs[1], n_in, bufs[3], n_out)
+    finally:
+        c._give(bufs)
+    with torch.no_grad():
+        for o in outs:
+            # The worker wrote the memory behind torch's back: bump the version
+            # counter, so that a saved copy of `o` is known to be stale.
+            if o.dtype is not torch.bool and o.numel():
+                o.mul_(1)
+    return outs[0] if n_out == 1 else outs
+
+
+# ---- processes: pickling and fork -------------------------------------------
+
+_restored = {}  # socket path -> the client this process uses for restored ops
+
+
+def _client_for(path):
+    """A client of this process on the daemon at `path` (the one that made an
+    op): an open one if there is one, else a new connection; without that
+    socket, the default client."""
+    from . import connect, default_client
+
+    c = _restored.get(path)
+    if c is not None and not c.closed:
+        return c
+    for c in list(_cl._clients):
+        if c.path == path and not c.closed:
+            _restored[path] = c
+            return c
+    if path and os.path.exists(path):
+        c = connect(path)
+    else:
+        c = default_client()
+    _restored[path] = c
+    return c
+
+
+def _find_op(client, library, name):
+    try:
+        return client.op(name)
+    except UnknownOp:
+        client.load(library)
+        return client.op(name)
+
+
+def _restore(library, name, attrs, path):
+    return TorchOp(_find_op(_client_for(path), library, name), **attrs)
+
+
+# ---- torch.ops.mxop.<op>: the dispatcher's view of an op ----------------------
+
+class _Target:
+    """What the dispatcher's kernels of one op name call (see _torch_library)."""
+
+    def __init__(self, top):
+        self.top = top
+
+    def run(self, tensors, attrs, timeout, seed, grad):
+        t = self.top
+        op = t.op if t.op.client._h else t._revive()
+        ent = t._entry(attrs, timeout, seed)
+        if grad and tensors and isinstance(tensors[0], _Tensor) and tensors[0].is_meta:
+            # The Autograd kernel comes first for meta tensors too.
+            outs = tuple(torch.empty(shape, dtype=dt, device="meta")
+                         for dt, shape in self.meta(tensors, attrs))
+            return outs[0] if len(outs) == 1 else outs
+        if grad and _needs_graph(tensors):
+            r = _Fn.apply(op, ent, *tensors)
+            if op.mutated_inputs:
+                n = op.num_outputs
+                return r[0] if n == 1 else tuple(r[:n])
+            return r
+        outs = _forward(op, ent, tensors)
+        return outs[0] if len(outs) == 1 else outs
+
+    def meta(self, tensors, attrs):
+        t = self.top
+        op = t.op if t.op.client._h else t._revive()
+        ent = t._entry(attrs)
+        sig = tuple((dtype_code(x.dtype), tuple(x.shape)) for x in tensors)
+        return [(_TORCH_OF[s.dtype], s.shape) for s in op._specs(ent, sig)]
+
+
+def _register(op):
+    """Makes `op` torch.ops.mxop.<name> (stateful ops stay mxop.torch only:
+    a state is an object, not an argument a schema can carry)."""
+    if op.stateful:
+        return False
+    e = _tl._ops.get(op.name)
+    if e is not None:
+        if e.target.top.op is op:
+            return True
+        same = (e.variadic == (op.num_inputs < 0) and e.n_out == op.num_outputs)
+        if not same:
+            return False  # another library's op of that name keeps it
+    decl = getattr(op, "attrs", None)
+    if not isinstance(decl, (list, tuple)):
+        decl = None
+    try:
+        return _tl.register(op.name, op.num_inputs, op.num_outputs, decl,
+                            _Target(TorchOp(op, _register=False)), op.mutated_inputs)
+    except RuntimeError:  # a name or declaration the schema language cannot take
+        return False
+
+
+_tracing_state = torch._C._get_tracing_state  # not None under torch.jit.trace
+
+
+_Proxy = torch.fx.Proxy
+_grad_enabled = torch.is_grad_enabled
+
+
+def _mode(tensors):
+    """How to run a call: 2 if torch.fx is tracing it (Proxy inputs), 1 if it
+    goes into the autograd graph, else 0 (one pass over the inputs)."""
+    g = _grad_enabled()
+    m = 0
+    for t in tensors:
+        if type(t) is not _Tensor:
+            if isinstance(t, _Proxy):
+                return 2
+            if not isinstance(t, _Tensor):
+                continue
+        if g and t.requires_grad:
+            m = 1
+    return m
+
+
 class TorchOp:
     """An mxop op on tensors, with autograd through the op's backward.
 
     Keyword arguments at construction are default attributes; at a call
-    they add to (or override) them.  Without grad (torch.no_grad(), or no
-    input requires grad) a call skips the autograd machinery."""
+    they add to (or override) them.  Reserved keywords at a call:
+    timeout= (seconds: this call's deadline), seed= (the call's random
+    seed, an integer >= 1), out= (tensor(s) the outputs are written into;
+    no autograd).  When the op declares its attributes, any other keyword
+    must be one of them (InvalidAttribute otherwise).  Without grad
+    (torch.no_grad(), or no input requires grad) a call skips the autograd
+    machinery.
 
-    def __init__(self, op, **attrs):
+    A TorchOp pickles as (library, op, attributes, daemon socket) and is
+    found again in the unpickling process (deepcopy, torch.save, spawn);
+    in a forked child it reconnects to the same daemon on first use."""
+
+    def __init__(self, op, _register=True, **attrs):
         if not isinstance(op, Op):
             raise InvalidArgument(-1001, "TorchOp needs an mxop.Op, got %r" % (op,))
+        for k in ("out", "timeout", "seed"):
+            if k in attrs:
+                raise InvalidArgument(-1001, "%s= is a keyword of a call, not an attribute "
+                                             "of op '%s'" % (k, op.name))
+        _check_attrs(op, attrs)
         self.op = op
         self.attrs = dict(attrs)
         self._ent = op._entry(self.attrs)
         self.__name__ = op.name
+        self.registered = _register and globals()["_register"](op)
+        _interrupt.arm()
 
-    def _entry(self, attrs):
-        if not attrs:
+    def _revive(self):
+        """The op again after a fork: this process's own session on the same daemon."""
+        c = self.op.client
+        if not getattr(c, "_forked", False):
+            c._handle()  # raises: the client is closed
+        self.op = _find_op(_client_for(c.path), self.op.library, self.op.name)
+        return self.op
+
+    def _entry(self, attrs, timeout=None, seed=None):
+        if not attrs and timeout is None and seed is None:
             return self._ent
-        return self.op._entry({**self.attrs, **attrs})
+        if attrs:
+            _check_attrs(self.op, attrs)
+        if seed is not None:
+            _check_seed(seed)
+        return self.op._entry({**self.attrs, **attrs}, 0, timeout, seed)
 
-    def __call__(self, *tensors, **attrs):
-        ent = self._entry(attrs)
-        if _needs_graph(tensors):
-            return _Fn.apply(self.op, ent, *tensors)
-        outs = _forward(self.op, ent, tensors)
+    def __call__(self, *tensors, out=None, timeout=None, seed=None, **attrs):
+        op = self.op
+        if not op.client._h:
+            op = self._revive()
+        ent = self._entry(attrs, timeout, seed) if (attrs or timeout is not None
+                                                    or seed is not None) else self._ent
+        if out is not None:
+            return _forward_out(op, ent, tensors, out)
+        mode = _mode(tensors)
+        if self.registered and (mode == 2 or _tracing_state() is not None):
+            # Recorded as a call of torch.ops.mxop.<op>, not as its result.
+            args, kw = _tl.call_args(op.name, tensors, {**self.attrs, **attrs}, timeout, seed)
+            return _tl.op(op.name)(*args, **kw)
+        if mode:
+            r = _Fn.apply(op, ent, *tensors)
+            if op.mutated_inputs:
+                n = op.num_outputs
+                return r[0] if n == 1 else r[:n]
+            return r
+        outs = _forward(op, ent, tensors)
         return outs[0] if len(outs) == 1 else outs
 
     def bind(self, **attrs):
@@ -470,15 +828,24 @@ class TorchOp:
 
     def create_state(self, *tensors, **attrs):
         """A TorchState of this (stateful) op for inputs like these."""
+        _check_attrs(self.op, attrs)
         return TorchState(self.op.create_state(*[_spec_of(t) for t in tensors],
                                                **{**self.attrs, **attrs}))
+
+    def __reduce__(self):
+        return (_restore, (self.op.library, self.op.name, self.attrs, self.op.client.path))
+
+    def __deepcopy__(self, memo):
+        # Same process: the copy shares the op (ops hold no per-call state).
+        return TorchOp(self.op, **self.attrs)
 
     def __repr__(self):
         return "<mxop.torch.TorchOp %s %r>" % (self.op.name, self.attrs)
 
 
 class _StateOp:
-    """What _Fn needs of an op, for a state: its client, pointer and outputs."""
+    """What _Fn needs of an op, for a state: its client, pointer and outputs,
+    and `gen`, the number of forward calls the state has run."""
 
     def __init__(self, state):
         self.state = state
@@ -486,12 +853,18 @@ class _StateOp:
         self.client = op.client
         self._p = op._p
         self.num_outputs = op.num_outputs
+        self.mutated_inputs = op.mutated_inputs
         self.name = op.name
         self._specs = op._specs
+        self.gen = 0
 
 
 class TorchState:
-    """A stateful op instance on tensors (autograd through state_backward)."""
+    """A stateful op instance on tensors (autograd through state_backward).
+
+    The backward of a call must run before the state's next forward: the
+    state then holds that later call's values, so a late backward raises
+    InvalidArgument instead of computing with them."""
 
     def __init__(self, state):
         self.state = state
@@ -500,9 +873,15 @@ class TorchState:
     def __call__(self, *tensors):
         self.state._alive()
         ent = self.state._ent
+        sop = self._op
+        sop.gen += 1
         if _needs_graph(tensors):
-            return _Fn.apply(self._op, ent, *tensors)
-        outs = _forward(self._op, ent, tensors)
+            r = _Fn.apply(sop, ent, *tensors)
+            if sop.mutated_inputs:
+                n = sop.num_outputs
+                return r[0] if n == 1 else r[:n]
+            return r
+        outs = _forward(sop, ent, tensors)
         return outs[0] if len(outs) == 1 else outs
 
     def recreate(self):
@@ -510,6 +889,11 @@ class TorchState:
 
     def close(self):
         self.state.close()
+
+    def __reduce__(self):
+        raise NotSupported(-1023, "a TorchState of op '%s' lives in one worker and cannot be "
+                           "pickled or copied; create a new state where it is needed"
+                           % self.state.op.name)
 
     @property
     def id(self):

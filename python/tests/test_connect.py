@@ -17,7 +17,7 @@ from conftest import PYTHON, SOURCE, BUILD
 
 def clean_env(**extra):
     env = {k: v for k, v in os.environ.items()
-           if k not in ("MXOP_SOCKET", "MXOP_PLUGIN_DIR")}
+           if k not in ("MXOP_SOCKET", "MXOP_PLUGIN_DIR", "MXOP_EMBEDDED_SOCKET")}
     env["PYTHONPATH"] = os.path.join(SOURCE, "python")
     env["MXOP_BUILD_DIR"] = BUILD
     env.update(extra)
