@@ -65,22 +65,13 @@ static int read_attrs(mxop_ctx_t *ctx, gemm_attrs_t *a)
     return 0;
 }
 
-/* An unknown key is almost always a typo ("transposeA"), so it is refused. */
+/*
+ * Unknown keys and values that do not parse are refused by the worker from
+ * the declarations (see gemm_attrs in the init below); what is left to
+ * check here is what a type cannot say: alpha must be finite.
+ */
 static int gemm_check_attrs(mxop_ctx_t *ctx)
 {
-    static const char *const known[] = {"transpose_a", "transpose_b", "alpha"};
-    int n = host->attr_count(ctx);
-    for (int i = 0; i < n; i++) {
-        const char *key = host->attr_key(ctx, i);
-        size_t j = 0;
-        while (j < sizeof(known) / sizeof(known[0]) && strcmp(key, known[j]) != 0)
-            j++;
-        if (j == sizeof(known) / sizeof(known[0]))
-            return host->set_error(ctx, MXOP_EATTR,
-                                   "gemm: unknown attribute '%s' (known: transpose_a, "
-                                   "transpose_b, alpha)",
-                                   key);
-    }
     gemm_attrs_t a;
     return read_attrs(ctx, &a);
 }
@@ -208,12 +199,17 @@ MXOP_PLUGIN_INIT(ctx, h)
 {
     host = h;
     /*
-     * Every member used here is from ABI version 1, which any worker that
-     * loads this library has; a library using a later member would check
-     * host->struct_size covers it and refuse with MXOP_EABI otherwise.
+     * Every host member used here is from ABI version 1; a library using a
+     * later member tests it with MXOP_HOST_HAS and refuses with MXOP_EABI
+     * (or does without it) when the worker's table lacks it.
      */
-    if (h->struct_size < offsetof(mxop_host_t, fill) + sizeof(h->fill))
+    if (!MXOP_HOST_HAS(h, fill))
         return h->set_error(ctx, MXOP_EABI, "gemm: the worker's host table is too old");
+    static const mxop_attr_decl_t gemm_attrs[] = {
+        {"transpose_a", MXOP_ATTR_BOOL, 0, "false", "use A transposed (A is k x m)"},
+        {"transpose_b", MXOP_ATTR_BOOL, 0, "false", "use B transposed (B is n x k)"},
+        {"alpha", MXOP_ATTR_FLOAT, 0, "1.0", "scale of the product; finite"},
+    };
     mxop_op_def_t def = {
         .struct_size = sizeof(mxop_op_def_t),
         .name = "gemm",
@@ -226,6 +222,8 @@ MXOP_PLUGIN_INIT(ctx, h)
         .infer_type = gemm_infer_type,
         .forward = gemm_forward,
         .backward = gemm_backward,
+        .attrs = gemm_attrs,
+        .num_attrs = 3,
     };
     return host->register_op(ctx, &def);
 }

@@ -210,6 +210,9 @@ static int rm_state_backward(mxop_ctx_t *ctx, void *state, int n_in, const mxop_
 MXOP_PLUGIN_INIT(ctx, h)
 {
     host = h;
+    static const mxop_attr_decl_t rm_attrs[] = {
+        {"momentum", MXOP_ATTR_FLOAT, 0, "0.1", "weight of the new batch's mean, in [0, 1]"},
+    };
     mxop_op_def_t def = {
         .struct_size = sizeof(mxop_op_def_t),
         .name = "running_mean_norm",
@@ -223,6 +226,8 @@ MXOP_PLUGIN_INIT(ctx, h)
         .state_forward = rm_state_forward,
         .state_backward = rm_state_backward,
         .state_destroy = rm_state_destroy,
+        .attrs = rm_attrs,
+        .num_attrs = 1,
     };
     return host->register_op(ctx, &def);
 }

@@ -6,8 +6,10 @@
  *
  * Subtracting the row's maximum keeps exp() from overflowing, so large
  * logits give exact probabilities instead of inf/inf = NaN.  The optional
- * attribute `axis` may only name the last axis (-1 or ndim - 1); any other
- * value is refused with MXOP_EATTR rather than silently ignored.
+ * attribute `axis` is declared (an int, default -1), so that the worker
+ * refuses a misspelt key such as `dim`; it may only name the last axis (-1
+ * or ndim - 1), and any other value is refused with MXOP_EATTR rather than
+ * silently ignored.
  */
 #include <math.h>
 
@@ -22,13 +24,6 @@ static const char *dtype_name(int32_t dtype)
     static const char *const names[MXOP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16", "i32",
                                                         "i64", "u8",  "i8",  "bool"};
     return dtype >= 0 && dtype < MXOP_DTYPE_COUNT ? names[dtype] : "unknown";
-}
-
-/* Only the parse can be checked here: whether the axis is the last one needs the shape. */
-static int softmax_check_attrs(mxop_ctx_t *ctx)
-{
-    int64_t axis;
-    return host->attr_int(ctx, "axis", -1, &axis);
 }
 
 static int softmax_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, int n_out,
@@ -145,17 +140,21 @@ static int softmax_backward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, 
 MXOP_PLUGIN_INIT(ctx, h)
 {
     host = h;
+    static const mxop_attr_decl_t softmax_attrs[] = {
+        {"axis", MXOP_ATTR_INT, 0, "-1", "the axis to normalise; only the last (-1 or ndim-1)"},
+    };
     mxop_op_def_t def = {
         .struct_size = sizeof(mxop_op_def_t),
         .name = "softmax",
         .description = "softmax over the last axis (attribute axis: -1 only); f32 and f64",
         .num_inputs = 1,
         .num_outputs = 1,
-        .check_attrs = softmax_check_attrs,
         .infer_shape = softmax_infer_shape,
         .infer_type = softmax_infer_type,
         .forward = softmax_forward,
         .backward = softmax_backward,
+        .attrs = softmax_attrs,
+        .num_attrs = 1,
     };
     return host->register_op(ctx, &def);
 }

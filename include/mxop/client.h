@@ -149,6 +149,28 @@ typedef struct mxop_op_info {
 /** Fills *info for `op`. */
 int mxop_op_info(const mxop_op_t *op, mxop_op_info_t *info);
 
+/**
+ * One attribute an op declares (mxop_attr_decl_t in op.h), for building
+ * keyword signatures.  Zero-initialise, set struct_size, then call
+ * mxop_op_attr; members beyond the caller's struct_size are not written.
+ * Strings are borrowed from the client, valid until mxop_close or until a
+ * reload of the op's library replaces the declarations.
+ */
+typedef struct mxop_attr_info {
+    uint32_t struct_size;
+    int32_t type;              /* enum mxop_attr_type (types.h) */
+    const char *name;
+    int32_t required;          /* nonzero: every call must give it */
+    const char *default_value; /* NULL when there is none */
+    const char *doc;           /* "" when the op gave none */
+} mxop_attr_info_t;
+
+/** How many attributes `op` declares (0: it declares none, any pass). */
+int mxop_op_attr_count(const mxop_op_t *op);
+
+/** Fills *info with the i-th declared attribute; MXOP_EINVAL when out of range. */
+int mxop_op_attr(const mxop_op_t *op, int i, mxop_attr_info_t *info);
+
 /* ------------------------------------------------------------------------
  * Shared memory
  * ------------------------------------------------------------------------ */

@@ -35,8 +35,18 @@
 extern "C" {
 #endif
 
-/** The plugin ABI version this header describes. */
-#define MXOP_ABI_VERSION 1
+/**
+ * The plugin ABI version this header describes.
+ *
+ *   1: the first ABI, and the GPU members (forward_gpu ..., gpu_workspace,
+ *      gpu_gemm, rng_seed) appended to it before any release was made.
+ *   2: declared attributes (mxop_op_def_t.attrs / num_attrs) and the
+ *      typed attribute readers attr_string, attr_int_list, attr_float_list.
+ *
+ * A library built against version 2 that uses nothing of version 2 still
+ * needs a version 2 worker: the worker refuses a newer version at load.
+ */
+#define MXOP_ABI_VERSION 2
 
 /**
  * A tensor as an op sees it.  `data` points into shared memory mapped in the
@@ -71,6 +81,28 @@ enum mxop_op_flags {
     /** The op accepts non-contiguous (strided) tensors. */
     MXOP_OP_STRIDED = 1u << 0,
 };
+
+/**
+ * One declared attribute of an op (ABI version 2).  An op that declares its
+ * attributes gets them checked by the worker before any of its callbacks
+ * runs: an unknown key, a value that does not parse as the declared type or
+ * a missing required attribute is refused with MXOP_EATTR, naming the op,
+ * the key and the attributes the op knows.  The typed readers (attr_int ...)
+ * return the declared default when the call omits the key.  The bindings
+ * read the declarations (mxop_op_attr in client.h) to build keyword
+ * signatures.
+ *
+ * This struct is frozen: arrays of it cross the boundary, so it can never
+ * grow.  Strings are borrowed for the duration of register_op (the worker
+ * copies them).
+ */
+typedef struct mxop_attr_decl {
+    const char *name;         /* [A-Za-z0-9_]+, unique within the op */
+    int32_t type;             /* enum mxop_attr_type */
+    int32_t required;         /* nonzero: every call must give it (no default then) */
+    const char *default_value; /* the default as a string in the type's syntax; NULL: none */
+    const char *doc;          /* one line for help texts; may be NULL */
+} mxop_attr_decl_t;
 
 /**
  * One op.  The library fills one with designated initialisers and passes it
@@ -166,6 +198,18 @@ typedef struct mxop_op_def {
                              int n_out, mxop_tensor_t *out);
     int (*state_backward_gpu)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in,
                               int n_out, mxop_tensor_t *out);
+
+    /* ---- ABI version 2 ---- */
+
+    /**
+     * Declared attributes: `num_attrs` entries of `attrs` (see
+     * mxop_attr_decl_t).  num_attrs == 0: the op declares nothing and its
+     * calls may carry any attributes, which check_attrs then judges alone.
+     * With declarations check_attrs still runs, after the worker's check,
+     * for what a type cannot say (ranges, combinations).
+     */
+    const mxop_attr_decl_t *attrs;
+    int32_t num_attrs;
 } mxop_op_def_t;
 
 /**
@@ -278,7 +322,35 @@ typedef struct mxop_host {
      * thread, offset 0): every call gets its own stream of numbers.
      */
     uint64_t (*rng_seed)(mxop_ctx_t *ctx);
+
+    /* ---- ABI version 2 ---- */
+
+    /**
+     * The attribute `key` as a string: the call's value, else the declared
+     * default, else `dflt` (which may be NULL).  Never fails.
+     */
+    const char *(*attr_string)(mxop_ctx_t *ctx, const char *key, const char *dflt);
+
+    /**
+     * List attributes ("2,3", "(2, 3)" or "[2, 3]"; "" or "()" is empty).
+     * Up to `cap` values go to out[]; *n gets the count.  Absent and without
+     * a declared default: *n = 0 and 0 is returned.  A value that does not
+     * parse, or has more than `cap` entries, returns MXOP_EATTR with a
+     * message naming the key (already recorded).
+     */
+    int (*attr_int_list)(mxop_ctx_t *ctx, const char *key, int64_t *out, int cap, int *n);
+    int (*attr_float_list)(mxop_ctx_t *ctx, const char *key, double *out, int cap, int *n);
 } mxop_host_t;
+
+/**
+ * Whether the host table `host` (a const mxop_host_t *) has `member`: a
+ * library built against a newer header may run in an older worker only if
+ * it tests what it uses, e.g.
+ *     if (MXOP_HOST_HAS(host, attr_string)) s = host->attr_string(ctx, "mode", "sum");
+ */
+#define MXOP_HOST_HAS(host, member)                                                                \
+    ((host)->struct_size >= offsetof(mxop_host_t, member) + sizeof((host)->member) &&              \
+     (host)->member != NULL)
 
 /** What a library says about itself; checked before its init runs. */
 typedef struct mxop_plugin_info {

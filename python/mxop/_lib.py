@@ -79,6 +79,24 @@ class MxopOpInfo(ctypes.Structure):
     ]
 
 
+class MxopAttrInfo(ctypes.Structure):
+    """mxop_attr_info_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("type", ctypes.c_int32),
+        ("name", ctypes.c_char_p),
+        ("required", ctypes.c_int32),
+        ("default_value", ctypes.c_char_p),
+        ("doc", ctypes.c_char_p),
+    ]
+
+
+# enum mxop_attr_type (types.h) as the names Op.attrs reports.
+ATTR_TYPE_NAMES = {1: "int", 2: "float", 3: "bool", 4: "string", 5: "int_list",
+                   6: "float_list"}
+
+
 class MxopStats(ctypes.Structure):
     """mxop_stats_t."""
 
@@ -113,6 +131,7 @@ STRUCTS = (
     ("mxop_call_t", MxopCall),
     ("mxop_op_info_t", MxopOpInfo),
     ("mxop_stats_t", MxopStats),
+    ("mxop_attr_info_t", MxopAttrInfo),
     ("mxop_connect_opts_t", MxopConnectOpts),
 )
 
@@ -153,6 +172,8 @@ _PROTOTYPES = {
     "mxop_op_count": (_INT, [_P]),
     "mxop_op_at": (_P, [_P, _INT]),
     "mxop_op_info": (_INT, [_P, _P]),
+    "mxop_op_attr_count": (_INT, [_P]),
+    "mxop_op_attr": (_INT, [_P, _INT, _P]),
     "mxop_array_alloc": (_INT, [_P, _I32, _I32, _P, _P]),
     "mxop_array_free": (None, [_P, _P]),
     "mxop_region_create": (_INT, [_P, ctypes.c_size_t, _P, _P]),

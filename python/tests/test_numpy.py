@@ -258,3 +258,60 @@ def test_many_calls_reuse_the_arena(ops):
     gc.collect()
     assert ops._live == live
     assert ops.stats().regions == regions
+
+
+# ---- declared attributes (issue 11) ------------------------------------------
+
+
+def _echo(client):
+    client.load("opkit_attrs.so")
+    return client.op("attrs_echo")
+
+
+def test_declared_attrs_listed(ops):
+    sm = ops.op("softmax")
+    assert sm.attrs == (("axis", "int", -1, False, sm.attrs[0].doc),)
+    assert sm.attrs[0].name == "axis" and sm.attrs[0].default == -1
+    gemm = ops.op("gemm")
+    assert [(a.name, a.type, a.default) for a in gemm.attrs] == [
+        ("transpose_a", "bool", False), ("transpose_b", "bool", False), ("alpha", "float", 1.0)]
+    echo = _echo(ops)
+    by = {a.name: a for a in echo.attrs}
+    assert by["k"].required and by["k"].default is None and by["k"].doc == "how many"
+    assert by["sizes"].type == "int_list" and by["sizes"].default == (1, 2, 3)
+    assert by["weights"].type == "float_list" and by["weights"].default is None
+    assert ops.op("relu").attrs == ()
+
+
+def test_declared_attr_unknown_key(ops):
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(mxop.InvalidAttribute) as ei:
+        ops.op("softmax")(x, dim=0)
+    msg = str(ei.value)
+    assert "softmax" in msg and "'dim'" in msg and "axis (int" in msg
+
+
+@pytest.mark.parametrize("key,value", [("k", "x"), ("scale", "fast"), ("flag", "maybe"),
+                                       ("sizes", "1,two"), ("weights", "a,b")])
+def test_declared_attr_wrong_type(ops, key, value):
+    echo = _echo(ops)
+    kw = {"k": 1, key: value}
+    with pytest.raises(mxop.InvalidAttribute) as ei:
+        echo(np.zeros(4, np.float32), **kw)
+    msg = str(ei.value)
+    assert "attrs_echo" in msg and "'%s'" % key in msg and "it knows" in msg
+
+
+def test_declared_attr_missing_required(ops):
+    echo = _echo(ops)
+    with pytest.raises(mxop.InvalidAttribute) as ei:
+        echo(np.zeros(4, np.float32), scale=1.0)
+    assert "required attribute 'k'" in str(ei.value)
+
+
+def test_declared_attr_defaults_and_lists(ops):
+    echo = _echo(ops)
+    y = echo(np.zeros(4, np.float32), k=9)
+    np.testing.assert_array_equal(y[:9], [9, 2.5, 1, 3, ord("s"), 3, 1, 2, 3])
+    y = echo(np.zeros(4, np.float32), k=1, sizes=(4, 5), weights=[0.5, 2.0], flag=False)
+    np.testing.assert_array_equal(y[[2, 5, 6, 7, 9, 10, 11]], [0, 2, 4, 5, 2, 0.5, 2.0])
