@@ -784,7 +784,11 @@ class Op:
         try:
             ib = bufs[0]
             pack = c._pack_np
-            sig = tuple([pack(ib, i, x, keep) for i, x in enumerate(inputs)])
+            if self.mutated_inputs:
+                sig, back = self._pack_mutated(ib, inputs, keep)
+            else:
+                sig = tuple([pack(ib, i, x, keep) for i, x in enumerate(inputs)])
+                back = ()
             if out is None:
                 specs = self._specs(ent, sig)
                 ob_addr = bufs[3]
@@ -796,6 +800,8 @@ class Op:
                 rc = lib.mxop_forward(h, self._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
                 if rc < 0:
                     raise c._error(rc)
+                for dst, src in back:
+                    np.copyto(dst, src)
                 view = c._view
                 if n_out == 1:
                     s = specs[0]
@@ -814,9 +820,38 @@ class Op:
             rc = lib.mxop_forward(h, self._p, ent.addr, bufs[1], n_in, bufs[3], n_out)
             if rc < 0:
                 raise c._error(rc)
+            for dst, src in back:
+                np.copyto(dst, src)
             return outs[0] if n_out == 1 else outs
         finally:
             c._give(bufs)
+
+    def _pack_mutated(self, ib, inputs, keep):
+        """Packs the inputs of an op that writes some of them in place.
+
+        A mutated input must be a writable NumPy array: anything else would
+        be converted to a temporary copy and the op's writes lost.  One that
+        had to be copied to be sent (non-contiguous, foreign byte order) is
+        copied back after the call; the pairs (original, copy) are returned
+        for that."""
+        pack = self.client._pack_np
+        sig = []
+        back = []
+        for i, x in enumerate(inputs):
+            if not (i < 64 and (self.mutated_inputs >> i) & 1):
+                sig.append(pack(ib, i, x, keep))
+                continue
+            if not isinstance(x, _ndarray):
+                raise InvalidArgument(-1001, "op '%s' writes input %d in place; it must be a "
+                                      "NumPy array, not %s" % (self.name, i, type(x).__name__))
+            if not x.flags.writeable:
+                raise InvalidArgument(-1001, "op '%s' writes input %d in place, but that array "
+                                      "is read-only (writeable=False)" % (self.name, i))
+            n = len(keep)
+            sig.append(pack(ib, i, x, keep))
+            if len(keep) > n:
+                back.append((x, keep[-1]))
+        return tuple(sig), back
 
     def backward(self, ograds, inputs, outputs, needs=None, timeout=None, seed=None,
                  attrs=None, **kw):

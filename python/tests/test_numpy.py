@@ -315,3 +315,57 @@ def test_declared_attr_defaults_and_lists(ops):
     np.testing.assert_array_equal(y[:9], [9, 2.5, 1, 3, ord("s"), 3, 1, 2, 3])
     y = echo(np.zeros(4, np.float32), k=1, sizes=(4, 5), weights=[0.5, 2.0], flag=False)
     np.testing.assert_array_equal(y[[2, 5, 6, 7, 9, 10, 11]], [0, 2, 4, 5, 2, 0.5, 2.0])
+
+
+# ---- in-place ops (issue 11) ---------------------------------------------------
+
+
+def _inplace(client):
+    client.load("opkit_inplace.so")
+    return client.op("double_inplace")
+
+
+def test_inplace_contiguous_updated(ops):
+    op = _inplace(ops)
+    x = np.arange(6, dtype=np.float64)
+    y = op(x)
+    np.testing.assert_array_equal(y, np.arange(6))
+    np.testing.assert_array_equal(x, 2 * np.arange(6))
+
+
+def test_inplace_noncontiguous_copied_back(ops):
+    op = _inplace(ops)
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = base[:, ::2]  # a strided view: staged for the call
+    assert not x.flags.c_contiguous
+    before = ops.staged_copies
+    y = op(x)
+    assert ops.staged_copies == before + 1
+    np.testing.assert_array_equal(y, np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2])
+    want = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want[:, ::2] *= 2
+    np.testing.assert_array_equal(base, want)
+
+
+def test_inplace_foreign_byte_order_copied_back(ops):
+    op = _inplace(ops)
+    x = np.arange(4, dtype=">f8")
+    op(x)
+    np.testing.assert_array_equal(x, 2 * np.arange(4))
+
+
+def test_inplace_readonly_refused(ops):
+    op = _inplace(ops)
+    x = np.arange(4, dtype=np.float64)
+    x.flags.writeable = False
+    with pytest.raises(mxop.InvalidArgument) as ei:
+        op(x)
+    assert "read-only" in str(ei.value) and "double_inplace" in str(ei.value)
+    np.testing.assert_array_equal(x, np.arange(4))
+
+
+def test_inplace_non_array_refused(ops):
+    op = _inplace(ops)
+    with pytest.raises(mxop.InvalidArgument) as ei:
+        op([1.0, 2.0])
+    assert "in place" in str(ei.value)
