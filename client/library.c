@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "client/client_internal.h"
-#include "common/attr_decls.h"
+#include "common/opinfo_ext.h"
 #include "common/util.h"
 
 /* A sanity bound on op indices from the daemon, far above any real session. */
@@ -73,8 +73,8 @@ int mxop__ops_update(mxop_client_t *c, const Mxop__OpList *list)
         op->has_backward = in->has_backward ? 1 : 0;
         op->stateful = in->stateful ? 1 : 0;
         /* A reloaded library may declare differently: the newest list wins. */
-        mxop__attr_decls_free(&op->decls);
-        if (mxop__attr_decls_copy(&op->decls, in) != 0)
+        mxop__opinfo_ext_free(&op->decls);
+        if (mxop__opinfo_ext_copy(&op->decls, in) != 0)
             return mxop__fail(c, MXOP_ENOMEM, "out of memory copying the op table");
         op->present = 1;
     }
@@ -87,7 +87,7 @@ void mxop__ops_free(mxop_client_t *c)
         free(c->ops[i]->name);
         free(c->ops[i]->description);
         free(c->ops[i]->library);
-        mxop__attr_decls_free(&c->ops[i]->decls);
+        mxop__opinfo_ext_free(&c->ops[i]->decls);
         free(c->ops[i]);
     }
     free(c->ops);
@@ -233,4 +233,9 @@ int mxop_op_attr(const mxop_op_t *op, int i, mxop_attr_info_t *info)
     /* Write only what the caller's struct has room for. */
     memcpy(info, &out, out.struct_size);
     return 0;
+}
+
+uint32_t mxop_op_flags(const mxop_op_t *op)
+{
+    return op != NULL ? op->decls.flags : 0;
 }

@@ -165,6 +165,9 @@ typedef struct mxop_attr_info {
     const char *doc;           /* "" when the op gave none */
 } mxop_attr_info_t;
 
+/** The op's flags (enum mxop_op_flags in types.h, e.g. MXOP_OP_STRIDED). */
+uint32_t mxop_op_flags(const mxop_op_t *op);
+
 /** How many attributes `op` declares (0: it declares none, any pass). */
 int mxop_op_attr_count(const mxop_op_t *op);
 
@@ -299,6 +302,19 @@ typedef struct mxop_call {
     uint64_t state;           /* for stateful ops: from mxop_state_create */
     int32_t timeout_ms;       /* 0: the client's default */
     uint64_t seed;            /* 0: the session's random sequence */
+
+    /*
+     * Appended (issue 11): strides, in elements, of the call's arrays.
+     * NULL, or one pointer per array: NULL (contiguous row-major) or
+     * `ndim` strides (negative ones allowed).  An op with MXOP_OP_STRIDED
+     * (mxop_op_flags) receives a shared-memory array's non-negative strides
+     * as they are; for any other op, and for heap arrays, the client copies
+     * a non-contiguous array into contiguous staging memory for the call
+     * (and, for outputs and mutated inputs, back after it), counted in
+     * mxop_stats_t.staged_bytes.
+     */
+    const int64_t *const *in_strides;
+    const int64_t *const *out_strides;
 } mxop_call_t;
 
 /**

@@ -76,12 +76,6 @@ typedef struct mxop_tensor {
  */
 typedef struct mxop_ctx mxop_ctx_t;
 
-/** Flags of an op definition. */
-enum mxop_op_flags {
-    /** The op accepts non-contiguous (strided) tensors. */
-    MXOP_OP_STRIDED = 1u << 0,
-};
-
 /**
  * One declared attribute of an op (ABI version 2).  An op that declares its
  * attributes gets them checked by the worker before any of its callbacks

@@ -44,6 +44,12 @@ typedef struct mxop_shape {
     int64_t dims[MXOP_MAX_DIMS];
 } mxop_shape_t;
 
+/** Flags of an op definition. */
+enum mxop_op_flags {
+    /** The op accepts non-contiguous (strided) tensors. */
+    MXOP_OP_STRIDED = 1u << 0,
+};
+
 /** The type of a declared attribute.  The numbers travel on the wire: never renumber. */
 enum mxop_attr_type {
     MXOP_ATTR_INT = 1,        /* a 64-bit integer, e.g. "-1" */

@@ -60,7 +60,12 @@ class MxopCall(ctypes.Structure):
         ("state", ctypes.c_uint64),
         ("timeout_ms", ctypes.c_int32),
         ("seed", ctypes.c_uint64),
+        ("in_strides", ctypes.c_void_p),  # const int64_t *const *
+        ("out_strides", ctypes.c_void_p),
     ]
+
+# enum mxop_op_flags
+OP_STRIDED = 1
 
 
 class MxopOpInfo(ctypes.Structure):
@@ -173,6 +178,7 @@ _PROTOTYPES = {
     "mxop_op_at": (_P, [_P, _INT]),
     "mxop_op_info": (_INT, [_P, _P]),
     "mxop_op_attr_count": (_INT, [_P]),
+    "mxop_op_flags": (ctypes.c_uint32, [_P]),
     "mxop_op_attr": (_INT, [_P, _INT, _P]),
     "mxop_array_alloc": (_INT, [_P, _I32, _I32, _P, _P]),
     "mxop_array_free": (None, [_P, _P]),

@@ -690,6 +690,8 @@ class Op:
         self.stateful = bool(info.stateful)
         # Declared attributes (empty: the op declares none and takes any).
         self.attrs = _op_attrs(handle)
+        self.flags = lib.mxop_op_flags(handle)
+        self.strided = bool(self.flags & _lib.OP_STRIDED)
         self._calls = {}
         self._infer = {}
 
@@ -784,7 +786,10 @@ class Op:
         try:
             ib = bufs[0]
             pack = c._pack_np
-            if self.mutated_inputs:
+            if self.strided and any(type(x) is _ndarray and not x.flags.c_contiguous
+                                    for x in inputs):
+                sig, back, ent = self._pack_strided(ib, inputs, keep, ent)
+            elif self.mutated_inputs:
                 sig, back = self._pack_mutated(ib, inputs, keep)
             else:
                 sig = tuple([pack(ib, i, x, keep) for i, x in enumerate(inputs)])
@@ -826,7 +831,70 @@ class Op:
         finally:
             c._give(bufs)
 
-    def _pack_mutated(self, ib, inputs, keep):
+    def _pack_strided(self, ib, inputs, keep, ent):
+        """Packs the inputs of an MXOP_OP_STRIDED op: a non-contiguous array
+        in shared memory goes with its strides (no copy); anything else as
+        _pack_mutated would.  Returns (sig, back, the call entry to use)."""
+        c = self.client
+        sig = []
+        strides = []
+        rest = []
+        for i, x in enumerate(inputs):
+            st = self._shared_strides(x)
+            if st is None:
+                rest.append(i)
+                sig.append(None)
+                strides.append(None)
+                continue
+            a, region, offset = st[0], st[1], st[2]
+            code = _MX_OF_NP[a.dtype]
+            ndim = a.ndim
+            _pack_array(ib, i * _ASZ, a.__array_interface__["data"][0], code, ndim, *a.shape,
+                        *_ZPAD[ndim], region, offset, a.nbytes, 0)
+            sig.append((code, a.shape))
+            arr = (ctypes.c_int64 * max(ndim, 1))(*[s // a.itemsize for s in a.strides])
+            keep.append(arr)
+            strides.append(arr)
+        back = []
+        if rest:
+            sub, back = self._pack_mutated(ib, inputs, keep, only=rest)
+            for i, v in zip(rest, sub):
+                sig[i] = v
+        ptrs = (ctypes.c_void_p * max(len(inputs), 1))(
+            *[_addressof(a) if a is not None else None for a in strides])
+        keep.append(ptrs)
+        call = ent.call
+        strided = _CallEntry(ent.key, ent.pairs, state=call.state, timeout_ms=call.timeout_ms,
+                             seed=call.seed)
+        strided.call.in_strides = _addressof(ptrs)
+        keep.append(strided)
+        return tuple(sig), back, strided
+
+    def _shared_strides(self, x):
+        """(x, region, offset) when x is a non-contiguous NumPy array with
+        non-negative strides inside this client's shared memory, else None."""
+        if type(x) is not _ndarray or x.flags.c_contiguous or x.dtype not in _MX_OF_NP \
+                or x.ndim > MAX_DIMS or x.size == 0:
+            return None
+        if any(s < 0 or s % x.itemsize for s in x.strides):
+            return None
+        if (self.mutated_inputs and not x.flags.writeable):
+            return None  # refused with its message by _pack_mutated
+        ptr = x.__array_interface__["data"][0]
+        extent = sum((d - 1) * s for d, s in zip(x.shape, x.strides)) + x.itemsize
+        base = x.base
+        while type(base) is _ndarray:
+            base = base.base
+        b = getattr(base, "_mxop", None)
+        if type(b) is _Block and b.client is self.client and \
+                b.data <= ptr and ptr + extent <= b.data + b.nbytes:
+            return x, b.region, b.offset + (ptr - b.data)
+        ro = self.client._region_of(ptr, extent) if self.client._rbase else None
+        if ro is None:
+            return None
+        return x, ro[0], ro[1]
+
+    def _pack_mutated(self, ib, inputs, keep, only=None):
         """Packs the inputs of an op that writes some of them in place.
 
         A mutated input must be a writable NumPy array: anything else would
@@ -838,6 +906,8 @@ class Op:
         sig = []
         back = []
         for i, x in enumerate(inputs):
+            if only is not None and i not in only:
+                continue
             if not (i < 64 and (self.mutated_inputs >> i) & 1):
                 sig.append(pack(ib, i, x, keep))
                 continue

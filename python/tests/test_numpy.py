@@ -369,3 +369,42 @@ def test_inplace_non_array_refused(ops):
     with pytest.raises(mxop.InvalidArgument) as ei:
         op([1.0, 2.0])
     assert "in place" in str(ei.value)
+
+
+# ---- strides (issue 11) ----------------------------------------------------------
+
+
+def _strided(client):
+    client.load("opkit_strided.so")
+    return client.op("strided_scale"), client.op("dense_scale"), client.op("strides_seen")
+
+
+def test_strided_view_to_strided_op_goes_without_copy(ops):
+    sop, _, seen = _strided(ops)
+    assert sop.strided and not ops.op("relu").strided
+    base = ops.empty((4, 6), np.float64)
+    base[...] = np.arange(24).reshape(4, 6)
+    x = base[:, 1::2]
+    copies, st = ops.staged_copies, staged(ops)
+    y = sop(x)
+    np.testing.assert_array_equal(y, 2 * np.arange(24).reshape(4, 6)[:, 1::2])
+    assert ops.staged_copies == copies and staged(ops) == st
+    np.testing.assert_array_equal(seen(x), [4, 3, 6, 2])
+
+
+def test_strided_view_to_dense_op_is_made_contiguous(ops):
+    _, dop, _ = _strided(ops)
+    base = ops.empty((4, 6), np.float64)
+    base[...] = np.arange(24).reshape(4, 6)
+    copies = ops.staged_copies
+    y = dop(base[:, ::3])
+    np.testing.assert_array_equal(y, 2 * np.arange(24).reshape(4, 6)[:, ::3])
+    assert ops.staged_copies == copies + 1
+
+
+def test_strided_heap_array_to_strided_op_is_staged(ops):
+    sop, _, _ = _strided(ops)
+    x = np.arange(20, dtype=np.float64).reshape(4, 5).T  # not in shared memory
+    copies = ops.staged_copies
+    np.testing.assert_array_equal(sop(x), 2 * x)
+    assert ops.staged_copies == copies + 1

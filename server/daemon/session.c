@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/attr_decls.h"
+#include "common/opinfo_ext.h"
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
@@ -118,7 +118,7 @@ static void op_free(Mxop__OpInfo *op)
     free(op->name);
     free(op->description);
     free(op->library);
-    mxop__attr_decls_free(op);
+    mxop__opinfo_ext_free(op);
 }
 
 static int op_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src, const char *libname)
@@ -136,7 +136,7 @@ static int op_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src, const char *libna
     dst->library =
         xstrdup(src->library != NULL && src->library[0] != '\0' ? src->library : libname);
     if (dst->name == NULL || dst->description == NULL || dst->library == NULL ||
-        mxop__attr_decls_copy(dst, src) != 0) {
+        mxop__opinfo_ext_copy(dst, src) != 0) {
         op_free(dst);
         return MXOP_ENOMEM;
     }

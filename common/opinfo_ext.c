@@ -1,13 +1,14 @@
 /*
- * common/attr_decls.c - deep copies of an OpInfo's declared attributes.
+ * common/opinfo_ext.c - copies of the OpInfo fields appended after the
+ * first protocol; see opinfo_ext.h.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/attr_decls.h"
+#include "common/opinfo_ext.h"
 #include "mxop/errors.h"
 
-void mxop__attr_decls_free(Mxop__OpInfo *dst)
+void mxop__opinfo_ext_free(Mxop__OpInfo *dst)
 {
     for (size_t i = 0; i < dst->n_attrs; i++) {
         if (dst->attrs[i] == NULL)
@@ -27,8 +28,9 @@ static char *dup_or_empty(const char *s)
     return strdup(s != NULL ? s : "");
 }
 
-int mxop__attr_decls_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src)
+int mxop__opinfo_ext_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src)
 {
+    dst->flags = src->flags;
     dst->attrs = NULL;
     dst->n_attrs = 0;
     if (src->n_attrs == 0)
@@ -55,6 +57,6 @@ int mxop__attr_decls_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src)
     }
     return 0;
 fail:
-    mxop__attr_decls_free(dst);
+    mxop__opinfo_ext_free(dst);
     return MXOP_ENOMEM;
 }
