@@ -133,6 +133,9 @@ TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_C))
 DEMOS    := $(patsubst demo/%.c,$(B)/bin/%,$(DEMO_C))
 BENCHES  := $(patsubst bench/%.c,$(B)/bin/%,$(BENCH_C))
 PCS      := $(B)/mxop.pc $(B)/mxop-plugin.pc
+# pkg-config prefers NAME-uninstalled.pc when it finds one, so that
+# PKG_CONFIG_PATH=build works from the build tree before make install.
+PCS_UNINST := $(B)/mxop-uninstalled.pc $(B)/mxop-plugin-uninstalled.pc
 DEPS_OK  := $(B)/.deps-ok
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
@@ -140,7 +143,7 @@ DEPS_OK  := $(B)/.deps-ok
 .DEFAULT_GOAL := all
 
 all: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
-     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS)
+     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST)
 
 # Installs the Debian packages the build needs, once per build tree.
 deps: $(DEPS_OK)
@@ -232,6 +235,12 @@ $(B)/%.pc: scripts/%.pc.in include/mxop/client.h
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 	        -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	        -e 's|@PLUGINDIR@|$(PLUGINDIR)|g' $< > $@
+
+$(B)/%-uninstalled.pc: scripts/%.pc.in include/mxop/client.h
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(abspath .)|g' -e 's|@LIBDIR@|$(abspath $(B)/lib)|g' \
+	        -e 's|@INCLUDEDIR@|$(abspath include)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	        -e 's|@PLUGINDIR@|$(abspath $(B)/plugins)|g' $< > $@
 
 # ---------------------------------------------------------------------------
 demo: all

@@ -3,7 +3,7 @@
  *
  * An op library links against nothing from mxop.  It is built with one line:
  *
- *     cc -shared -fPIC -O2 $(pkg-config --cflags mxop-plugin) myops.c -o myops.so
+ *     cc -shared -fPIC -O3 $(pkg-config --cflags mxop-plugin) myops.c -o myops.so
  *
  * and exports two symbols, both made by the macros at the end of this file:
  *
