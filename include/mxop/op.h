@@ -40,8 +40,9 @@ extern "C" {
  *
  *   1: the first ABI, and the GPU members (forward_gpu ..., gpu_workspace,
  *      gpu_gemm, rng_seed) appended to it before any release was made.
- *   2: declared attributes (mxop_op_def_t.attrs / num_attrs) and the
- *      typed attribute readers attr_string, attr_int_list, attr_float_list.
+ *   2: declared attributes (mxop_op_def_t.attrs / num_attrs), the typed
+ *      attribute readers attr_string, attr_int_list, attr_float_list, the
+ *      host routines for every dtype, and convert.
  *
  * A library built against version 2 that uses nothing of version 2 still
  * needs a version 2 worker: the worker refuses a newer version at load.
@@ -268,8 +269,15 @@ typedef struct mxop_host {
     void *(*cuda_stream)(mxop_ctx_t *ctx);
 
     /*
-     * Core tensor routines, for MXOP_F32 and MXOP_F64 (MXOP_EDTYPE otherwise).
-     * Pointers are borrowed; n counts elements.
+     * Core tensor routines.  Pointers are borrowed; n counts elements.
+     * Dtypes (ABI version 2; version 1 workers took f32 and f64 only):
+     *   gemm: f32, f64, and f16 / bf16 (widened to f32 in the call's
+     *         workspace, accumulated in f32, rounded back once);
+     *   add, mul, fill, copy, sum: every dtype (integers wrap in add and
+     *         mul; bool add is or, mul is and);
+     *   axpy: every dtype but bool (non-float ones computed in double,
+     *         then rounded and saturated like convert below).
+     * Anything else answers MXOP_EDTYPE with a message.
      */
 
     /** C = alpha * op(A) op(B) + beta * C, row-major, through BLAS. */
@@ -334,6 +342,15 @@ typedef struct mxop_host {
      */
     int (*attr_int_list)(mxop_ctx_t *ctx, const char *key, int64_t *out, int cap, int *n);
     int (*attr_float_list)(mxop_ctx_t *ctx, const char *key, double *out, int cap, int *n);
+
+    /**
+     * dst[i] = src[i] converted from src_dtype to dst_dtype (no overlap
+     * unless the dtypes are equal).  Floats round to nearest even; to an
+     * integer a value rounds to nearest and saturates (NaN gives 0); to
+     * bool, nonzero is 1.  Integers to integers convert exactly (saturating).
+     */
+    int (*convert)(mxop_ctx_t *ctx, int64_t n, int32_t src_dtype, const void *src,
+                   int32_t dst_dtype, void *dst);
 } mxop_host_t;
 
 /**

@@ -408,3 +408,81 @@ def test_strided_heap_array_to_strided_op_is_staged(ops):
     copies = ops.staged_copies
     np.testing.assert_array_equal(sop(x), 2 * x)
     assert ops.staged_copies == copies + 1
+
+
+# ---- host routines for every dtype (issue 11) -----------------------------------
+
+_HOST_DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.int8,
+                np.bool_]
+
+
+def _host(client):
+    client.load("opkit_host.so")
+    return client.op("host_apply")
+
+
+def _operands(dt):
+    if dt == np.bool_:
+        return (np.array([True, False, True, False]), np.array([True, True, False, False]))
+    a = np.array([1, 2, 3, 100], dtype=dt)
+    b = np.array([4, 5, 6, 100], dtype=dt)
+    if np.dtype(dt).kind == "f":
+        a = (a / 4).astype(dt)
+    return a, b
+
+
+@pytest.mark.parametrize("dt", _HOST_DTYPES)
+def test_host_routines_every_dtype(ops, dt):
+    op = _host(ops)
+    a, b = _operands(dt)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(op(a, b, fn="add"), a + b)
+        np.testing.assert_array_equal(op(a, b, fn="mul"), a * b)
+    np.testing.assert_array_equal(op(a, b, fn="copy"), a)
+    np.testing.assert_array_equal(op(a, b, fn="fill", value=3), np.full(4, 3).astype(dt))
+    assert op(a, b, fn="sum")[0] == a.astype(np.float64).sum()
+    if dt != np.bool_:
+        want = b.astype(np.float64) + 2 * a.astype(np.float64)
+        if np.dtype(dt).kind in "iu":
+            info = np.iinfo(dt)
+            want = np.clip(np.rint(want), info.min, info.max)
+        np.testing.assert_array_equal(op(a, b, fn="axpy", alpha=2), want.astype(dt))
+    else:
+        with pytest.raises(mxop.DtypeMismatch):
+            op(a, b, fn="axpy", alpha=2)
+
+
+@pytest.mark.parametrize("dt", _HOST_DTYPES)
+def test_host_convert_from_f64(ops, dt):
+    op = _host(ops)
+    x = np.array([-1.4, 0.4, 2.6, 300.0, -300.0, 0.0])
+    got = op(x, x, fn="convert", to=mxop.client.dtype_code(dt))
+    assert got.dtype == dt
+    if np.dtype(dt).kind in "iu":
+        info = np.iinfo(dt)
+        want = np.clip(np.rint(x), info.min, info.max).astype(dt)
+    else:
+        want = x.astype(dt)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_host_f16_gemm_accumulates_in_f32(ops):
+    op = _host(ops)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((5, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 3)).astype(np.float16)
+    want = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+    got = op(a, b, fn="gemm")
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3,
+                               atol=2e-3)
+
+
+def test_host_f16_rounding_matches_numpy(ops):
+    op = _host(ops)
+    x = np.array([1.0, 65504.0, 65520.0, 1e-7, 3e-8, 2.0**-24 * 1.5, -0.1, 1 / 3, np.inf],
+                 np.float64)
+    got = op(x, x, fn="convert", to=2)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))

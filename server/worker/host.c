@@ -415,4 +415,5 @@ const mxop_host_t mxop__host = {
     .attr_string = host_attr_string,
     .attr_int_list = host_attr_int_list,
     .attr_float_list = host_attr_float_list,
+    .convert = mxop__host_convert,
 };
