@@ -123,8 +123,10 @@ DAEMON   := $(B)/bin/mxop-serverd
 WORKER   := $(B)/bin/mxop-worker
 LIB_SO   := $(B)/lib/libmxop.so
 LIB_A    := $(B)/lib/libmxop.a
-PLUGINS  := $(patsubst plugins/%.c,$(B)/plugins/%.so,$(PLUGIN_C))
-TPLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(TPLUGIN_C))
+PLUGINS  := $(patsubst plugins/%.c,$(B)/plugins/%.so,$(PLUGIN_C)) \
+            $(patsubst plugins/%.cpp,$(B)/plugins/%.so,$(wildcard plugins/*.cpp))
+TPLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(TPLUGIN_C)) \
+            $(patsubst tests/plugins/%.cpp,$(B)/tests/plugins/%.so,$(wildcard tests/plugins/*.cpp))
 ifeq ($(CUDA),1)
 CU_PLUGINS  := $(patsubst plugins/%.cu,$(B)/plugins/%.so,$(PLUGIN_CU))
 CU_TPLUGINS := $(patsubst tests/plugins/%.cu,$(B)/tests/plugins/%.so,$(TPLUGIN_CU))
@@ -199,6 +201,18 @@ $(B)/tests/plugins/%.so: tests/plugins/%.c include/mxop/op.h include/mxop/types.
 	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude $(WARN) -Wno-error -shared -fPIC -pthread $< -o $@ -lm
 
 # CUDA op libraries (CUDA=1 only): one nvcc command, as the op-author guide shows.
+# C++ op libraries (mxop/op.hpp): the same, with the C++ compiler.
+CXX ?= c++
+$(B)/plugins/%.so: plugins/%.cpp include/mxop/op.hpp include/mxop/op.h include/mxop/types.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PLUGIN  $@")
+	$(Q)$(CXX) $(CXXFLAGS) $(PLUGIN_OPT) -std=c++17 -Iinclude -Wall -Wextra -Wshadow -Werror -shared -fPIC $< -o $@
+
+$(B)/tests/plugins/%.so: tests/plugins/%.cpp include/mxop/op.hpp include/mxop/op.h include/mxop/types.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PLUGIN  $@")
+	$(Q)$(CXX) $(CXXFLAGS) -O2 -std=c++17 -Iinclude -Wall -Wextra -Wshadow -Werror -shared -fPIC $< -o $@
+
 $(B)/plugins/%.so: plugins/%.cu include/mxop/op.h include/mxop/types.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $@")

@@ -486,3 +486,20 @@ def test_host_f16_rounding_matches_numpy(ops):
     with np.errstate(over="ignore"):
         want = x.astype(np.float16)
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+# ---- the C++ example op (issue 11) ------------------------------------------------
+
+
+def test_cpp_leaky_relu(ops):
+    ops.load("leaky_relu.so")
+    op = ops.op("leaky_relu")
+    assert [(a.name, a.default) for a in op.attrs] == [("alpha", 0.01)]
+    x = np.linspace(-2, 2, 9)
+    y = op(x, alpha=0.25)
+    np.testing.assert_allclose(y, np.where(x > 0, x, 0.25 * x))
+    dy = np.ones_like(x)
+    dx = op.backward([dy], [x], [y], alpha=0.25)
+    np.testing.assert_allclose(dx, np.where(x > 0, 1.0, 0.25))
+    with pytest.raises(mxop.InvalidAttribute):
+        ops.op("clamp")(x, lo=1.0, hi=0.0)
