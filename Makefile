@@ -101,7 +101,8 @@ GEN_C     := $(patsubst proto/%.proto,$(B)/gen/%.pb-c.c,$(PROTOS))
 GEN_H     := $(GEN_C:.c=.h)
 COMMON_C  := $(wildcard common/*.c) $(wildcard proto/*.c) $(wildcard shm/*.c)
 DAEMON_C  := $(wildcard server/daemon/*.c)
-WORKER_C  := $(wildcard server/worker/*.c)
+# inproc.c is the worker's op runtime for other processes (libmxop-inproc.a), not the worker's.
+WORKER_C  := $(filter-out server/worker/inproc.c,$(wildcard server/worker/*.c))
 CLIENT_C  := $(wildcard client/*.c)
 PLUGIN_C  := $(wildcard plugins/*.c)
 TPLUGIN_C := $(wildcard tests/plugins/*.c)
@@ -123,6 +124,7 @@ DAEMON   := $(B)/bin/mxop-serverd
 WORKER   := $(B)/bin/mxop-worker
 LIB_SO   := $(B)/lib/libmxop.so
 LIB_A    := $(B)/lib/libmxop.a
+INPROC_A := $(B)/lib/libmxop-inproc.a
 PLUGINS  := $(patsubst plugins/%.c,$(B)/plugins/%.so,$(PLUGIN_C)) \
             $(patsubst plugins/%.cpp,$(B)/plugins/%.so,$(wildcard plugins/*.cpp))
 TPLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(TPLUGIN_C)) \
@@ -144,7 +146,7 @@ DEPS_OK  := $(B)/.deps-ok
         format format-check
 .DEFAULT_GOAL := all
 
-all: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
+all: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
      $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST)
 
 # Installs the Debian packages the build needs, once per build tree.
@@ -228,6 +230,20 @@ $(B)/obj/server/worker/cuda%.o: MX_CFLAGS += -DMXOP_CUDA_HOME='"$(CUDA_HOME)"'
 
 TESTLIB_O := $(call obj,$(TESTLIB_C))
 $(B)/obj/tests/%.o: MX_CFLAGS += -DMXOP_TEST_BUILD_DIR='"$(abspath $(B))"' -DMXOP_TEST_SOURCE_DIR='"$(CURDIR)"'
+# The worker's objects but main, for running op libraries in another process.
+$(INPROC_A): $(filter-out $(B)/obj/server/worker/main.o,$(WORKER_O)) \
+             $(B)/obj/server/worker/inproc.o $(COMMON_O)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+# The in-process runner's test links it alone: its worker objects share
+# internal names with libmxop's client objects.
+$(B)/tests/test_opkit_inproc: $(B)/obj/tests/test_opkit_inproc.o $(INPROC_A)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(CRIT_LIBS) $(PB_LIBS) $(BLAS_LIBS) -ldl -lm
+
 $(B)/tests/test_%: $(B)/obj/tests/test_%.o $(TESTLIB_O) $(LIB_A)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
@@ -272,7 +288,7 @@ check-python: all
 bench: all
 	$(Q)sh scripts/bench.sh $(abspath $(B))
 
-install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(CU_PLUGINS) $(PCS)
+install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS) $(PCS)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 	           $(DESTDIR)$(INCLUDEDIR)/mxop $(DESTDIR)$(PLUGINDIR)
 	install -m 755 $(DAEMON) $(DESTDIR)$(BINDIR)/
