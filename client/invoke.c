@@ -322,6 +322,34 @@ static void fill_desc(Mxop__TensorDesc *d, const mxop_array_t *a, uint32_t regio
     d->req = req;
 }
 
+/* The real shapes of an op's dynamic outputs, from the worker's result. */
+static int set_dynamic_shapes(mxop_client_t *c, const mxop_op_t *op, const Mxop__CallResult *r,
+                              mxop_array_t *out, int n_out)
+{
+    if (r->n_out_shapes != (size_t)n_out)
+        return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): %zu output shapes for %d outputs",
+                          op->name, op->library, r->n_out_shapes, n_out);
+    for (int i = 0; i < n_out && i < 64; i++) {
+        if (!((op->decls.dynamic_outputs >> i) & 1u))
+            continue;
+        const Mxop__Shape *s = r->out_shapes[i];
+        uint64_t elems = 1;
+        int bad = s == NULL || s->n_dims > MXOP_MAX_DIMS;
+        for (size_t d = 0; !bad && d < s->n_dims; d++)
+            bad = s->dims[d] < 0 || __builtin_mul_overflow(elems, (uint64_t)s->dims[d], &elems);
+        uint64_t bytes = elems * mxop_dtype_size(out[i].dtype);
+        if (bad || elems > UINT64_MAX / 8 || bytes > c->cb.out_span[i])
+            return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): bad shape of dynamic output %d",
+                              op->name, op->library, i);
+        out[i].ndim = (int32_t)s->n_dims;
+        memset(out[i].shape, 0, sizeof(out[i].shape));
+        for (size_t d = 0; d < s->n_dims; d++)
+            out[i].shape[d] = s->dims[d];
+        out[i].nbytes = (size_t)bytes;
+    }
+    return 0;
+}
+
 static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
                       const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
 {
@@ -374,6 +402,11 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     }
     for (int i = 0; i < n_out; i++) {
         out_st[i] = strides_of(o.out_strides, i, &out[i]);
+        if (out_st[i] != NULL && !backward && i < 64 && ((op->decls.dynamic_outputs >> i) & 1u))
+            return mxop__fail(c, MXOP_EINVAL,
+                              "out[%d]: op '%s' gives it its shape during forward; it must be "
+                              "contiguous",
+                              i, op->name);
         rc = check_array(c, "out", i, &out[i], 1, out_st[i], &b->out_span[i]);
         if (rc < 0)
             return rc;
@@ -463,6 +496,8 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
             if ((op->mutated_inputs >> i) & 1)
                 copy_back(c, &in[i], in_path[i], in_st[i], b->in_stage[i], b->in_span[i]);
     }
+    if (!backward && op->decls.dynamic_outputs != 0)
+        return set_dynamic_shapes(c, op, r, out, n_out);
     return 0;
 }
 

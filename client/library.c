@@ -239,3 +239,8 @@ uint32_t mxop_op_flags(const mxop_op_t *op)
 {
     return op != NULL ? op->decls.flags : 0;
 }
+
+uint64_t mxop_op_dynamic_outputs(const mxop_op_t *op)
+{
+    return op != NULL ? op->decls.dynamic_outputs : 0;
+}

@@ -31,6 +31,7 @@ static char *dup_or_empty(const char *s)
 int mxop__opinfo_ext_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src)
 {
     dst->flags = src->flags;
+    dst->dynamic_outputs = src->dynamic_outputs;
     dst->attrs = NULL;
     dst->n_attrs = 0;
     if (src->n_attrs == 0)

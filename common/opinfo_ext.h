@@ -11,7 +11,8 @@
 #include "common.pb-c.h"
 
 /**
- * Copies src's appended fields into dst: flags, and a deep copy of attrs.
+ * Copies src's appended fields into dst: flags, dynamic_outputs, and a
+ * deep copy of attrs.
  * MXOP_ENOMEM leaves dst with no attrs.
  */
 int mxop__opinfo_ext_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src);

@@ -168,6 +168,14 @@ typedef struct mxop_attr_info {
 /** The op's flags (enum mxop_op_flags in types.h, e.g. MXOP_OP_STRIDED). */
 uint32_t mxop_op_flags(const mxop_op_t *op);
 
+/**
+ * Outputs of `op` whose shape is known only after forward (bit j: output
+ * j).  Allocate such an output with the shape mxop_infer gives (its
+ * largest); mxop_forward then sets its ndim, shape and nbytes to the real
+ * ones (the data stays where it was, at the start of the allocation).
+ */
+uint64_t mxop_op_dynamic_outputs(const mxop_op_t *op);
+
 /** How many attributes `op` declares (0: it declares none, any pass). */
 int mxop_op_attr_count(const mxop_op_t *op);
 

@@ -42,7 +42,8 @@ extern "C" {
  *      gpu_gemm, rng_seed) appended to it before any release was made.
  *   2: declared attributes (mxop_op_def_t.attrs / num_attrs), the typed
  *      attribute readers attr_string, attr_int_list, attr_float_list, the
- *      host routines for every dtype, and convert.
+ *      host routines for every dtype, convert, and outputs of data-dependent
+ *      shape (dynamic_outputs, alloc_output).
  *
  * A library built against version 2 that uses nothing of version 2 still
  * needs a version 2 worker: the worker refuses a newer version at load.
@@ -205,6 +206,17 @@ typedef struct mxop_op_def {
      */
     const mxop_attr_decl_t *attrs;
     int32_t num_attrs;
+
+    /**
+     * Outputs whose shape is known only during forward (bit j: output j),
+     * e.g. the selected elements of a mask.  infer_shape gives such an
+     * output's largest shape: the caller allocates that much (in shared
+     * memory, as any output).  forward then calls host->alloc_output with
+     * the real shape, which must fit, and writes the data where it says;
+     * the caller gets the output with its real shape.  In backward, the
+     * gradient of such an output and the output itself have that real shape.
+     */
+    uint64_t dynamic_outputs;
 } mxop_op_def_t;
 
 /**
@@ -351,6 +363,17 @@ typedef struct mxop_host {
      */
     int (*convert)(mxop_ctx_t *ctx, int64_t n, int32_t src_dtype, const void *src,
                    int32_t dst_dtype, void *dst);
+
+    /**
+     * Gives dynamic output `i` (mxop_op_def_t.dynamic_outputs) its real
+     * shape, during forward: out[i]'s shape, strides and size change to it,
+     * and its data pointer is returned (the caller's memory, in shared
+     * memory).  NULL, with the reason recorded, when i is not a dynamic
+     * output, the shape is invalid or larger than what infer_shape allowed,
+     * or outside a forward.  Every dynamic output must get its shape, or
+     * the call fails.
+     */
+    void *(*alloc_output)(mxop_ctx_t *ctx, int i, int32_t ndim, const int64_t *shape);
 } mxop_host_t;
 
 /**

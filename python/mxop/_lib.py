@@ -179,6 +179,7 @@ _PROTOTYPES = {
     "mxop_op_info": (_INT, [_P, _P]),
     "mxop_op_attr_count": (_INT, [_P]),
     "mxop_op_flags": (ctypes.c_uint32, [_P]),
+    "mxop_op_dynamic_outputs": (ctypes.c_uint64, [_P]),
     "mxop_op_attr": (_INT, [_P, _INT, _P]),
     "mxop_array_alloc": (_INT, [_P, _I32, _I32, _P, _P]),
     "mxop_array_free": (None, [_P, _P]),

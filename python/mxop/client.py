@@ -692,6 +692,8 @@ class Op:
         self.attrs = _op_attrs(handle)
         self.flags = lib.mxop_op_flags(handle)
         self.strided = bool(self.flags & _lib.OP_STRIDED)
+        # Outputs whose shape is known only after forward (bit j: output j).
+        self.dynamic_outputs = lib.mxop_op_dynamic_outputs(handle)
         self._calls = {}
         self._infer = {}
 
@@ -808,6 +810,16 @@ class Op:
                 for dst, src in back:
                     np.copyto(dst, src)
                 view = c._view
+                if self.dynamic_outputs:
+                    # A view of the front of the block the largest shape took.
+                    real = self._real_specs(specs, ob_addr)
+                    res = []
+                    for b, s, r in zip(blocks, specs, real):
+                        v = view(b, s.npdtype, s.shape)
+                        if r.shape != s.shape:
+                            v = v.reshape(-1)[:r.nbytes // v.itemsize].reshape(r.shape)
+                        res.append(v)
+                    return res[0] if n_out == 1 else tuple(res)
                 if n_out == 1:
                     s = specs[0]
                     return view(blocks[0], s.npdtype, s.shape)
@@ -827,9 +839,25 @@ class Op:
                 raise c._error(rc)
             for dst, src in back:
                 np.copyto(dst, src)
+            if self.dynamic_outputs:
+                # The real shapes, as views of the front of the arrays given.
+                outs = tuple(o.reshape(-1)[:s.nbytes // o.itemsize].reshape(s.shape)
+                             for o, s in zip(outs, self._real_specs(
+                                 [_OutSpec(_MX_OF_NP[o.dtype], o.shape) for o in outs],
+                                 bufs[3])))
             return outs[0] if n_out == 1 else outs
         finally:
             c._give(bufs)
+
+    def _real_specs(self, specs, ob_addr):
+        """specs with each dynamic output's shape replaced by the real one
+        mxop_forward wrote into its mxop_array_t record."""
+        out = list(specs)
+        for j in range(len(out)):
+            if j < 64 and (self.dynamic_outputs >> j) & 1:
+                rec = MxopArray.from_address(ob_addr + j * _ASZ)
+                out[j] = _OutSpec(out[j].dtype, tuple(rec.shape[:rec.ndim]))
+        return out
 
     def _pack_strided(self, ib, inputs, keep, ent):
         """Packs the inputs of an MXOP_OP_STRIDED op: a non-contiguous array

@@ -503,3 +503,38 @@ def test_cpp_leaky_relu(ops):
     np.testing.assert_allclose(dx, np.where(x > 0, 1.0, 0.25))
     with pytest.raises(mxop.InvalidAttribute):
         ops.op("clamp")(x, lo=1.0, hi=0.0)
+
+
+# ---- outputs of data-dependent shape (issue 11) -----------------------------------
+
+
+def test_dynamic_output_forward_and_backward(ops):
+    ops.load("masked_select.so")
+    op = ops.op("masked_select")
+    assert op.dynamic_outputs == 1
+    x = np.arange(12, dtype=np.float64).reshape(3, 4)
+    mask = (x % 3 == 0)
+    copies = ops.staged_copies
+    y = op(x, mask)
+    assert y.shape == (4,)
+    np.testing.assert_array_equal(y, x[mask])
+    assert ops.owns(y), "the output lies in shared memory"
+    assert ops.staged_copies == copies
+    dy = np.arange(4, dtype=np.float64) + 1
+    dx, dmask = op.backward([dy], [x, mask.astype(np.uint8)], [y], needs=[True, False])
+    want = np.zeros_like(x)
+    want[mask] = dy
+    np.testing.assert_array_equal(dx, want)
+    assert dmask is None
+    empty = op(x, np.zeros_like(mask))
+    assert empty.shape == (0,)
+
+
+def test_dynamic_output_into_given_out(ops):
+    ops.load("masked_select.so")
+    op = ops.op("masked_select")
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    out = ops.empty((4,), np.float64)
+    y = op(x, np.array([True, False, True, False]), out=out)
+    assert y.shape == (2,)
+    np.testing.assert_array_equal(y, [1.0, 3.0])

@@ -333,6 +333,56 @@ static uint64_t host_rng_seed(mxop_ctx_t *ctx)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Outputs of data-dependent shape. */
+
+static void *host_alloc_output(mxop_ctx_t *ctx, int i, int32_t ndim, const int64_t *shape)
+{
+    if (ctx != &mxop__ctx || ctx->op == NULL || ctx->dyn_out == NULL) {
+        host_set_error(ctx, MXOP_EINVAL, "alloc_output: only during a forward");
+        return NULL;
+    }
+    const mxop__worker_op_t *op = ctx->op;
+    if (i < 0 || i >= ctx->dyn_n || i >= 64 || !((op->def.dynamic_outputs >> i) & 1u)) {
+        host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d of op '%s' is not dynamic", i,
+                       op->name);
+        return NULL;
+    }
+    if (ndim < 0 || ndim > MXOP_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+        host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d: ndim %d is outside [0, %d]",
+                       i, ndim, MXOP_MAX_DIMS);
+        return NULL;
+    }
+    mxop_tensor_t *t = &ctx->dyn_out[i];
+    uint64_t elems = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0 || __builtin_mul_overflow(elems, (uint64_t)shape[d], &elems)) {
+            host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d: dimension %d is %lld", i,
+                           d, (long long)shape[d]);
+            return NULL;
+        }
+    }
+    /* The capacity is what infer_shape allowed, as the caller allocated it. */
+    if (elems > t->size) {
+        host_set_error(ctx, MXOP_ESHAPE,
+                       "alloc_output: output %d needs %llu elements, infer_shape allowed %zu", i,
+                       (unsigned long long)elems, t->size);
+        return NULL;
+    }
+    t->ndim = ndim;
+    memset(t->shape, 0, sizeof(t->shape));
+    memset(t->strides, 0, sizeof(t->strides));
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        t->shape[d] = shape[d];
+        t->strides[d] = s;
+        s *= shape[d] > 0 ? shape[d] : 1;
+    }
+    t->size = (size_t)elems;
+    ctx->dyn_set |= 1ull << i;
+    return t->data;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Call set-up. */
 
 int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr **attrs,
@@ -377,6 +427,9 @@ int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr
 void mxop__ctx_end(void)
 {
     struct mxop_ctx *c = &mxop__ctx;
+    c->dyn_out = NULL;
+    c->dyn_n = 0;
+    c->dyn_set = 0;
     c->mode = MXOP__CTX_IDLE;
     c->n_attrs = 0;
     c->op = NULL;
@@ -416,4 +469,5 @@ const mxop_host_t mxop__host = {
     .attr_int_list = host_attr_int_list,
     .attr_float_list = host_attr_float_list,
     .convert = mxop__host_convert,
+    .alloc_output = host_alloc_output,
 };

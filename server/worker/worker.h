@@ -92,6 +92,12 @@ struct mxop_ctx {
     /* The op of the current call (NULL during init). */
     const struct mxop__worker_op *op;
 
+    /* During a forward: its outputs, for alloc_output, and which dynamic
+     * outputs have been given their shape (runner.c sets, host.c fills). */
+    mxop_tensor_t *dyn_out;
+    int dyn_n;
+    uint64_t dyn_set;
+
     /* During init: the library being registered, and its first failure. */
     uint32_t reg_lib;
     int reg_code;
