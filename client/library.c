@@ -244,3 +244,26 @@ uint64_t mxop_op_dynamic_outputs(const mxop_op_t *op)
 {
     return op != NULL ? op->decls.dynamic_outputs : 0;
 }
+
+int mxop_op_info_v2(const mxop_op_t *op, mxop_op_info_v2_t *info)
+{
+    if (op == NULL || info == NULL || info->struct_size == 0)
+        return MXOP_EINVAL;
+    mxop_op_info_v2_t v;
+    memset(&v, 0, sizeof(v));
+    v.struct_size = info->struct_size < sizeof(v) ? info->struct_size : (uint32_t)sizeof(v);
+    v.name = op->name != NULL ? op->name : "";
+    v.description = op->description != NULL ? op->description : "";
+    v.library = op->library != NULL ? op->library : "";
+    v.num_inputs = op->num_inputs;
+    v.min_inputs = op->min_inputs;
+    v.num_outputs = op->num_outputs;
+    v.mutated_inputs = op->mutated_inputs;
+    v.has_backward = op->has_backward;
+    v.stateful = op->stateful;
+    v.flags = op->decls.flags;
+    v.num_attrs = (int32_t)op->decls.n_attrs;
+    v.dynamic_outputs = op->decls.dynamic_outputs;
+    memcpy(info, &v, v.struct_size);
+    return 0;
+}

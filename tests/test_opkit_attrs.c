@@ -237,3 +237,34 @@ Test(opkit_attrs, bad_declaration_refused_at_load)
     cr_assert_eq(echo("attrs_echo", attrs, &y), 0, "%s", mxop_last_error(client));
     mxop_array_free(client, &y);
 }
+
+Test(opkit_attrs, v2_structs_carry_struct_size)
+{
+    const mxop_op_t *op = mxt_op(client, "attrs_echo");
+    mxop_op_info_v2_t info;
+    memset(&info, 0, sizeof(info));
+    info.struct_size = sizeof(info);
+    cr_assert_eq(mxop_op_info_v2(op, &info), 0);
+    cr_assert_str_eq(info.name, "attrs_echo");
+    cr_assert_eq(info.num_attrs, 6);
+    cr_assert_eq(info.num_outputs, 1);
+    info.struct_size = 0;
+    cr_assert_eq(mxop_op_info_v2(op, &info), MXOP_EINVAL);
+
+    /* An older, shorter caller struct: nothing beyond it is written. */
+    mxop_op_info_v2_t small;
+    memset(&small, 0xab, sizeof(small));
+    small.struct_size = (uint32_t)offsetof(mxop_op_info_v2_t, name);
+    cr_assert_eq(mxop_op_info_v2(op, &small), 0);
+    cr_assert_eq(small.num_outputs, 1);
+    cr_assert_eq((uintptr_t)small.name, (uintptr_t)0xabababababababababull & UINTPTR_MAX);
+
+    mxop_stats_v2_t st;
+    memset(&st, 0, sizeof(st));
+    st.struct_size = sizeof(st);
+    cr_assert_eq(mxop_stats_v2(client, &st), 0, "%s", mxop_last_error(client));
+    cr_assert_gt(st.worker_pid, 0);
+    cr_assert_geq(st.daemon_sessions, 1);
+    st.struct_size = 0;
+    cr_assert_eq(mxop_stats_v2(client, &st), MXOP_EINVAL);
+}

@@ -150,6 +150,29 @@ typedef struct mxop_op_info {
 int mxop_op_info(const mxop_op_t *op, mxop_op_info_t *info);
 
 /**
+ * mxop_op_info_t with struct_size, so that it can grow, and what was added
+ * since: zero-initialise, set struct_size = sizeof(mxop_op_info_v2_t), call
+ * mxop_op_info_v2; members beyond the caller's struct_size are not written.
+ */
+typedef struct mxop_op_info_v2 {
+    uint32_t struct_size;
+    int32_t num_inputs; /* -1: variadic, at least min_inputs */
+    int32_t min_inputs;
+    int32_t num_outputs;
+    const char *name;
+    const char *description;
+    const char *library;
+    uint64_t mutated_inputs;
+    int32_t has_backward;
+    int32_t stateful;
+    uint32_t flags;           /* enum mxop_op_flags */
+    int32_t num_attrs;        /* declared attributes: mxop_op_attr */
+    uint64_t dynamic_outputs; /* see mxop_op_dynamic_outputs */
+} mxop_op_info_v2_t;
+
+int mxop_op_info_v2(const mxop_op_t *op, mxop_op_info_v2_t *info);
+
+/**
  * One attribute an op declares (mxop_attr_decl_t in op.h), for building
  * keyword signatures.  Zero-initialise, set struct_size, then call
  * mxop_op_attr; members beyond the caller's struct_size are not written.
@@ -386,6 +409,26 @@ typedef struct mxop_stats {
 
 /** Fills *st (asks the daemon for its part). */
 int mxop_stats(mxop_client_t *c, mxop_stats_t *st);
+
+/**
+ * mxop_stats_t with struct_size, so that it can grow: zero-initialise, set
+ * struct_size = sizeof(mxop_stats_v2_t), call mxop_stats_v2; members beyond
+ * the caller's struct_size are not written.  New members are appended here
+ * only; mxop_stats_t stays as it is for the callers built against it.
+ */
+typedef struct mxop_stats_v2 {
+    uint32_t struct_size;
+    uint32_t worker_pid;      /* the current worker's pid */
+    uint32_t daemon_sessions; /* sessions the daemon serves now */
+    uint64_t calls;           /* forward + backward calls sent */
+    uint64_t errors;          /* calls that returned an error */
+    uint64_t worker_restarts; /* workers of this session that died and were replaced */
+    uint64_t staged_bytes;    /* bytes copied to and from heap arrays (and strided gathers) */
+    uint64_t regions;         /* regions registered now */
+    uint64_t region_bytes;    /* their total size */
+} mxop_stats_v2_t;
+
+int mxop_stats_v2(mxop_client_t *c, mxop_stats_v2_t *st);
 
 /** Asks the daemon to shut down (allowed for its own user).  The client is then unusable. */
 int mxop_shutdown_daemon(mxop_client_t *c);

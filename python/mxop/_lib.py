@@ -102,6 +102,42 @@ ATTR_TYPE_NAMES = {1: "int", 2: "float", 3: "bool", 4: "string", 5: "int_list",
                    6: "float_list"}
 
 
+class MxopOpInfoV2(ctypes.Structure):
+    """mxop_op_info_v2_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("num_inputs", ctypes.c_int32),
+        ("min_inputs", ctypes.c_int32),
+        ("num_outputs", ctypes.c_int32),
+        ("name", ctypes.c_char_p),
+        ("description", ctypes.c_char_p),
+        ("library", ctypes.c_char_p),
+        ("mutated_inputs", ctypes.c_uint64),
+        ("has_backward", ctypes.c_int32),
+        ("stateful", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("num_attrs", ctypes.c_int32),
+        ("dynamic_outputs", ctypes.c_uint64),
+    ]
+
+
+class MxopStatsV2(ctypes.Structure):
+    """mxop_stats_v2_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("worker_pid", ctypes.c_uint32),
+        ("daemon_sessions", ctypes.c_uint32),
+        ("calls", ctypes.c_uint64),
+        ("errors", ctypes.c_uint64),
+        ("worker_restarts", ctypes.c_uint64),
+        ("staged_bytes", ctypes.c_uint64),
+        ("regions", ctypes.c_uint64),
+        ("region_bytes", ctypes.c_uint64),
+    ]
+
+
 class MxopStats(ctypes.Structure):
     """mxop_stats_t."""
 
@@ -137,6 +173,8 @@ STRUCTS = (
     ("mxop_op_info_t", MxopOpInfo),
     ("mxop_stats_t", MxopStats),
     ("mxop_attr_info_t", MxopAttrInfo),
+    ("mxop_op_info_v2_t", MxopOpInfoV2),
+    ("mxop_stats_v2_t", MxopStatsV2),
     ("mxop_connect_opts_t", MxopConnectOpts),
 )
 
@@ -180,6 +218,8 @@ _PROTOTYPES = {
     "mxop_op_attr_count": (_INT, [_P]),
     "mxop_op_flags": (ctypes.c_uint32, [_P]),
     "mxop_op_dynamic_outputs": (ctypes.c_uint64, [_P]),
+    "mxop_op_info_v2": (_INT, [_P, _P]),
+    "mxop_stats_v2": (_INT, [_P, _P]),
     "mxop_op_attr": (_INT, [_P, _INT, _P]),
     "mxop_array_alloc": (_INT, [_P, _I32, _I32, _P, _P]),
     "mxop_array_free": (None, [_P, _P]),
