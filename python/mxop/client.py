@@ -709,13 +709,13 @@ class Op:
     def _entry(self, kw, state=0, timeout=None, seed=None):
         """The prebuilt call for attributes `kw` (a dict)."""
         key = tuple(kw.items()) if kw else ()
-        try:
-            hash(key)
-        except TypeError:
-            # A list attribute given as a Python list: cached as a tuple.
-            key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in kw.items())
         if timeout is None and seed is None and not state:
-            ent = self._calls.get(key)
+            try:
+                ent = self._calls.get(key)
+            except TypeError:
+                # A list attribute given as a Python list: cached as a tuple.
+                key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in kw.items())
+                ent = self._calls.get(key)
             if ent is not None:
                 return ent
         pairs = tuple((str(k), _attr_value(v)) for k, v in kw.items())

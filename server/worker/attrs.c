@@ -354,17 +354,19 @@ int mxop__attrs_validate(const mxop__worker_op_t *op, int n, const char *const *
 {
     if (op->n_decls == 0)
         return 0;
+    /* The list of known attributes is formatted only for a message. */
     char known[600];
-    describe_decls(op, known, sizeof(known));
     for (int i = 0; i < n; i++) {
         const mxop_attr_decl_t *d = mxop__attr_decl_find(op, keys[i]);
         const char *why = NULL;
         if (d == NULL) {
+            describe_decls(op, known, sizeof(known));
             mxop__fmt(msg, msglen, "op '%s' has no attribute '%.100s'; it knows: %s", op->name,
                       keys[i], known);
             return MXOP_EATTR;
         }
         if (check_value(d->type, vals[i], &why) != 0) {
+            describe_decls(op, known, sizeof(known));
             mxop__fmt(msg, msglen, "op '%s': attribute '%s' = '%.100s' %s (declared %s); it knows: %s",
                       op->name, d->name, vals[i], why, mxop__attr_type_name(d->type), known);
             return MXOP_EATTR;
@@ -378,6 +380,7 @@ int mxop__attrs_validate(const mxop__worker_op_t *op, int n, const char *const *
         for (int i = 0; i < n && !given; i++)
             given = strcmp(keys[i], d->name) == 0;
         if (!given) {
+            describe_decls(op, known, sizeof(known));
             mxop__fmt(msg, msglen, "op '%s': required attribute '%s' (%s) is missing; it knows: %s",
                       op->name, d->name, mxop__attr_type_name(d->type), known);
             return MXOP_EATTR;
