@@ -295,14 +295,15 @@ install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUG
 	install -m 755 $(WORKER) $(DESTDIR)$(LIBEXECDIR)/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libmxop.so.0
 	ln -sf libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.so
-	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
-	install -m 644 include/mxop/*.h $(DESTDIR)$(INCLUDEDIR)/mxop/
+	install -m 644 $(LIB_A) $(INPROC_A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 include/mxop/*.h include/mxop/*.hpp $(DESTDIR)$(INCLUDEDIR)/mxop/
 	install -m 644 $(PCS) $(DESTDIR)$(LIBDIR)/pkgconfig/
 	install -m 755 $(PLUGINS) $(CU_PLUGINS) $(DESTDIR)$(PLUGINDIR)/
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/mxop-serverd $(DESTDIR)$(LIBEXECDIR)/mxop-worker
-	rm -f $(DESTDIR)$(LIBDIR)/libmxop.so $(DESTDIR)$(LIBDIR)/libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.a
+	rm -f $(DESTDIR)$(LIBDIR)/libmxop.so $(DESTDIR)$(LIBDIR)/libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.a \
+	      $(DESTDIR)$(LIBDIR)/libmxop-inproc.a
 	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/mxop.pc $(DESTDIR)$(LIBDIR)/pkgconfig/mxop-plugin.pc
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/mxop $(DESTDIR)$(PLUGINDIR)
 	-rmdir $(DESTDIR)$(LIBEXECDIR) 2>/dev/null
