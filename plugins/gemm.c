@@ -60,7 +60,7 @@ static int read_attrs(mxop_ctx_t *ctx, gemm_attrs_t *a)
     if (rc != 0)
         return rc;
     if (!isfinite(a->alpha))
-        return host->set_error(ctx, MXOP_EATTR, "gemm: attribute 'alpha' must be finite, got '%s'",
+        return host->set_error(ctx, MXOP_EATTR, "attribute 'alpha' must be finite, got '%s'",
                                host->attr_get(ctx, "alpha"));
     return 0;
 }
@@ -87,7 +87,7 @@ static int gemm_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, i
         return rc;
     for (int i = 0; i < 2; i++)
         if (in[i].ndim != 2)
-            return host->set_error(ctx, MXOP_ESHAPE, "gemm: %s must be 2-d, got %s", names[i],
+            return host->set_error(ctx, MXOP_ESHAPE, "%s must be 2-d, got %s", names[i],
                                    shape_str(sa, sizeof(sa), in[i].ndim, in[i].dims));
 
     int64_t m = a.trans_a ? in[0].dims[1] : in[0].dims[0];
@@ -96,7 +96,7 @@ static int gemm_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, i
     int64_t n = a.trans_b ? in[1].dims[0] : in[1].dims[1];
     if (k != kb)
         return host->set_error(ctx, MXOP_ESHAPE,
-                               "gemm: A is %s (transposed: %s), B is %s%s: inner dimensions "
+                               "A is %s (transposed: %s), B is %s%s: inner dimensions "
                                "%lld and %lld differ",
                                shape_str(sa, sizeof(sa), 2, in[0].dims), a.trans_a ? "yes" : "no",
                                shape_str(sb, sizeof(sb), 2, in[1].dims),
@@ -110,10 +110,10 @@ static int gemm_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, i
 static int gemm_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out, int32_t *out)
 {
     if (in[0] != MXOP_F32 && in[0] != MXOP_F64)
-        return host->set_error(ctx, MXOP_EDTYPE, "gemm: A is %s; only f32 and f64 are supported",
+        return host->set_error(ctx, MXOP_EDTYPE, "A is %s; only f32 and f64 are supported",
                                dtype_name(in[0]));
     if (in[1] != in[0])
-        return host->set_error(ctx, MXOP_EDTYPE, "gemm: B is %s but A is %s", dtype_name(in[1]),
+        return host->set_error(ctx, MXOP_EDTYPE, "B is %s but A is %s", dtype_name(in[1]),
                                dtype_name(in[0]));
     out[0] = in[0];
     return 0;

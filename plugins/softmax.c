@@ -35,10 +35,10 @@ static int softmax_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in
         return rc;
     if (in[0].ndim < 1)
         return host->set_error(ctx, MXOP_ESHAPE,
-                               "softmax: x is a scalar; it needs at least one axis");
+                               "x is a scalar; it needs at least one axis");
     if (axis != -1 && axis != in[0].ndim - 1)
         return host->set_error(ctx, MXOP_EATTR,
-                               "softmax: attribute 'axis' is %lld but only the last axis (-1 or "
+                               "attribute 'axis' is %lld but only the last axis (-1 or "
                                "%d) is supported",
                                (long long)axis, in[0].ndim - 1);
     out[0] = in[0];
@@ -50,10 +50,10 @@ static int softmax_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int 
     for (int i = 0; i < n_in; i++) {
         if (in[i] != MXOP_F32 && in[i] != MXOP_F64)
             return host->set_error(ctx, MXOP_EDTYPE,
-                                   "softmax: input %d is %s; only f32 and f64 are supported", i,
+                                   "input %d is %s; only f32 and f64 are supported", i,
                                    dtype_name(in[i]));
         if (in[i] != in[0])
-            return host->set_error(ctx, MXOP_EDTYPE, "softmax: input %d is %s but input 0 is %s", i,
+            return host->set_error(ctx, MXOP_EDTYPE, "input %d is %s but input 0 is %s", i,
                                    dtype_name(in[i]), dtype_name(in[0]));
     }
     for (int i = 0; i < n_out; i++)
