@@ -103,7 +103,9 @@ GEN_C     := $(patsubst proto/%.proto,$(B)/gen/%.pb-c.c,$(PROTOS))
 GEN_H     := $(GEN_C:.c=.h)
 COMMON_C  := $(wildcard common/*.c) $(wildcard proto/*.c) $(wildcard shm/*.c)
 DAEMON_C  := $(wildcard server/daemon/*.c)
-WORKER_C  := $(wildcard server/worker/*.c) $(wildcard server/worker/mxnet/*.c)
+# inproc.c is the worker's op runtime for other processes (libmxop-inproc.a), not the worker's.
+WORKER_C  := $(filter-out server/worker/inproc.c,$(wildcard server/worker/*.c)) \
+             $(wildcard server/worker/mxnet/*.c)
 # The MXNet compatibility layer's one C++ file (MXNet's random states are C++ objects).
 WORKER_CC := $(wildcard server/worker/mxnet/*.cc)
 CLIENT_C  := $(wildcard client/*.c)
@@ -129,9 +131,12 @@ DAEMON   := $(B)/bin/mxop-serverd
 WORKER   := $(B)/bin/mxop-worker
 LIB_SO   := $(B)/lib/libmxop.so
 LIB_A    := $(B)/lib/libmxop.a
-PLUGINS  := $(patsubst plugins/%.c,$(B)/plugins/%.so,$(PLUGIN_C))
+INPROC_A := $(B)/lib/libmxop-inproc.a
+PLUGINS  := $(patsubst plugins/%.c,$(B)/plugins/%.so,$(PLUGIN_C)) \
+            $(patsubst plugins/%.cpp,$(B)/plugins/%.so,$(wildcard plugins/*.cpp))
 TPLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(TPLUGIN_C)) \
-            $(patsubst tests/plugins/%.cc,$(B)/tests/plugins/%.so,$(TPLUGIN_CC))
+            $(patsubst tests/plugins/%.cc,$(B)/tests/plugins/%.so,$(TPLUGIN_CC)) \
+            $(patsubst tests/plugins/%.cpp,$(B)/tests/plugins/%.so,$(wildcard tests/plugins/*.cpp))
 ifeq ($(CUDA),1)
 CU_PLUGINS  := $(patsubst plugins/%.cu,$(B)/plugins/%.so,$(PLUGIN_CU))
 CU_TPLUGINS := $(patsubst tests/plugins/%.cu,$(B)/tests/plugins/%.so,$(TPLUGIN_CU))
@@ -140,14 +145,17 @@ TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_C))
 DEMOS    := $(patsubst demo/%.c,$(B)/bin/%,$(DEMO_C))
 BENCHES  := $(patsubst bench/%.c,$(B)/bin/%,$(BENCH_C))
 PCS      := $(B)/mxop.pc $(B)/mxop-plugin.pc
+# pkg-config prefers NAME-uninstalled.pc when it finds one, so that
+# PKG_CONFIG_PATH=build works from the build tree before make install.
+PCS_UNINST := $(B)/mxop-uninstalled.pc $(B)/mxop-plugin-uninstalled.pc
 DEPS_OK  := $(B)/.deps-ok
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
         format format-check
 .DEFAULT_GOAL := all
 
-all: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
-     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS)
+all: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
+     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST)
 
 # Installs the Debian packages the build needs, once per build tree.
 deps: $(DEPS_OK)
@@ -216,6 +224,18 @@ $(B)/tests/plugins/%.so: tests/plugins/%.cc tests/plugins/mx_abi.h | $(DEPS_OK)
 	$(Q)$(CXX) $(CXXFLAGS) -std=c++17 -Itests/plugins $(filter-out -Wstrict-prototypes,$(WARN)) -shared -fPIC $< -o $@
 
 # CUDA op libraries (CUDA=1 only): one nvcc command, as the op-author guide shows.
+# C++ op libraries (mxop/op.hpp): the same, with the C++ compiler.
+CXX ?= c++
+$(B)/plugins/%.so: plugins/%.cpp include/mxop/op.hpp include/mxop/op.h include/mxop/types.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PLUGIN  $@")
+	$(Q)$(CXX) $(CXXFLAGS) $(PLUGIN_OPT) -std=c++17 -Iinclude -Wall -Wextra -Wshadow -Werror -shared -fPIC $< -o $@
+
+$(B)/tests/plugins/%.so: tests/plugins/%.cpp include/mxop/op.hpp include/mxop/op.h include/mxop/types.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PLUGIN  $@")
+	$(Q)$(CXX) $(CXXFLAGS) -O2 -std=c++17 -Iinclude -Wall -Wextra -Wshadow -Werror -shared -fPIC $< -o $@
+
 $(B)/plugins/%.so: plugins/%.cu include/mxop/op.h include/mxop/types.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $@")
@@ -232,6 +252,20 @@ $(B)/obj/server/worker/cuda%.o: MX_CFLAGS += -DMXOP_CUDA_HOME='"$(CUDA_HOME)"'
 
 TESTLIB_O := $(call obj,$(TESTLIB_C))
 $(B)/obj/tests/%.o: MX_CFLAGS += -DMXOP_TEST_BUILD_DIR='"$(abspath $(B))"' -DMXOP_TEST_SOURCE_DIR='"$(CURDIR)"'
+# The worker's objects but main, for running op libraries in another process.
+$(INPROC_A): $(filter-out $(B)/obj/server/worker/main.o,$(WORKER_O)) \
+             $(B)/obj/server/worker/inproc.o $(COMMON_O)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+# The in-process runner's test links it alone: its worker objects share
+# internal names with libmxop's client objects.
+$(B)/tests/test_opkit_inproc: $(B)/obj/tests/test_opkit_inproc.o $(INPROC_A)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(CRIT_LIBS) $(PB_LIBS) $(BLAS_LIBS) -ldl -lm
+
 $(B)/tests/test_%: $(B)/obj/tests/test_%.o $(TESTLIB_O) $(LIB_A)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
@@ -253,6 +287,12 @@ $(B)/%.pc: scripts/%.pc.in include/mxop/client.h
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 	        -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	        -e 's|@PLUGINDIR@|$(PLUGINDIR)|g' $< > $@
+
+$(B)/%-uninstalled.pc: scripts/%.pc.in include/mxop/client.h
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(abspath .)|g' -e 's|@LIBDIR@|$(abspath $(B)/lib)|g' \
+	        -e 's|@INCLUDEDIR@|$(abspath include)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	        -e 's|@PLUGINDIR@|$(abspath $(B)/plugins)|g' $< > $@
 
 # ---------------------------------------------------------------------------
 # Fuzzing (libFuzzer, clang from Debian).  Every target and the code it
@@ -331,21 +371,22 @@ check-python: all
 bench: all
 	$(Q)sh scripts/bench.sh $(abspath $(B))
 
-install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(PLUGINS) $(CU_PLUGINS) $(PCS)
+install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS) $(PCS)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 	           $(DESTDIR)$(INCLUDEDIR)/mxop $(DESTDIR)$(PLUGINDIR)
 	install -m 755 $(DAEMON) $(DESTDIR)$(BINDIR)/
 	install -m 755 $(WORKER) $(DESTDIR)$(LIBEXECDIR)/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libmxop.so.0
 	ln -sf libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.so
-	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
-	install -m 644 include/mxop/*.h $(DESTDIR)$(INCLUDEDIR)/mxop/
+	install -m 644 $(LIB_A) $(INPROC_A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 include/mxop/*.h include/mxop/*.hpp $(DESTDIR)$(INCLUDEDIR)/mxop/
 	install -m 644 $(PCS) $(DESTDIR)$(LIBDIR)/pkgconfig/
 	install -m 755 $(PLUGINS) $(CU_PLUGINS) $(DESTDIR)$(PLUGINDIR)/
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/mxop-serverd $(DESTDIR)$(LIBEXECDIR)/mxop-worker
-	rm -f $(DESTDIR)$(LIBDIR)/libmxop.so $(DESTDIR)$(LIBDIR)/libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.a
+	rm -f $(DESTDIR)$(LIBDIR)/libmxop.so $(DESTDIR)$(LIBDIR)/libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.a \
+	      $(DESTDIR)$(LIBDIR)/libmxop-inproc.a
 	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/mxop.pc $(DESTDIR)$(LIBDIR)/pkgconfig/mxop-plugin.pc
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/mxop $(DESTDIR)$(PLUGINDIR)
 	-rmdir $(DESTDIR)$(LIBEXECDIR) 2>/dev/null

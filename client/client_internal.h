@@ -93,6 +93,7 @@ struct mxop_op {
     uint64_t mutated_inputs;
     int has_backward;
     int stateful;
+    Mxop__OpInfo decls; /* only the fields of opinfo_ext.h used: flags, dynamic_outputs, attrs */
 };
 
 /* Preallocated protobuf-c structures of the data plane: a call of up to

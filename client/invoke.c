@@ -20,7 +20,17 @@ typedef struct callopts {
     uint64_t state;
     int32_t timeout_ms;
     uint64_t seed;
+    const int64_t *const *in_strides;
+    const int64_t *const *out_strides;
 } callopts_t;
+
+/* How one array travels (see run_invoke). */
+enum array_path {
+    PATH_DIRECT = 0, /* its region and offset, contiguous */
+    PATH_HEAP = 1,   /* a contiguous heap array, memcpy'd through staging */
+    PATH_STRIDED = 2, /* its region, offset and strides: the op is MXOP_OP_STRIDED */
+    PATH_GATHER = 3, /* non-contiguous, gathered into staging (and scattered back) */
+};
 
 #define CALL_HAS(o, field) ((o)->struct_size >= offsetof(mxop_call_t, field) + sizeof((o)->field))
 
@@ -72,7 +82,93 @@ static int get_opts(mxop_client_t *c, const mxop_call_t *call, callopts_t *o)
     }
     if (CALL_HAS(call, seed))
         o->seed = call->seed;
+    if (CALL_HAS(call, in_strides))
+        o->in_strides = call->in_strides;
+    if (CALL_HAS(call, out_strides))
+        o->out_strides = call->out_strides;
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Strides */
+
+/* The strides given for array i, or NULL when none or contiguous anyway. */
+static const int64_t *strides_of(const int64_t *const *all, int i, const mxop_array_t *a)
+{
+    if (all == NULL || all[i] == NULL)
+        return NULL;
+    const int64_t *st = all[i];
+    int64_t want = 1;
+    for (int d = a->ndim - 1; d >= 0; d--) {
+        if (a->shape[d] == 0)
+            return NULL; /* no element to address */
+        if (a->shape[d] > 1 && st[d] != want)
+            return st;
+        want *= a->shape[d];
+    }
+    return NULL;
+}
+
+/* Element offsets of the nearest and furthest elements from data (non-empty array). */
+static int strided_extent(const mxop_array_t *a, const int64_t *st, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        int64_t reach;
+        if (__builtin_mul_overflow(a->shape[d] - 1, st[d], &reach))
+            return -1;
+        if (reach < 0 ? __builtin_add_overflow(*lo, reach, lo) : __builtin_add_overflow(*hi, reach, hi))
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * Copies between the strided array `a` and contiguous `flat`: gather
+ * (to_flat) or scatter.  Row by row when the last axis is dense.
+ */
+static void strided_copy(const mxop_array_t *a, const int64_t *st, void *flat, int to_flat)
+{
+    size_t esize = mxop_dtype_size(a->dtype);
+    int nd = a->ndim;
+    int64_t idx[MXOP_MAX_DIMS] = {0};
+    size_t rows = 1;
+    for (int d = 0; d < nd; d++) {
+        if (a->shape[d] == 0)
+            return;
+        rows *= (size_t)a->shape[d];
+    }
+    int64_t inner = nd > 0 ? a->shape[nd - 1] : 1;
+    int dense = nd > 0 && st[nd - 1] == 1;
+    if (nd > 0)
+        rows /= (size_t)inner;
+    char *f = flat;
+    for (size_t r = 0; r < rows; r++) {
+        int64_t off = 0;
+        for (int d = 0; d < nd - 1; d++)
+            off += idx[d] * st[d];
+        char *p = (char *)a->data + off * (int64_t)esize;
+        if (dense) {
+            if (to_flat)
+                memcpy(f, p, (size_t)inner * esize);
+            else
+                memcpy(p, f, (size_t)inner * esize);
+            f += (size_t)inner * esize;
+        } else {
+            int64_t step = nd > 0 ? st[nd - 1] * (int64_t)esize : 0;
+            for (int64_t j = 0; j < inner; j++, f += esize) {
+                if (to_flat)
+                    memcpy(f, p + j * step, esize);
+                else
+                    memcpy(p + j * step, f, esize);
+            }
+        }
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < a->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
 }
 
 /* Points the preallocated Attr structs at a {"k", "v", ..., NULL} list. */
@@ -113,7 +209,7 @@ static int check_op(mxop_client_t *c, const mxop_op_t *op)
  * message naming the argument.
  */
 static int check_array(mxop_client_t *c, const char *what, int i, const mxop_array_t *a, int is_out,
-                       uint64_t *span)
+                       const int64_t *st, uint64_t *span)
 {
     char why[256];
     uint64_t elems;
@@ -139,6 +235,18 @@ static int check_array(mxop_client_t *c, const char *what, int i, const mxop_arr
     if (r == NULL)
         return mxop__fail(c, MXOP_EUNKNOWN_REGION, "%s[%d]: no region %u in this session", what, i,
                           a->region);
+    if (st != NULL) {
+        /* Every element the strides reach must lie in the region. */
+        int64_t lo, hi;
+        int64_t esz = (int64_t)mxop_dtype_size(a->dtype);
+        if (a->offset > r->size || strided_extent(a, st, &lo, &hi) < 0 ||
+            lo < -(int64_t)(a->offset / (uint64_t)esz) ||
+            (uint64_t)hi >= (r->size - a->offset) / (uint64_t)esz)
+            return mxop__fail(c, MXOP_EBOUNDS,
+                              "%s[%d]: its strides reach outside region %u of %zu bytes", what, i,
+                              a->region, r->size);
+        return 0;
+    }
     why[0] = '\0';
     if (mxop__desc_check_bounds(a->offset, *span, mxop_dtype_size(a->dtype), r->size, why,
                                 sizeof why) < 0)
@@ -171,17 +279,75 @@ static int stage_ensure(mxop_client_t *c, uint64_t need)
     return 0;
 }
 
+/* Which way array `a` (with strides `st`, NULL: contiguous) travels. */
+static int choose_path(const mxop_array_t *a, const int64_t *st, int strided_op)
+{
+    if (st == NULL)
+        return a->region == MXOP_REGION_HEAP ? PATH_HEAP : PATH_DIRECT;
+    if (a->region == MXOP_REGION_HEAP || !strided_op)
+        return PATH_GATHER;
+    /* The wire (and the worker) take non-negative strides only. */
+    for (int d = 0; d < a->ndim; d++)
+        if (st[d] < 0)
+            return PATH_GATHER;
+    return PATH_STRIDED;
+}
+
+/* After the call: a staged output or mutated input goes back to the caller's memory. */
+static void copy_back(mxop_client_t *c, const mxop_array_t *a, int path, const int64_t *st,
+                      uint64_t stage_at, uint64_t span)
+{
+    void *slot = c->stage_base + stage_at;
+    if (path == PATH_HEAP) {
+        if (span > 0)
+            memcpy(a->data, slot, span);
+    } else if (path == PATH_GATHER) {
+        strided_copy(a, st, slot, 0);
+    } else {
+        return;
+    }
+    c->stats.staged_bytes += span;
+}
+
 static void fill_desc(Mxop__TensorDesc *d, const mxop_array_t *a, uint32_t region, uint64_t offset,
-                      int32_t req)
+                      int32_t req, const int64_t *strides)
 {
     d->region = region;
     d->offset = offset;
     d->dtype = a->dtype;
     d->n_shape = (size_t)a->ndim;
     d->shape = (int64_t *)a->shape;
-    d->n_strides = 0;
-    d->strides = NULL;
+    d->n_strides = strides != NULL ? (size_t)a->ndim : 0;
+    d->strides = (int64_t *)strides;
     d->req = req;
+}
+
+/* The real shapes of an op's dynamic outputs, from the worker's result. */
+static int set_dynamic_shapes(mxop_client_t *c, const mxop_op_t *op, const Mxop__CallResult *r,
+                              mxop_array_t *out, int n_out)
+{
+    if (r->n_out_shapes != (size_t)n_out)
+        return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): %zu output shapes for %d outputs",
+                          op->name, op->library, r->n_out_shapes, n_out);
+    for (int i = 0; i < n_out && i < 64; i++) {
+        if (!((op->decls.dynamic_outputs >> i) & 1u))
+            continue;
+        const Mxop__Shape *s = r->out_shapes[i];
+        uint64_t elems = 1;
+        int bad = s == NULL || s->n_dims > MXOP_MAX_DIMS;
+        for (size_t d = 0; !bad && d < s->n_dims; d++)
+            bad = s->dims[d] < 0 || __builtin_mul_overflow(elems, (uint64_t)s->dims[d], &elems);
+        uint64_t bytes = elems * mxop_dtype_size(out[i].dtype);
+        if (bad || elems > UINT64_MAX / 8 || bytes > c->cb.out_span[i])
+            return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): bad shape of dynamic output %d",
+                              op->name, op->library, i);
+        out[i].ndim = (int32_t)s->n_dims;
+        memset(out[i].shape, 0, sizeof(out[i].shape));
+        for (size_t d = 0; d < s->n_dims; d++)
+            out[i].shape[d] = s->dims[d];
+        out[i].nbytes = (size_t)bytes;
+    }
+    return 0;
 }
 
 static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
@@ -213,24 +379,39 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     if (rc < 0)
         return rc;
 
-    /* Check every array and lay the heap ones out in the staging area. */
+    /*
+     * Check every array and choose its path: heap arrays and non-contiguous
+     * arrays the op cannot take as they are go through the staging area.
+     */
+    int strided_op = (op->decls.flags & MXOP_OP_STRIDED) != 0;
+    const int64_t *in_st[MXOP_MAX_TENSORS], *out_st[MXOP_MAX_TENSORS];
+    unsigned char in_path[MXOP_MAX_TENSORS], out_path[MXOP_MAX_TENSORS];
     uint64_t stage = 0;
     int heap = 0;
     for (int i = 0; i < n_in; i++) {
-        rc = check_array(c, "in", i, &in[i], 0, &b->in_span[i]);
+        in_st[i] = strides_of(o.in_strides, i, &in[i]);
+        rc = check_array(c, "in", i, &in[i], 0, in_st[i], &b->in_span[i]);
         if (rc < 0)
             return rc;
-        if (in[i].region == MXOP_REGION_HEAP) {
+        in_path[i] = choose_path(&in[i], in_st[i], strided_op);
+        if (in_path[i] == PATH_HEAP || in_path[i] == PATH_GATHER) {
             heap = 1;
             b->in_stage[i] = round_up(stage, MXOP__ARENA_ALIGN);
             stage = b->in_stage[i] + b->in_span[i];
         }
     }
     for (int i = 0; i < n_out; i++) {
-        rc = check_array(c, "out", i, &out[i], 1, &b->out_span[i]);
+        out_st[i] = strides_of(o.out_strides, i, &out[i]);
+        if (out_st[i] != NULL && !backward && i < 64 && ((op->decls.dynamic_outputs >> i) & 1u))
+            return mxop__fail(c, MXOP_EINVAL,
+                              "out[%d]: op '%s' gives it its shape during forward; it must be "
+                              "contiguous",
+                              i, op->name);
+        rc = check_array(c, "out", i, &out[i], 1, out_st[i], &b->out_span[i]);
         if (rc < 0)
             return rc;
-        if (out[i].region == MXOP_REGION_HEAP) {
+        out_path[i] = choose_path(&out[i], out_st[i], strided_op);
+        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER) {
             heap = 1;
             b->out_stage[i] = round_up(stage, MXOP__ARENA_ALIGN);
             stage = b->out_stage[i] + b->out_span[i];
@@ -247,26 +428,39 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     }
 
     for (int i = 0; i < n_in; i++) {
-        if (in[i].region == MXOP_REGION_HEAP) {
+        void *slot = c->stage_base + b->in_stage[i];
+        switch (in_path[i]) {
+        case PATH_HEAP:
             if (b->in_span[i] > 0)
-                memcpy(c->stage_base + b->in_stage[i], in[i].data, b->in_span[i]);
+                memcpy(slot, in[i].data, b->in_span[i]);
             c->stats.staged_bytes += b->in_span[i];
-            fill_desc(&b->in_desc[i], &in[i], c->stage_region, b->in_stage[i], 0);
-        } else {
-            fill_desc(&b->in_desc[i], &in[i], in[i].region, in[i].offset, 0);
+            fill_desc(&b->in_desc[i], &in[i], c->stage_region, b->in_stage[i], 0, NULL);
+            break;
+        case PATH_GATHER:
+            strided_copy(&in[i], in_st[i], slot, 1);
+            c->stats.staged_bytes += b->in_span[i];
+            fill_desc(&b->in_desc[i], &in[i], c->stage_region, b->in_stage[i], 0, NULL);
+            break;
+        default:
+            fill_desc(&b->in_desc[i], &in[i], in[i].region, in[i].offset, 0, in_st[i]);
         }
     }
     for (int i = 0; i < n_out; i++) {
-        if (out[i].region == MXOP_REGION_HEAP) {
+        void *slot = c->stage_base + b->out_stage[i];
+        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER) {
             /* An output that accumulates needs what is there now. */
             if (out[i].req == MXOP_REQ_ADD) {
-                if (b->out_span[i] > 0)
-                    memcpy(c->stage_base + b->out_stage[i], out[i].data, b->out_span[i]);
+                if (out_path[i] == PATH_GATHER)
+                    strided_copy(&out[i], out_st[i], slot, 1);
+                else if (b->out_span[i] > 0)
+                    memcpy(slot, out[i].data, b->out_span[i]);
                 c->stats.staged_bytes += b->out_span[i];
             }
-            fill_desc(&b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req);
+            fill_desc(&b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req,
+                      NULL);
         } else {
-            fill_desc(&b->out_desc[i], &out[i], out[i].region, out[i].offset, out[i].req);
+            fill_desc(&b->out_desc[i], &out[i], out[i].region, out[i].offset, out[i].req,
+                      out_st[i]);
         }
     }
 
@@ -292,22 +486,18 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
 
     if (heap) {
         for (int i = 0; i < n_out; i++) {
-            if (out[i].region != MXOP_REGION_HEAP || out[i].req == MXOP_REQ_NULL)
+            if (out[i].req == MXOP_REQ_NULL)
                 continue;
-            if (b->out_span[i] > 0)
-                memcpy(out[i].data, c->stage_base + b->out_stage[i], b->out_span[i]);
-            c->stats.staged_bytes += b->out_span[i];
+            copy_back(c, &out[i], out_path[i], out_st[i], b->out_stage[i], b->out_span[i]);
         }
         /* Inputs the op declares it mutates come back too (forward only:
          * the mask is about the forward inputs). */
-        for (int i = 0; !backward && i < n_in && i < 64; i++) {
-            if (in[i].region != MXOP_REGION_HEAP || !((op->mutated_inputs >> i) & 1))
-                continue;
-            if (b->in_span[i] > 0)
-                memcpy(in[i].data, c->stage_base + b->in_stage[i], b->in_span[i]);
-            c->stats.staged_bytes += b->in_span[i];
-        }
+        for (int i = 0; !backward && i < n_in && i < 64; i++)
+            if ((op->mutated_inputs >> i) & 1)
+                copy_back(c, &in[i], in_path[i], in_st[i], b->in_stage[i], b->in_span[i]);
     }
+    if (!backward && op->decls.dynamic_outputs != 0)
+        return set_dynamic_shapes(c, op, r, out, n_out);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "client/client_internal.h"
+#include "common/opinfo_ext.h"
 #include "common/util.h"
 
 /* A sanity bound on op indices from the daemon, far above any real session. */
@@ -71,6 +72,10 @@ int mxop__ops_update(mxop_client_t *c, const Mxop__OpList *list)
         op->mutated_inputs = in->mutated_inputs;
         op->has_backward = in->has_backward ? 1 : 0;
         op->stateful = in->stateful ? 1 : 0;
+        /* A reloaded library may declare differently: the newest list wins. */
+        mxop__opinfo_ext_free(&op->decls);
+        if (mxop__opinfo_ext_copy(&op->decls, in) != 0)
+            return mxop__fail(c, MXOP_ENOMEM, "out of memory copying the op table");
         op->present = 1;
     }
     return 0;
@@ -82,6 +87,7 @@ void mxop__ops_free(mxop_client_t *c)
         free(c->ops[i]->name);
         free(c->ops[i]->description);
         free(c->ops[i]->library);
+        mxop__opinfo_ext_free(&c->ops[i]->decls);
         free(c->ops[i]);
     }
     free(c->ops);
@@ -199,5 +205,65 @@ int mxop_op_info(const mxop_op_t *op, mxop_op_info_t *info)
     info->mutated_inputs = op->mutated_inputs;
     info->has_backward = op->has_backward;
     info->stateful = op->stateful;
+    return 0;
+}
+
+int mxop_op_attr_count(const mxop_op_t *op)
+{
+    if (op == NULL)
+        return MXOP_EINVAL;
+    return (int)op->decls.n_attrs;
+}
+
+int mxop_op_attr(const mxop_op_t *op, int i, mxop_attr_info_t *info)
+{
+    if (op == NULL || info == NULL || info->struct_size == 0)
+        return MXOP_EINVAL;
+    if (i < 0 || (size_t)i >= op->decls.n_attrs)
+        return MXOP_EINVAL;
+    const Mxop__AttrDecl *d = op->decls.attrs[i];
+    mxop_attr_info_t out;
+    memset(&out, 0, sizeof(out));
+    out.struct_size = info->struct_size < sizeof(out) ? info->struct_size : (uint32_t)sizeof(out);
+    out.name = d->name;
+    out.type = d->type;
+    out.required = d->required ? 1 : 0;
+    out.default_value = d->has_default ? d->default_value : NULL;
+    out.doc = d->doc;
+    /* Write only what the caller's struct has room for. */
+    memcpy(info, &out, out.struct_size);
+    return 0;
+}
+
+uint32_t mxop_op_flags(const mxop_op_t *op)
+{
+    return op != NULL ? op->decls.flags : 0;
+}
+
+uint64_t mxop_op_dynamic_outputs(const mxop_op_t *op)
+{
+    return op != NULL ? op->decls.dynamic_outputs : 0;
+}
+
+int mxop_op_info_v2(const mxop_op_t *op, mxop_op_info_v2_t *info)
+{
+    if (op == NULL || info == NULL || info->struct_size == 0)
+        return MXOP_EINVAL;
+    mxop_op_info_v2_t v;
+    memset(&v, 0, sizeof(v));
+    v.struct_size = info->struct_size < sizeof(v) ? info->struct_size : (uint32_t)sizeof(v);
+    v.name = op->name != NULL ? op->name : "";
+    v.description = op->description != NULL ? op->description : "";
+    v.library = op->library != NULL ? op->library : "";
+    v.num_inputs = op->num_inputs;
+    v.min_inputs = op->min_inputs;
+    v.num_outputs = op->num_outputs;
+    v.mutated_inputs = op->mutated_inputs;
+    v.has_backward = op->has_backward;
+    v.stateful = op->stateful;
+    v.flags = op->decls.flags;
+    v.num_attrs = (int32_t)op->decls.n_attrs;
+    v.dynamic_outputs = op->decls.dynamic_outputs;
+    memcpy(info, &v, v.struct_size);
     return 0;
 }

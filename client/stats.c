@@ -84,6 +84,36 @@ out:
     return rc;
 }
 
+int mxop_stats_v2(mxop_client_t *c, mxop_stats_v2_t *st)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    if (st == NULL || st->struct_size == 0) {
+        pthread_mutex_lock(&c->lock);
+        int rc = mxop__fail(c, MXOP_EINVAL, "mxop_stats_v2: %s",
+                            st == NULL ? "st is NULL" : "set st->struct_size first");
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+    }
+    mxop_stats_t old;
+    memset(&old, 0, sizeof(old));
+    int rc = mxop_stats(c, &old);
+    mxop_stats_v2_t v;
+    memset(&v, 0, sizeof(v));
+    v.struct_size = st->struct_size < sizeof(v) ? st->struct_size : (uint32_t)sizeof(v);
+    v.worker_pid = old.worker_pid;
+    v.daemon_sessions = old.daemon_sessions;
+    v.calls = old.calls;
+    v.errors = old.errors;
+    v.worker_restarts = old.worker_restarts;
+    v.staged_bytes = old.staged_bytes;
+    v.regions = old.regions;
+    v.region_bytes = old.region_bytes;
+    /* Write only what the caller's struct has room for. */
+    memcpy(st, &v, v.struct_size);
+    return rc;
+}
+
 int mxop_shutdown_daemon(mxop_client_t *c)
 {
     if (c == NULL)

@@ -60,27 +60,18 @@ static int read_attrs(mxop_ctx_t *ctx, gemm_attrs_t *a)
     if (rc != 0)
         return rc;
     if (!isfinite(a->alpha))
-        return host->set_error(ctx, MXOP_EATTR, "gemm: attribute 'alpha' must be finite, got '%s'",
+        return host->set_error(ctx, MXOP_EATTR, "attribute 'alpha' must be finite, got '%s'",
                                host->attr_get(ctx, "alpha"));
     return 0;
 }
 
-/* An unknown key is almost always a typo ("transposeA"), so it is refused. */
+/*
+ * Unknown keys and values that do not parse are refused by the worker from
+ * the declarations (see gemm_attrs in the init below); what is left to
+ * check here is what a type cannot say: alpha must be finite.
+ */
 static int gemm_check_attrs(mxop_ctx_t *ctx)
 {
-    static const char *const known[] = {"transpose_a", "transpose_b", "alpha"};
-    int n = host->attr_count(ctx);
-    for (int i = 0; i < n; i++) {
-        const char *key = host->attr_key(ctx, i);
-        size_t j = 0;
-        while (j < sizeof(known) / sizeof(known[0]) && strcmp(key, known[j]) != 0)
-            j++;
-        if (j == sizeof(known) / sizeof(known[0]))
-            return host->set_error(ctx, MXOP_EATTR,
-                                   "gemm: unknown attribute '%s' (known: transpose_a, "
-                                   "transpose_b, alpha)",
-                                   key);
-    }
     gemm_attrs_t a;
     return read_attrs(ctx, &a);
 }
@@ -96,7 +87,7 @@ static int gemm_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, i
         return rc;
     for (int i = 0; i < 2; i++)
         if (in[i].ndim != 2)
-            return host->set_error(ctx, MXOP_ESHAPE, "gemm: %s must be 2-d, got %s", names[i],
+            return host->set_error(ctx, MXOP_ESHAPE, "%s must be 2-d, got %s", names[i],
                                    shape_str(sa, sizeof(sa), in[i].ndim, in[i].dims));
 
     int64_t m = a.trans_a ? in[0].dims[1] : in[0].dims[0];
@@ -105,7 +96,7 @@ static int gemm_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, i
     int64_t n = a.trans_b ? in[1].dims[0] : in[1].dims[1];
     if (k != kb)
         return host->set_error(ctx, MXOP_ESHAPE,
-                               "gemm: A is %s (transposed: %s), B is %s%s: inner dimensions "
+                               "A is %s (transposed: %s), B is %s%s: inner dimensions "
                                "%lld and %lld differ",
                                shape_str(sa, sizeof(sa), 2, in[0].dims), a.trans_a ? "yes" : "no",
                                shape_str(sb, sizeof(sb), 2, in[1].dims),
@@ -119,10 +110,10 @@ static int gemm_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, i
 static int gemm_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out, int32_t *out)
 {
     if (in[0] != MXOP_F32 && in[0] != MXOP_F64)
-        return host->set_error(ctx, MXOP_EDTYPE, "gemm: A is %s; only f32 and f64 are supported",
+        return host->set_error(ctx, MXOP_EDTYPE, "A is %s; only f32 and f64 are supported",
                                dtype_name(in[0]));
     if (in[1] != in[0])
-        return host->set_error(ctx, MXOP_EDTYPE, "gemm: B is %s but A is %s", dtype_name(in[1]),
+        return host->set_error(ctx, MXOP_EDTYPE, "B is %s but A is %s", dtype_name(in[1]),
                                dtype_name(in[0]));
     out[0] = in[0];
     return 0;
@@ -208,12 +199,17 @@ MXOP_PLUGIN_INIT(ctx, h)
 {
     host = h;
     /*
-     * Every member used here is from ABI version 1, which any worker that
-     * loads this library has; a library using a later member would check
-     * host->struct_size covers it and refuse with MXOP_EABI otherwise.
+     * Every host member used here is from ABI version 1; a library using a
+     * later member tests it with MXOP_HOST_HAS and refuses with MXOP_EABI
+     * (or does without it) when the worker's table lacks it.
      */
-    if (h->struct_size < offsetof(mxop_host_t, fill) + sizeof(h->fill))
+    if (!MXOP_HOST_HAS(h, fill))
         return h->set_error(ctx, MXOP_EABI, "gemm: the worker's host table is too old");
+    static const mxop_attr_decl_t gemm_attrs[] = {
+        {"transpose_a", MXOP_ATTR_BOOL, 0, "false", "use A transposed (A is k x m)"},
+        {"transpose_b", MXOP_ATTR_BOOL, 0, "false", "use B transposed (B is n x k)"},
+        {"alpha", MXOP_ATTR_FLOAT, 0, "1.0", "scale of the product; finite"},
+    };
     mxop_op_def_t def = {
         .struct_size = sizeof(mxop_op_def_t),
         .name = "gemm",
@@ -226,6 +222,8 @@ MXOP_PLUGIN_INIT(ctx, h)
         .infer_type = gemm_infer_type,
         .forward = gemm_forward,
         .backward = gemm_backward,
+        .attrs = gemm_attrs,
+        .num_attrs = 3,
     };
     return host->register_op(ctx, &def);
 }

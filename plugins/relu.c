@@ -38,10 +38,10 @@ static int relu_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_o
     for (int i = 0; i < n_in; i++) {
         if (in[i] != MXOP_F32 && in[i] != MXOP_F64)
             return host->set_error(ctx, MXOP_EDTYPE,
-                                   "relu: input %d is %s; only f32 and f64 are supported", i,
+                                   "input %d is %s; only f32 and f64 are supported", i,
                                    dtype_name(in[i]));
         if (in[i] != in[0])
-            return host->set_error(ctx, MXOP_EDTYPE, "relu: input %d is %s but input 0 is %s", i,
+            return host->set_error(ctx, MXOP_EDTYPE, "input %d is %s but input 0 is %s", i,
                                    dtype_name(in[i]), dtype_name(in[0]));
     }
     for (int i = 0; i < n_out; i++)

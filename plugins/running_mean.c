@@ -46,7 +46,7 @@ static int read_momentum(mxop_ctx_t *ctx, double *m)
     /* Written so that NaN fails too. */
     if (!(*m >= 0.0 && *m <= 1.0))
         return host->set_error(ctx, MXOP_EATTR,
-                               "running_mean_norm: attribute 'momentum' must be in [0, 1], got "
+                               "attribute 'momentum' must be in [0, 1], got "
                                "'%s'",
                                host->attr_get(ctx, "momentum"));
     return 0;
@@ -63,12 +63,12 @@ static int rm_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
     for (int i = 0; i < n_in; i++) {
         if (in[i] != MXOP_F32 && in[i] != MXOP_F64)
             return host->set_error(ctx, MXOP_EDTYPE,
-                                   "running_mean_norm: input %d is %s; only f32 and f64 are "
+                                   "input %d is %s; only f32 and f64 are "
                                    "supported",
                                    i, dtype_name(in[i]));
         if (in[i] != in[0])
             return host->set_error(ctx, MXOP_EDTYPE,
-                                   "running_mean_norm: input %d is %s but input 0 is %s", i,
+                                   "input %d is %s but input 0 is %s", i,
                                    dtype_name(in[i]), dtype_name(in[0]));
     }
     for (int i = 0; i < n_out; i++)
@@ -85,18 +85,18 @@ static int rm_state_create(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in_sha
         return rc;
     if (in_dtypes[0] != MXOP_F32 && in_dtypes[0] != MXOP_F64)
         return host->set_error(ctx, MXOP_EDTYPE,
-                               "running_mean_norm: x is %s; only f32 and f64 are supported",
+                               "x is %s; only f32 and f64 are supported",
                                dtype_name(in_dtypes[0]));
     if (in_shapes[0].ndim < 1)
         return host->set_error(ctx, MXOP_ESHAPE,
-                               "running_mean_norm: x is a scalar; it needs a feature axis");
+                               "x is a scalar; it needs a feature axis");
     int64_t features = in_shapes[0].dims[in_shapes[0].ndim - 1];
     rm_state_t *s = NULL;
     if ((uint64_t)features <= (SIZE_MAX - sizeof(*s)) / sizeof(double))
         s = calloc(1, sizeof(*s) + (size_t)features * sizeof(double));
     if (!s)
         return host->set_error(ctx, MXOP_ENOMEM,
-                               "running_mean_norm: no memory for a state of %lld features",
+                               "no memory for a state of %lld features",
                                (long long)features);
     s->dtype = in_dtypes[0];
     s->features = features;
@@ -115,11 +115,11 @@ static int check_against_state(mxop_ctx_t *ctx, const rm_state_t *s, const mxop_
 {
     if (x->dtype != s->dtype)
         return host->set_error(ctx, MXOP_EDTYPE,
-                               "running_mean_norm: x is %s but the state was created for %s",
+                               "x is %s but the state was created for %s",
                                dtype_name(x->dtype), dtype_name(s->dtype));
     if (x->ndim < 1 || x->shape[x->ndim - 1] != s->features)
         return host->set_error(ctx, MXOP_ESHAPE,
-                               "running_mean_norm: x has %lld features but the state was created "
+                               "x has %lld features but the state was created "
                                "for %lld",
                                x->ndim < 1 ? 0LL : (long long)x->shape[x->ndim - 1],
                                (long long)s->features);
@@ -166,7 +166,7 @@ static int rm_state_forward(mxop_ctx_t *ctx, void *state, int n_in, const mxop_t
         double *acc = host->workspace(ctx, f * sizeof(double));
         if (!acc)
             return host->set_error(ctx, MXOP_ENOMEM,
-                                   "running_mean_norm: no workspace for %zu features", f);
+                                   "no workspace for %zu features", f);
         for (size_t j = 0; j < f; j++)
             acc[j] = 0;
         if (x->dtype == MXOP_F32)
@@ -210,6 +210,9 @@ static int rm_state_backward(mxop_ctx_t *ctx, void *state, int n_in, const mxop_
 MXOP_PLUGIN_INIT(ctx, h)
 {
     host = h;
+    static const mxop_attr_decl_t rm_attrs[] = {
+        {"momentum", MXOP_ATTR_FLOAT, 0, "0.1", "weight of the new batch's mean, in [0, 1]"},
+    };
     mxop_op_def_t def = {
         .struct_size = sizeof(mxop_op_def_t),
         .name = "running_mean_norm",
@@ -223,6 +226,8 @@ MXOP_PLUGIN_INIT(ctx, h)
         .state_forward = rm_state_forward,
         .state_backward = rm_state_backward,
         .state_destroy = rm_state_destroy,
+        .attrs = rm_attrs,
+        .num_attrs = 1,
     };
     return host->register_op(ctx, &def);
 }

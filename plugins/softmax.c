@@ -6,8 +6,10 @@
  *
  * Subtracting the row's maximum keeps exp() from overflowing, so large
  * logits give exact probabilities instead of inf/inf = NaN.  The optional
- * attribute `axis` may only name the last axis (-1 or ndim - 1); any other
- * value is refused with MXOP_EATTR rather than silently ignored.
+ * attribute `axis` is declared (an int, default -1), so that the worker
+ * refuses a misspelt key such as `dim`; it may only name the last axis (-1
+ * or ndim - 1), and any other value is refused with MXOP_EATTR rather than
+ * silently ignored.
  */
 #include <math.h>
 
@@ -24,13 +26,6 @@ static const char *dtype_name(int32_t dtype)
     return dtype >= 0 && dtype < MXOP_DTYPE_COUNT ? names[dtype] : "unknown";
 }
 
-/* Only the parse can be checked here: whether the axis is the last one needs the shape. */
-static int softmax_check_attrs(mxop_ctx_t *ctx)
-{
-    int64_t axis;
-    return host->attr_int(ctx, "axis", -1, &axis);
-}
-
 static int softmax_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, int n_out,
                                mxop_shape_t *out)
 {
@@ -40,10 +35,10 @@ static int softmax_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in
         return rc;
     if (in[0].ndim < 1)
         return host->set_error(ctx, MXOP_ESHAPE,
-                               "softmax: x is a scalar; it needs at least one axis");
+                               "x is a scalar; it needs at least one axis");
     if (axis != -1 && axis != in[0].ndim - 1)
         return host->set_error(ctx, MXOP_EATTR,
-                               "softmax: attribute 'axis' is %lld but only the last axis (-1 or "
+                               "attribute 'axis' is %lld but only the last axis (-1 or "
                                "%d) is supported",
                                (long long)axis, in[0].ndim - 1);
     out[0] = in[0];
@@ -55,10 +50,10 @@ static int softmax_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int 
     for (int i = 0; i < n_in; i++) {
         if (in[i] != MXOP_F32 && in[i] != MXOP_F64)
             return host->set_error(ctx, MXOP_EDTYPE,
-                                   "softmax: input %d is %s; only f32 and f64 are supported", i,
+                                   "input %d is %s; only f32 and f64 are supported", i,
                                    dtype_name(in[i]));
         if (in[i] != in[0])
-            return host->set_error(ctx, MXOP_EDTYPE, "softmax: input %d is %s but input 0 is %s", i,
+            return host->set_error(ctx, MXOP_EDTYPE, "input %d is %s but input 0 is %s", i,
                                    dtype_name(in[i]), dtype_name(in[0]));
     }
     for (int i = 0; i < n_out; i++)
@@ -145,17 +140,21 @@ static int softmax_backward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, 
 MXOP_PLUGIN_INIT(ctx, h)
 {
     host = h;
+    static const mxop_attr_decl_t softmax_attrs[] = {
+        {"axis", MXOP_ATTR_INT, 0, "-1", "the axis to normalise; only the last (-1 or ndim-1)"},
+    };
     mxop_op_def_t def = {
         .struct_size = sizeof(mxop_op_def_t),
         .name = "softmax",
         .description = "softmax over the last axis (attribute axis: -1 only); f32 and f64",
         .num_inputs = 1,
         .num_outputs = 1,
-        .check_attrs = softmax_check_attrs,
         .infer_shape = softmax_infer_shape,
         .infer_type = softmax_infer_type,
         .forward = softmax_forward,
         .backward = softmax_backward,
+        .attrs = softmax_attrs,
+        .num_attrs = 1,
     };
     return host->register_op(ctx, &def);
 }

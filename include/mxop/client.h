@@ -153,6 +153,62 @@ typedef struct mxop_op_info {
 /** Fills *info for `op`. */
 int mxop_op_info(const mxop_op_t *op, mxop_op_info_t *info);
 
+/**
+ * mxop_op_info_t with struct_size, so that it can grow, and what was added
+ * since: zero-initialise, set struct_size = sizeof(mxop_op_info_v2_t), call
+ * mxop_op_info_v2; members beyond the caller's struct_size are not written.
+ */
+typedef struct mxop_op_info_v2 {
+    uint32_t struct_size;
+    int32_t num_inputs; /* -1: variadic, at least min_inputs */
+    int32_t min_inputs;
+    int32_t num_outputs;
+    const char *name;
+    const char *description;
+    const char *library;
+    uint64_t mutated_inputs;
+    int32_t has_backward;
+    int32_t stateful;
+    uint32_t flags;           /* enum mxop_op_flags */
+    int32_t num_attrs;        /* declared attributes: mxop_op_attr */
+    uint64_t dynamic_outputs; /* see mxop_op_dynamic_outputs */
+} mxop_op_info_v2_t;
+
+int mxop_op_info_v2(const mxop_op_t *op, mxop_op_info_v2_t *info);
+
+/**
+ * One attribute an op declares (mxop_attr_decl_t in op.h), for building
+ * keyword signatures.  Zero-initialise, set struct_size, then call
+ * mxop_op_attr; members beyond the caller's struct_size are not written.
+ * Strings are borrowed from the client, valid until mxop_close or until a
+ * reload of the op's library replaces the declarations.
+ */
+typedef struct mxop_attr_info {
+    uint32_t struct_size;
+    int32_t type;              /* enum mxop_attr_type (types.h) */
+    const char *name;
+    int32_t required;          /* nonzero: every call must give it */
+    const char *default_value; /* NULL when there is none */
+    const char *doc;           /* "" when the op gave none */
+} mxop_attr_info_t;
+
+/** The op's flags (enum mxop_op_flags in types.h, e.g. MXOP_OP_STRIDED). */
+uint32_t mxop_op_flags(const mxop_op_t *op);
+
+/**
+ * Outputs of `op` whose shape is known only after forward (bit j: output
+ * j).  Allocate such an output with the shape mxop_infer gives (its
+ * largest); mxop_forward then sets its ndim, shape and nbytes to the real
+ * ones (the data stays where it was, at the start of the allocation).
+ */
+uint64_t mxop_op_dynamic_outputs(const mxop_op_t *op);
+
+/** How many attributes `op` declares (0: it declares none, any pass). */
+int mxop_op_attr_count(const mxop_op_t *op);
+
+/** Fills *info with the i-th declared attribute; MXOP_EINVAL when out of range. */
+int mxop_op_attr(const mxop_op_t *op, int i, mxop_attr_info_t *info);
+
 /* ------------------------------------------------------------------------
  * Shared memory
  * ------------------------------------------------------------------------ */
@@ -281,6 +337,19 @@ typedef struct mxop_call {
     uint64_t state;           /* for stateful ops: from mxop_state_create */
     int32_t timeout_ms;       /* 0: the client's default */
     uint64_t seed;            /* 0: the session's random sequence */
+
+    /*
+     * Appended (issue 11): strides, in elements, of the call's arrays.
+     * NULL, or one pointer per array: NULL (contiguous row-major) or
+     * `ndim` strides (negative ones allowed).  An op with MXOP_OP_STRIDED
+     * (mxop_op_flags) receives a shared-memory array's non-negative strides
+     * as they are; for any other op, and for heap arrays, the client copies
+     * a non-contiguous array into contiguous staging memory for the call
+     * (and, for outputs and mutated inputs, back after it), counted in
+     * mxop_stats_t.staged_bytes.
+     */
+    const int64_t *const *in_strides;
+    const int64_t *const *out_strides;
 } mxop_call_t;
 
 /**
@@ -344,6 +413,26 @@ typedef struct mxop_stats {
 
 /** Fills *st (asks the daemon for its part). */
 int mxop_stats(mxop_client_t *c, mxop_stats_t *st);
+
+/**
+ * mxop_stats_t with struct_size, so that it can grow: zero-initialise, set
+ * struct_size = sizeof(mxop_stats_v2_t), call mxop_stats_v2; members beyond
+ * the caller's struct_size are not written.  New members are appended here
+ * only; mxop_stats_t stays as it is for the callers built against it.
+ */
+typedef struct mxop_stats_v2 {
+    uint32_t struct_size;
+    uint32_t worker_pid;      /* the current worker's pid */
+    uint32_t daemon_sessions; /* sessions the daemon serves now */
+    uint64_t calls;           /* forward + backward calls sent */
+    uint64_t errors;          /* calls that returned an error */
+    uint64_t worker_restarts; /* workers of this session that died and were replaced */
+    uint64_t staged_bytes;    /* bytes copied to and from heap arrays (and strided gathers) */
+    uint64_t regions;         /* regions registered now */
+    uint64_t region_bytes;    /* their total size */
+} mxop_stats_v2_t;
+
+int mxop_stats_v2(mxop_client_t *c, mxop_stats_v2_t *st);
 
 /** Asks the daemon to shut down (allowed for its own user).  The client is then unusable. */
 int mxop_shutdown_daemon(mxop_client_t *c);

@@ -3,7 +3,7 @@
  *
  * An op library links against nothing from mxop.  It is built with one line:
  *
- *     cc -shared -fPIC -O2 $(pkg-config --cflags mxop-plugin) myops.c -o myops.so
+ *     cc -shared -fPIC -O3 $(pkg-config --cflags mxop-plugin) myops.c -o myops.so
  *
  * and exports two symbols, both made by the macros at the end of this file:
  *
@@ -35,8 +35,20 @@
 extern "C" {
 #endif
 
-/** The plugin ABI version this header describes. */
-#define MXOP_ABI_VERSION 1
+/**
+ * The plugin ABI version this header describes.
+ *
+ *   1: the first ABI, and the GPU members (forward_gpu ..., gpu_workspace,
+ *      gpu_gemm, rng_seed) appended to it before any release was made.
+ *   2: declared attributes (mxop_op_def_t.attrs / num_attrs), the typed
+ *      attribute readers attr_string, attr_int_list, attr_float_list, the
+ *      host routines for every dtype, convert, and outputs of data-dependent
+ *      shape (dynamic_outputs, alloc_output).
+ *
+ * A library built against version 2 that uses nothing of version 2 still
+ * needs a version 2 worker: the worker refuses a newer version at load.
+ */
+#define MXOP_ABI_VERSION 2
 
 /**
  * A tensor as an op sees it.  `data` points into shared memory mapped in the
@@ -66,11 +78,27 @@ typedef struct mxop_tensor {
  */
 typedef struct mxop_ctx mxop_ctx_t;
 
-/** Flags of an op definition. */
-enum mxop_op_flags {
-    /** The op accepts non-contiguous (strided) tensors. */
-    MXOP_OP_STRIDED = 1u << 0,
-};
+/**
+ * One declared attribute of an op (ABI version 2).  An op that declares its
+ * attributes gets them checked by the worker before any of its callbacks
+ * runs: an unknown key, a value that does not parse as the declared type or
+ * a missing required attribute is refused with MXOP_EATTR, naming the op,
+ * the key and the attributes the op knows.  The typed readers (attr_int ...)
+ * return the declared default when the call omits the key.  The bindings
+ * read the declarations (mxop_op_attr in client.h) to build keyword
+ * signatures.
+ *
+ * This struct is frozen: arrays of it cross the boundary, so it can never
+ * grow.  Strings are borrowed for the duration of register_op (the worker
+ * copies them).
+ */
+typedef struct mxop_attr_decl {
+    const char *name;         /* [A-Za-z0-9_]+, unique within the op */
+    int32_t type;             /* enum mxop_attr_type */
+    int32_t required;         /* nonzero: every call must give it (no default then) */
+    const char *default_value; /* the default as a string in the type's syntax; NULL: none */
+    const char *doc;          /* one line for help texts; may be NULL */
+} mxop_attr_decl_t;
 
 /**
  * One op.  The library fills one with designated initialisers and passes it
@@ -166,6 +194,29 @@ typedef struct mxop_op_def {
                              int n_out, mxop_tensor_t *out);
     int (*state_backward_gpu)(mxop_ctx_t *ctx, void *state, int n_in, const mxop_tensor_t *in,
                               int n_out, mxop_tensor_t *out);
+
+    /* ---- ABI version 2 ---- */
+
+    /**
+     * Declared attributes: `num_attrs` entries of `attrs` (see
+     * mxop_attr_decl_t).  num_attrs == 0: the op declares nothing and its
+     * calls may carry any attributes, which check_attrs then judges alone.
+     * With declarations check_attrs still runs, after the worker's check,
+     * for what a type cannot say (ranges, combinations).
+     */
+    const mxop_attr_decl_t *attrs;
+    int32_t num_attrs;
+
+    /**
+     * Outputs whose shape is known only during forward (bit j: output j),
+     * e.g. the selected elements of a mask.  infer_shape gives such an
+     * output's largest shape: the caller allocates that much (in shared
+     * memory, as any output).  forward then calls host->alloc_output with
+     * the real shape, which must fit, and writes the data where it says;
+     * the caller gets the output with its real shape.  In backward, the
+     * gradient of such an output and the output itself have that real shape.
+     */
+    uint64_t dynamic_outputs;
 } mxop_op_def_t;
 
 /**
@@ -230,8 +281,15 @@ typedef struct mxop_host {
     void *(*cuda_stream)(mxop_ctx_t *ctx);
 
     /*
-     * Core tensor routines, for MXOP_F32 and MXOP_F64 (MXOP_EDTYPE otherwise).
-     * Pointers are borrowed; n counts elements.
+     * Core tensor routines.  Pointers are borrowed; n counts elements.
+     * Dtypes (ABI version 2; version 1 workers took f32 and f64 only):
+     *   gemm: f32, f64, and f16 / bf16 (widened to f32 in the call's
+     *         workspace, accumulated in f32, rounded back once);
+     *   add, mul, fill, copy, sum: every dtype (integers wrap in add and
+     *         mul; bool add is or, mul is and);
+     *   axpy: every dtype but bool (non-float ones computed in double,
+     *         then rounded and saturated like convert below).
+     * Anything else answers MXOP_EDTYPE with a message.
      */
 
     /** C = alpha * op(A) op(B) + beta * C, row-major, through BLAS. */
@@ -278,7 +336,55 @@ typedef struct mxop_host {
      * thread, offset 0): every call gets its own stream of numbers.
      */
     uint64_t (*rng_seed)(mxop_ctx_t *ctx);
+
+    /* ---- ABI version 2 ---- */
+
+    /**
+     * The attribute `key` as a string: the call's value, else the declared
+     * default, else `dflt` (which may be NULL).  Never fails.
+     */
+    const char *(*attr_string)(mxop_ctx_t *ctx, const char *key, const char *dflt);
+
+    /**
+     * List attributes ("2,3", "(2, 3)" or "[2, 3]"; "" or "()" is empty).
+     * Up to `cap` values go to out[]; *n gets the count.  Absent and without
+     * a declared default: *n = 0 and 0 is returned.  A value that does not
+     * parse, or has more than `cap` entries, returns MXOP_EATTR with a
+     * message naming the key (already recorded).
+     */
+    int (*attr_int_list)(mxop_ctx_t *ctx, const char *key, int64_t *out, int cap, int *n);
+    int (*attr_float_list)(mxop_ctx_t *ctx, const char *key, double *out, int cap, int *n);
+
+    /**
+     * dst[i] = src[i] converted from src_dtype to dst_dtype (no overlap
+     * unless the dtypes are equal).  Floats round to nearest even; to an
+     * integer a value rounds to nearest and saturates (NaN gives 0); to
+     * bool, nonzero is 1.  Integers to integers convert exactly (saturating).
+     */
+    int (*convert)(mxop_ctx_t *ctx, int64_t n, int32_t src_dtype, const void *src,
+                   int32_t dst_dtype, void *dst);
+
+    /**
+     * Gives dynamic output `i` (mxop_op_def_t.dynamic_outputs) its real
+     * shape, during forward: out[i]'s shape, strides and size change to it,
+     * and its data pointer is returned (the caller's memory, in shared
+     * memory).  NULL, with the reason recorded, when i is not a dynamic
+     * output, the shape is invalid or larger than what infer_shape allowed,
+     * or outside a forward.  Every dynamic output must get its shape, or
+     * the call fails.
+     */
+    void *(*alloc_output)(mxop_ctx_t *ctx, int i, int32_t ndim, const int64_t *shape);
 } mxop_host_t;
+
+/**
+ * Whether the host table `host` (a const mxop_host_t *) has `member`: a
+ * library built against a newer header may run in an older worker only if
+ * it tests what it uses, e.g.
+ *     if (MXOP_HOST_HAS(host, attr_string)) s = host->attr_string(ctx, "mode", "sum");
+ */
+#define MXOP_HOST_HAS(host, member)                                                                \
+    ((host)->struct_size >= offsetof(mxop_host_t, member) + sizeof((host)->member) &&              \
+     (host)->member != NULL)
 
 /** What a library says about itself; checked before its init runs. */
 typedef struct mxop_plugin_info {

@@ -60,7 +60,12 @@ class MxopCall(ctypes.Structure):
         ("state", ctypes.c_uint64),
         ("timeout_ms", ctypes.c_int32),
         ("seed", ctypes.c_uint64),
+        ("in_strides", ctypes.c_void_p),  # const int64_t *const *
+        ("out_strides", ctypes.c_void_p),
     ]
+
+# enum mxop_op_flags
+OP_STRIDED = 1
 
 
 class MxopOpInfo(ctypes.Structure):
@@ -76,6 +81,60 @@ class MxopOpInfo(ctypes.Structure):
         ("mutated_inputs", ctypes.c_uint64),
         ("has_backward", ctypes.c_int),
         ("stateful", ctypes.c_int),
+    ]
+
+
+class MxopAttrInfo(ctypes.Structure):
+    """mxop_attr_info_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("type", ctypes.c_int32),
+        ("name", ctypes.c_char_p),
+        ("required", ctypes.c_int32),
+        ("default_value", ctypes.c_char_p),
+        ("doc", ctypes.c_char_p),
+    ]
+
+
+# enum mxop_attr_type (types.h) as the names Op.attrs reports.
+ATTR_TYPE_NAMES = {1: "int", 2: "float", 3: "bool", 4: "string", 5: "int_list",
+                   6: "float_list"}
+
+
+class MxopOpInfoV2(ctypes.Structure):
+    """mxop_op_info_v2_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("num_inputs", ctypes.c_int32),
+        ("min_inputs", ctypes.c_int32),
+        ("num_outputs", ctypes.c_int32),
+        ("name", ctypes.c_char_p),
+        ("description", ctypes.c_char_p),
+        ("library", ctypes.c_char_p),
+        ("mutated_inputs", ctypes.c_uint64),
+        ("has_backward", ctypes.c_int32),
+        ("stateful", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("num_attrs", ctypes.c_int32),
+        ("dynamic_outputs", ctypes.c_uint64),
+    ]
+
+
+class MxopStatsV2(ctypes.Structure):
+    """mxop_stats_v2_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("worker_pid", ctypes.c_uint32),
+        ("daemon_sessions", ctypes.c_uint32),
+        ("calls", ctypes.c_uint64),
+        ("errors", ctypes.c_uint64),
+        ("worker_restarts", ctypes.c_uint64),
+        ("staged_bytes", ctypes.c_uint64),
+        ("regions", ctypes.c_uint64),
+        ("region_bytes", ctypes.c_uint64),
     ]
 
 
@@ -113,6 +172,9 @@ STRUCTS = (
     ("mxop_call_t", MxopCall),
     ("mxop_op_info_t", MxopOpInfo),
     ("mxop_stats_t", MxopStats),
+    ("mxop_attr_info_t", MxopAttrInfo),
+    ("mxop_op_info_v2_t", MxopOpInfoV2),
+    ("mxop_stats_v2_t", MxopStatsV2),
     ("mxop_connect_opts_t", MxopConnectOpts),
 )
 
@@ -153,6 +215,12 @@ _PROTOTYPES = {
     "mxop_op_count": (_INT, [_P]),
     "mxop_op_at": (_P, [_P, _INT]),
     "mxop_op_info": (_INT, [_P, _P]),
+    "mxop_op_attr_count": (_INT, [_P]),
+    "mxop_op_flags": (ctypes.c_uint32, [_P]),
+    "mxop_op_dynamic_outputs": (ctypes.c_uint64, [_P]),
+    "mxop_op_info_v2": (_INT, [_P, _P]),
+    "mxop_stats_v2": (_INT, [_P, _P]),
+    "mxop_op_attr": (_INT, [_P, _INT, _P]),
     "mxop_array_alloc": (_INT, [_P, _I32, _I32, _P, _P]),
     "mxop_array_free": (None, [_P, _P]),
     "mxop_region_create": (_INT, [_P, ctypes.c_size_t, _P, _P]),

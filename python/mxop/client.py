@@ -106,7 +106,69 @@ def _attr_value(v):
         return str(int(v)) if v.is_integer() and abs(v) < 2**63 else repr(v)
     if isinstance(v, bytes):
         return v.decode()
+    if isinstance(v, (list, tuple)):
+        # A list attribute: "2,3" is what host->attr_int_list reads.
+        return ",".join(_attr_value(x) for x in v)
     return str(v)
+
+
+class AttrDecl(tuple):
+    """One attribute an op declares: (name, type, default, required, doc).
+
+    type is "int", "float", "bool", "string", "int_list" or "float_list";
+    default is the declared default as a Python value (None when there is
+    none)."""
+
+    __slots__ = ()
+
+    def __new__(cls, name, type, default, required, doc):
+        return tuple.__new__(cls, (name, type, default, required, doc))
+
+    name = property(lambda self: self[0])
+    type = property(lambda self: self[1])
+    default = property(lambda self: self[2])
+    required = property(lambda self: self[3])
+    doc = property(lambda self: self[4])
+
+    def __repr__(self):
+        return "AttrDecl(name=%r, type=%r, default=%r, required=%r, doc=%r)" % tuple(self)
+
+
+def _parse_default(type_name, text):
+    """A declared default (a string in the type's syntax) as a Python value."""
+    if text is None:
+        return None
+    if type_name == "int":
+        return int(text)
+    if type_name == "float":
+        return float(text)
+    if type_name == "bool":
+        return text.strip().lower() in ("1", "true")
+    if type_name in ("int_list", "float_list"):
+        body = text.strip()
+        if body[:1] in "([" and body[-1:] in ")]":
+            body = body[1:-1]
+        conv = int if type_name == "int_list" else float
+        return tuple(conv(x) for x in body.split(",") if x.strip())
+    return text
+
+
+def _op_attrs(handle):
+    """The declarations of the op at `handle`, as a tuple of AttrDecl."""
+    out = []
+    for i in range(max(lib.mxop_op_attr_count(handle), 0)):
+        a = _lib.MxopAttrInfo()
+        a.struct_size = ctypes.sizeof(a)
+        if lib.mxop_op_attr(handle, i, _addressof(a)) != 0:
+            break
+        t = _lib.ATTR_TYPE_NAMES.get(a.type, "unknown")
+        dflt = a.default_value.decode() if a.default_value is not None else None
+        try:
+            dflt = _parse_default(t, dflt)
+        except ValueError:
+            pass
+        out.append(AttrDecl(a.name.decode(), t, dflt, bool(a.required), (a.doc or b"").decode()))
+    return tuple(out)
 
 
 class _Block(MxopArray):
@@ -634,6 +696,12 @@ class Op:
         self.mutated_inputs = info.mutated_inputs
         self.has_backward = bool(info.has_backward)
         self.stateful = bool(info.stateful)
+        # Declared attributes (empty: the op declares none and takes any).
+        self.attrs = _op_attrs(handle)
+        self.flags = lib.mxop_op_flags(handle)
+        self.strided = bool(self.flags & _lib.OP_STRIDED)
+        # Outputs whose shape is known only after forward (bit j: output j).
+        self.dynamic_outputs = lib.mxop_op_dynamic_outputs(handle)
         self._calls = {}
         self._infer = {}
 
@@ -650,7 +718,12 @@ class Op:
         """The prebuilt call for attributes `kw` (a dict)."""
         key = tuple(kw.items()) if kw else ()
         if timeout is None and seed is None and not state:
-            ent = self._calls.get(key)
+            try:
+                ent = self._calls.get(key)
+            except TypeError:
+                # A list attribute given as a Python list: cached as a tuple.
+                key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in kw.items())
+                ent = self._calls.get(key)
             if ent is not None:
                 return ent
         pairs = tuple((str(k), _attr_value(v)) for k, v in kw.items())
@@ -723,7 +796,14 @@ class Op:
         try:
             ib = bufs[0]
             pack = c._pack_np
-            sig = tuple([pack(ib, i, x, keep) for i, x in enumerate(inputs)])
+            if self.strided and any(type(x) is _ndarray and not x.flags.c_contiguous
+                                    for x in inputs):
+                sig, back, ent = self._pack_strided(ib, inputs, keep, ent)
+            elif self.mutated_inputs:
+                sig, back = self._pack_mutated(ib, inputs, keep)
+            else:
+                sig = tuple([pack(ib, i, x, keep) for i, x in enumerate(inputs)])
+                back = ()
             if out is None:
                 specs = self._specs(ent, sig)
                 ob_addr = bufs[3]
@@ -735,7 +815,19 @@ class Op:
                 rc = lib.mxop_forward(h, self._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
                 if rc < 0:
                     raise c._error(rc)
+                for dst, src in back:
+                    np.copyto(dst, src)
                 view = c._view
+                if self.dynamic_outputs:
+                    # A view of the front of the block the largest shape took.
+                    real = self._real_specs(specs, ob_addr)
+                    res = []
+                    for b, s, r in zip(blocks, specs, real):
+                        v = view(b, s.npdtype, s.shape)
+                        if r.shape != s.shape:
+                            v = v.reshape(-1)[:r.nbytes // v.itemsize].reshape(r.shape)
+                        res.append(v)
+                    return res[0] if n_out == 1 else tuple(res)
                 if n_out == 1:
                     s = specs[0]
                     return view(blocks[0], s.npdtype, s.shape)
@@ -753,9 +845,119 @@ class Op:
             rc = lib.mxop_forward(h, self._p, ent.addr, bufs[1], n_in, bufs[3], n_out)
             if rc < 0:
                 raise c._error(rc)
+            for dst, src in back:
+                np.copyto(dst, src)
+            if self.dynamic_outputs:
+                # The real shapes, as views of the front of the arrays given.
+                outs = tuple(o.reshape(-1)[:s.nbytes // o.itemsize].reshape(s.shape)
+                             for o, s in zip(outs, self._real_specs(
+                                 [_OutSpec(_MX_OF_NP[o.dtype], o.shape) for o in outs],
+                                 bufs[3])))
             return outs[0] if n_out == 1 else outs
         finally:
             c._give(bufs)
+
+    def _real_specs(self, specs, ob_addr):
+        """specs with each dynamic output's shape replaced by the real one
+        mxop_forward wrote into its mxop_array_t record."""
+        out = list(specs)
+        for j in range(len(out)):
+            if j < 64 and (self.dynamic_outputs >> j) & 1:
+                rec = MxopArray.from_address(ob_addr + j * _ASZ)
+                out[j] = _OutSpec(out[j].dtype, tuple(rec.shape[:rec.ndim]))
+        return out
+
+    def _pack_strided(self, ib, inputs, keep, ent):
+        """Packs the inputs of an MXOP_OP_STRIDED op: a non-contiguous array
+        in shared memory goes with its strides (no copy); anything else as
+        _pack_mutated would.  Returns (sig, back, the call entry to use)."""
+        c = self.client
+        sig = []
+        strides = []
+        rest = []
+        for i, x in enumerate(inputs):
+            st = self._shared_strides(x)
+            if st is None:
+                rest.append(i)
+                sig.append(None)
+                strides.append(None)
+                continue
+            a, region, offset = st[0], st[1], st[2]
+            code = _MX_OF_NP[a.dtype]
+            ndim = a.ndim
+            _pack_array(ib, i * _ASZ, a.__array_interface__["data"][0], code, ndim, *a.shape,
+                        *_ZPAD[ndim], region, offset, a.nbytes, 0)
+            sig.append((code, a.shape))
+            arr = (ctypes.c_int64 * max(ndim, 1))(*[s // a.itemsize for s in a.strides])
+            keep.append(arr)
+            strides.append(arr)
+        back = []
+        if rest:
+            sub, back = self._pack_mutated(ib, inputs, keep, only=rest)
+            for i, v in zip(rest, sub):
+                sig[i] = v
+        ptrs = (ctypes.c_void_p * max(len(inputs), 1))(
+            *[_addressof(a) if a is not None else None for a in strides])
+        keep.append(ptrs)
+        call = ent.call
+        strided = _CallEntry(ent.key, ent.pairs, state=call.state, timeout_ms=call.timeout_ms,
+                             seed=call.seed)
+        strided.call.in_strides = _addressof(ptrs)
+        keep.append(strided)
+        return tuple(sig), back, strided
+
+    def _shared_strides(self, x):
+        """(x, region, offset) when x is a non-contiguous NumPy array with
+        non-negative strides inside this client's shared memory, else None."""
+        if type(x) is not _ndarray or x.flags.c_contiguous or x.dtype not in _MX_OF_NP \
+                or x.ndim > MAX_DIMS or x.size == 0:
+            return None
+        if any(s < 0 or s % x.itemsize for s in x.strides):
+            return None
+        if (self.mutated_inputs and not x.flags.writeable):
+            return None  # refused with its message by _pack_mutated
+        ptr = x.__array_interface__["data"][0]
+        extent = sum((d - 1) * s for d, s in zip(x.shape, x.strides)) + x.itemsize
+        base = x.base
+        while type(base) is _ndarray:
+            base = base.base
+        b = getattr(base, "_mxop", None)
+        if type(b) is _Block and b.client is self.client and \
+                b.data <= ptr and ptr + extent <= b.data + b.nbytes:
+            return x, b.region, b.offset + (ptr - b.data)
+        ro = self.client._region_of(ptr, extent) if self.client._rbase else None
+        if ro is None:
+            return None
+        return x, ro[0], ro[1]
+
+    def _pack_mutated(self, ib, inputs, keep, only=None):
+        """Packs the inputs of an op that writes some of them in place.
+
+        A mutated input must be a writable NumPy array: anything else would
+        be converted to a temporary copy and the op's writes lost.  One that
+        had to be copied to be sent (non-contiguous, foreign byte order) is
+        copied back after the call; the pairs (original, copy) are returned
+        for that."""
+        pack = self.client._pack_np
+        sig = []
+        back = []
+        for i, x in enumerate(inputs):
+            if only is not None and i not in only:
+                continue
+            if not (i < 64 and (self.mutated_inputs >> i) & 1):
+                sig.append(pack(ib, i, x, keep))
+                continue
+            if not isinstance(x, _ndarray):
+                raise InvalidArgument(-1001, "op '%s' writes input %d in place; it must be a "
+                                      "NumPy array, not %s" % (self.name, i, type(x).__name__))
+            if not x.flags.writeable:
+                raise InvalidArgument(-1001, "op '%s' writes input %d in place, but that array "
+                                      "is read-only (writeable=False)" % (self.name, i))
+            n = len(keep)
+            sig.append(pack(ib, i, x, keep))
+            if len(keep) > n:
+                back.append((x, keep[-1]))
+        return tuple(sig), back
 
     def backward(self, ograds, inputs, outputs, needs=None, timeout=None, seed=None,
                  attrs=None, **kw):

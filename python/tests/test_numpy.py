@@ -258,3 +258,283 @@ def test_many_calls_reuse_the_arena(ops):
     gc.collect()
     assert ops._live == live
     assert ops.stats().regions == regions
+
+
+# ---- declared attributes (issue 11) ------------------------------------------
+
+
+def _echo(client):
+    client.load("opkit_attrs.so")
+    return client.op("attrs_echo")
+
+
+def test_declared_attrs_listed(ops):
+    sm = ops.op("softmax")
+    assert sm.attrs == (("axis", "int", -1, False, sm.attrs[0].doc),)
+    assert sm.attrs[0].name == "axis" and sm.attrs[0].default == -1
+    gemm = ops.op("gemm")
+    assert [(a.name, a.type, a.default) for a in gemm.attrs] == [
+        ("transpose_a", "bool", False), ("transpose_b", "bool", False), ("alpha", "float", 1.0)]
+    echo = _echo(ops)
+    by = {a.name: a for a in echo.attrs}
+    assert by["k"].required and by["k"].default is None and by["k"].doc == "how many"
+    assert by["sizes"].type == "int_list" and by["sizes"].default == (1, 2, 3)
+    assert by["weights"].type == "float_list" and by["weights"].default is None
+    assert ops.op("relu").attrs == ()
+
+
+def test_declared_attr_unknown_key(ops):
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(mxop.InvalidAttribute) as ei:
+        ops.op("softmax")(x, dim=0)
+    msg = str(ei.value)
+    assert "softmax" in msg and "'dim'" in msg and "axis (int" in msg
+
+
+@pytest.mark.parametrize("key,value", [("k", "x"), ("scale", "fast"), ("flag", "maybe"),
+                                       ("sizes", "1,two"), ("weights", "a,b")])
+def test_declared_attr_wrong_type(ops, key, value):
+    echo = _echo(ops)
+    kw = {"k": 1, key: value}
+    with pytest.raises(mxop.InvalidAttribute) as ei:
+        echo(np.zeros(4, np.float32), **kw)
+    msg = str(ei.value)
+    assert "attrs_echo" in msg and "'%s'" % key in msg and "it knows" in msg
+
+
+def test_declared_attr_missing_required(ops):
+    echo = _echo(ops)
+    with pytest.raises(mxop.InvalidAttribute) as ei:
+        echo(np.zeros(4, np.float32), scale=1.0)
+    assert "required attribute 'k'" in str(ei.value)
+
+
+def test_declared_attr_defaults_and_lists(ops):
+    echo = _echo(ops)
+    y = echo(np.zeros(4, np.float32), k=9)
+    np.testing.assert_array_equal(y[:9], [9, 2.5, 1, 3, ord("s"), 3, 1, 2, 3])
+    y = echo(np.zeros(4, np.float32), k=1, sizes=(4, 5), weights=[0.5, 2.0], flag=False)
+    np.testing.assert_array_equal(y[[2, 5, 6, 7, 9, 10, 11]], [0, 2, 4, 5, 2, 0.5, 2.0])
+
+
+# ---- in-place ops (issue 11) ---------------------------------------------------
+
+
+def _inplace(client):
+    client.load("opkit_inplace.so")
+    return client.op("double_inplace")
+
+
+def test_inplace_contiguous_updated(ops):
+    op = _inplace(ops)
+    x = np.arange(6, dtype=np.float64)
+    y = op(x)
+    np.testing.assert_array_equal(y, np.arange(6))
+    np.testing.assert_array_equal(x, 2 * np.arange(6))
+
+
+def test_inplace_noncontiguous_copied_back(ops):
+    op = _inplace(ops)
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = base[:, ::2]  # a strided view: staged for the call
+    assert not x.flags.c_contiguous
+    before = ops.staged_copies
+    y = op(x)
+    assert ops.staged_copies == before + 1
+    np.testing.assert_array_equal(y, np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2])
+    want = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want[:, ::2] *= 2
+    np.testing.assert_array_equal(base, want)
+
+
+def test_inplace_foreign_byte_order_copied_back(ops):
+    op = _inplace(ops)
+    x = np.arange(4, dtype=">f8")
+    op(x)
+    np.testing.assert_array_equal(x, 2 * np.arange(4))
+
+
+def test_inplace_readonly_refused(ops):
+    op = _inplace(ops)
+    x = np.arange(4, dtype=np.float64)
+    x.flags.writeable = False
+    with pytest.raises(mxop.InvalidArgument) as ei:
+        op(x)
+    assert "read-only" in str(ei.value) and "double_inplace" in str(ei.value)
+    np.testing.assert_array_equal(x, np.arange(4))
+
+
+def test_inplace_non_array_refused(ops):
+    op = _inplace(ops)
+    with pytest.raises(mxop.InvalidArgument) as ei:
+        op([1.0, 2.0])
+    assert "in place" in str(ei.value)
+
+
+# ---- strides (issue 11) ----------------------------------------------------------
+
+
+def _strided(client):
+    client.load("opkit_strided.so")
+    return client.op("strided_scale"), client.op("dense_scale"), client.op("strides_seen")
+
+
+def test_strided_view_to_strided_op_goes_without_copy(ops):
+    sop, _, seen = _strided(ops)
+    assert sop.strided and not ops.op("relu").strided
+    base = ops.empty((4, 6), np.float64)
+    base[...] = np.arange(24).reshape(4, 6)
+    x = base[:, 1::2]
+    copies, st = ops.staged_copies, staged(ops)
+    y = sop(x)
+    np.testing.assert_array_equal(y, 2 * np.arange(24).reshape(4, 6)[:, 1::2])
+    assert ops.staged_copies == copies and staged(ops) == st
+    np.testing.assert_array_equal(seen(x), [4, 3, 6, 2])
+
+
+def test_strided_view_to_dense_op_is_made_contiguous(ops):
+    _, dop, _ = _strided(ops)
+    base = ops.empty((4, 6), np.float64)
+    base[...] = np.arange(24).reshape(4, 6)
+    copies = ops.staged_copies
+    y = dop(base[:, ::3])
+    np.testing.assert_array_equal(y, 2 * np.arange(24).reshape(4, 6)[:, ::3])
+    assert ops.staged_copies == copies + 1
+
+
+def test_strided_heap_array_to_strided_op_is_staged(ops):
+    sop, _, _ = _strided(ops)
+    x = np.arange(20, dtype=np.float64).reshape(4, 5).T  # not in shared memory
+    copies = ops.staged_copies
+    np.testing.assert_array_equal(sop(x), 2 * x)
+    assert ops.staged_copies == copies + 1
+
+
+# ---- host routines for every dtype (issue 11) -----------------------------------
+
+_HOST_DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.int8,
+                np.bool_]
+
+
+def _host(client):
+    client.load("opkit_host.so")
+    return client.op("host_apply")
+
+
+def _operands(dt):
+    if dt == np.bool_:
+        return (np.array([True, False, True, False]), np.array([True, True, False, False]))
+    a = np.array([1, 2, 3, 100], dtype=dt)
+    b = np.array([4, 5, 6, 100], dtype=dt)
+    if np.dtype(dt).kind == "f":
+        a = (a / 4).astype(dt)
+    return a, b
+
+
+@pytest.mark.parametrize("dt", _HOST_DTYPES)
+def test_host_routines_every_dtype(ops, dt):
+    op = _host(ops)
+    a, b = _operands(dt)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(op(a, b, fn="add"), a + b)
+        np.testing.assert_array_equal(op(a, b, fn="mul"), a * b)
+    np.testing.assert_array_equal(op(a, b, fn="copy"), a)
+    np.testing.assert_array_equal(op(a, b, fn="fill", value=3), np.full(4, 3).astype(dt))
+    assert op(a, b, fn="sum")[0] == a.astype(np.float64).sum()
+    if dt != np.bool_:
+        want = b.astype(np.float64) + 2 * a.astype(np.float64)
+        if np.dtype(dt).kind in "iu":
+            info = np.iinfo(dt)
+            want = np.clip(np.rint(want), info.min, info.max)
+        np.testing.assert_array_equal(op(a, b, fn="axpy", alpha=2), want.astype(dt))
+    else:
+        with pytest.raises(mxop.DtypeMismatch):
+            op(a, b, fn="axpy", alpha=2)
+
+
+@pytest.mark.parametrize("dt", _HOST_DTYPES)
+def test_host_convert_from_f64(ops, dt):
+    op = _host(ops)
+    x = np.array([-1.4, 0.4, 2.6, 300.0, -300.0, 0.0])
+    got = op(x, x, fn="convert", to=mxop.client.dtype_code(dt))
+    assert got.dtype == dt
+    if np.dtype(dt).kind in "iu":
+        info = np.iinfo(dt)
+        want = np.clip(np.rint(x), info.min, info.max).astype(dt)
+    else:
+        want = x.astype(dt)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_host_f16_gemm_accumulates_in_f32(ops):
+    op = _host(ops)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((5, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 3)).astype(np.float16)
+    want = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+    got = op(a, b, fn="gemm")
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3,
+                               atol=2e-3)
+
+
+def test_host_f16_rounding_matches_numpy(ops):
+    op = _host(ops)
+    x = np.array([1.0, 65504.0, 65520.0, 1e-7, 3e-8, 2.0**-24 * 1.5, -0.1, 1 / 3, np.inf],
+                 np.float64)
+    got = op(x, x, fn="convert", to=2)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+# ---- the C++ example op (issue 11) ------------------------------------------------
+
+
+def test_cpp_leaky_relu(ops):
+    ops.load("leaky_relu.so")
+    op = ops.op("leaky_relu")
+    assert [(a.name, a.default) for a in op.attrs] == [("alpha", 0.01)]
+    x = np.linspace(-2, 2, 9)
+    y = op(x, alpha=0.25)
+    np.testing.assert_allclose(y, np.where(x > 0, x, 0.25 * x))
+    dy = np.ones_like(x)
+    dx = op.backward([dy], [x], [y], alpha=0.25)
+    np.testing.assert_allclose(dx, np.where(x > 0, 1.0, 0.25))
+    with pytest.raises(mxop.InvalidAttribute):
+        ops.op("clamp")(x, lo=1.0, hi=0.0)
+
+
+# ---- outputs of data-dependent shape (issue 11) -----------------------------------
+
+
+def test_dynamic_output_forward_and_backward(ops):
+    ops.load("masked_select.so")
+    op = ops.op("masked_select")
+    assert op.dynamic_outputs == 1
+    x = np.arange(12, dtype=np.float64).reshape(3, 4)
+    mask = (x % 3 == 0)
+    copies = ops.staged_copies
+    y = op(x, mask)
+    assert y.shape == (4,)
+    np.testing.assert_array_equal(y, x[mask])
+    assert ops.owns(y), "the output lies in shared memory"
+    assert ops.staged_copies == copies
+    dy = np.arange(4, dtype=np.float64) + 1
+    dx, dmask = op.backward([dy], [x, mask.astype(np.uint8)], [y], needs=[True, False])
+    want = np.zeros_like(x)
+    want[mask] = dy
+    np.testing.assert_array_equal(dx, want)
+    assert dmask is None
+    empty = op(x, np.zeros_like(mask))
+    assert empty.shape == (0,)
+
+
+def test_dynamic_output_into_given_out(ops):
+    ops.load("masked_select.so")
+    op = ops.op("masked_select")
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    out = ops.empty((4,), np.float64)
+    y = op(x, np.array([True, False, True, False]), out=out)
+    assert y.shape == (2,)
+    np.testing.assert_array_equal(y, [1.0, 3.0])

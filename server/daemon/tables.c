@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "common/opinfo_ext.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
 #include "server/daemon/session.h"
@@ -26,6 +27,7 @@ static void op_free(Mxop__OpInfo *op)
     free(op->name);
     free(op->description);
     free(op->library);
+    mxop__opinfo_ext_free(op);
 }
 
 static int op_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src, const char *libname)
@@ -42,7 +44,8 @@ static int op_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src, const char *libna
     dst->description = xstrdup(src->description);
     dst->library =
         xstrdup(src->library != NULL && src->library[0] != '\0' ? src->library : libname);
-    if (dst->name == NULL || dst->description == NULL || dst->library == NULL) {
+    if (dst->name == NULL || dst->description == NULL || dst->library == NULL ||
+        mxop__opinfo_ext_copy(dst, src) != 0) {
         op_free(dst);
         return MXOP_ENOMEM;
     }

@@ -155,30 +155,31 @@ static const char *host_attr_value(mxop_ctx_t *ctx, int i)
     return ctx->attr_vals[i];
 }
 
-/* strtoll and strtod skip leading blanks; a strict parse must not. */
-static int starts_badly(const char *v)
+/*
+ * The value a typed reader sees: the call's, else the op's declared
+ * default (NULL when neither exists, and the reader's own default applies).
+ */
+static const char *attr_value_or_declared(mxop_ctx_t *ctx, const char *key)
 {
-    return v[0] == '\0' || isspace((unsigned char)v[0]);
+    const char *v = host_attr_get(ctx, key);
+    if (v != NULL || ctx != &mxop__ctx)
+        return v;
+    const mxop_attr_decl_t *d = mxop__attr_decl_find(ctx->op, key);
+    return d != NULL ? d->default_value : NULL;
 }
 
 static int host_attr_int(mxop_ctx_t *ctx, const char *key, int64_t dflt, int64_t *out)
 {
     if (out == NULL)
         return host_set_error(ctx, MXOP_EINVAL, "attr_int: out is NULL");
-    const char *v = host_attr_get(ctx, key);
+    const char *v = attr_value_or_declared(ctx, key);
+    const char *why = NULL;
     if (v == NULL) {
         *out = dflt;
         return 0;
     }
-    char *end = NULL;
-    errno = 0;
-    long long x = starts_badly(v) ? 0 : strtoll(v, &end, 10);
-    if (starts_badly(v) || *end != '\0')
-        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' is not an integer", key, v);
-    if (errno == ERANGE)
-        return host_set_error(ctx, MXOP_EATTR,
-                              "attribute '%s' = '%s' is out of range for a 64-bit integer", key, v);
-    *out = (int64_t)x;
+    if (mxop__attr_parse_int(v, out, &why) != 0)
+        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' %s", key, v, why);
     return 0;
 }
 
@@ -186,20 +187,14 @@ static int host_attr_float(mxop_ctx_t *ctx, const char *key, double dflt, double
 {
     if (out == NULL)
         return host_set_error(ctx, MXOP_EINVAL, "attr_float: out is NULL");
-    const char *v = host_attr_get(ctx, key);
+    const char *v = attr_value_or_declared(ctx, key);
+    const char *why = NULL;
     if (v == NULL) {
         *out = dflt;
         return 0;
     }
-    char *end = NULL;
-    errno = 0;
-    double x = starts_badly(v) ? 0 : strtod(v, &end);
-    if (starts_badly(v) || *end != '\0')
-        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' is not a number", key, v);
-    /* Underflow (a tiny value rounded) is fine; overflow is not a value. */
-    if (errno == ERANGE && isinf(x))
-        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' is out of range", key, v);
-    *out = x;
+    if (mxop__attr_parse_float(v, out, &why) != 0)
+        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' %s", key, v, why);
     return 0;
 }
 
@@ -207,22 +202,53 @@ static int host_attr_bool(mxop_ctx_t *ctx, const char *key, int dflt, int *out)
 {
     if (out == NULL)
         return host_set_error(ctx, MXOP_EINVAL, "attr_bool: out is NULL");
-    const char *v = host_attr_get(ctx, key);
+    const char *v = attr_value_or_declared(ctx, key);
+    const char *why = NULL;
     if (v == NULL) {
         *out = dflt;
         return 0;
     }
-    /* Case-insensitive, so that Python's str(True) passes too. */
-    if (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0) {
-        *out = 1;
+    if (mxop__attr_parse_bool(v, out, &why) != 0)
+        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' %s", key, v, why);
+    return 0;
+}
+
+static const char *host_attr_string(mxop_ctx_t *ctx, const char *key, const char *dflt)
+{
+    const char *v = attr_value_or_declared(ctx, key);
+    return v != NULL ? v : dflt;
+}
+
+static int attr_list(mxop_ctx_t *ctx, const char *key, int floats, int64_t *iv, double *dv,
+                     int cap, int *n)
+{
+    const char *name = floats ? "attr_float_list" : "attr_int_list";
+    if (n == NULL || cap < 0 || (cap > 0 && (floats ? (void *)dv : (void *)iv) == NULL))
+        return host_set_error(ctx, MXOP_EINVAL, "%s: %s", name,
+                              n == NULL ? "n is NULL" : cap < 0 ? "cap is negative" : "out is NULL");
+    *n = 0;
+    const char *v = attr_value_or_declared(ctx, key);
+    const char *why = NULL;
+    if (v == NULL)
         return 0;
+    if (mxop__attr_parse_list(v, floats, iv, dv, cap, n, &why) != 0) {
+        *n = 0;
+        if (strcmp(why, "has more entries than the op can take") == 0)
+            return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' has more than %d entries",
+                                  key, v, cap);
+        return host_set_error(ctx, MXOP_EATTR, "attribute '%s' = '%s' %s", key, v, why);
     }
-    if (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0) {
-        *out = 0;
-        return 0;
-    }
-    return host_set_error(ctx, MXOP_EATTR,
-                          "attribute '%s' = '%s' is not a boolean (1, 0, true or false)", key, v);
+    return 0;
+}
+
+static int host_attr_int_list(mxop_ctx_t *ctx, const char *key, int64_t *out, int cap, int *n)
+{
+    return attr_list(ctx, key, 0, out, NULL, cap, n);
+}
+
+static int host_attr_float_list(mxop_ctx_t *ctx, const char *key, double *out, int cap, int *n)
+{
+    return attr_list(ctx, key, 1, NULL, out, cap, n);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -307,6 +333,56 @@ static uint64_t host_rng_seed(mxop_ctx_t *ctx)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Outputs of data-dependent shape. */
+
+static void *host_alloc_output(mxop_ctx_t *ctx, int i, int32_t ndim, const int64_t *shape)
+{
+    if (ctx != &mxop__ctx || ctx->op == NULL || ctx->dyn_out == NULL) {
+        host_set_error(ctx, MXOP_EINVAL, "alloc_output: only during a forward");
+        return NULL;
+    }
+    const mxop__worker_op_t *op = ctx->op;
+    if (i < 0 || i >= ctx->dyn_n || i >= 64 || !((op->def.dynamic_outputs >> i) & 1u)) {
+        host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d of op '%s' is not dynamic", i,
+                       op->name);
+        return NULL;
+    }
+    if (ndim < 0 || ndim > MXOP_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+        host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d: ndim %d is outside [0, %d]",
+                       i, ndim, MXOP_MAX_DIMS);
+        return NULL;
+    }
+    mxop_tensor_t *t = &ctx->dyn_out[i];
+    uint64_t elems = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0 || __builtin_mul_overflow(elems, (uint64_t)shape[d], &elems)) {
+            host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d: dimension %d is %lld", i,
+                           d, (long long)shape[d]);
+            return NULL;
+        }
+    }
+    /* The capacity is what infer_shape allowed, as the caller allocated it. */
+    if (elems > t->size) {
+        host_set_error(ctx, MXOP_ESHAPE,
+                       "alloc_output: output %d needs %llu elements, infer_shape allowed %zu", i,
+                       (unsigned long long)elems, t->size);
+        return NULL;
+    }
+    t->ndim = ndim;
+    memset(t->shape, 0, sizeof(t->shape));
+    memset(t->strides, 0, sizeof(t->strides));
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        t->shape[d] = shape[d];
+        t->strides[d] = s;
+        s *= shape[d] > 0 ? shape[d] : 1;
+    }
+    t->size = (size_t)elems;
+    ctx->dyn_set |= 1ull << i;
+    return t->data;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Call set-up. */
 
 int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr **attrs,
@@ -344,12 +420,16 @@ int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr
         c->attr_vals[i] = v;
         c->n_attrs = (int)i + 1;
     }
-    return 0;
+    /* Declared attributes are checked here, before any callback of the op. */
+    return mxop__attrs_validate(op, c->n_attrs, c->attr_keys, c->attr_vals, msg, msglen);
 }
 
 void mxop__ctx_end(void)
 {
     struct mxop_ctx *c = &mxop__ctx;
+    c->dyn_out = NULL;
+    c->dyn_n = 0;
+    c->dyn_set = 0;
     c->mode = MXOP__CTX_IDLE;
     c->n_attrs = 0;
     c->op = NULL;
@@ -385,4 +465,9 @@ const mxop_host_t mxop__host = {
     .gpu_workspace = mxop__cuda_host_workspace,
     .gpu_gemm = mxop__cuda_host_gemm,
     .rng_seed = host_rng_seed,
+    .attr_string = host_attr_string,
+    .attr_int_list = host_attr_int_list,
+    .attr_float_list = host_attr_float_list,
+    .convert = mxop__host_convert,
+    .alloc_output = host_alloc_output,
 };

@@ -24,5 +24,7 @@ int mxop__host_axpy(mxop_ctx_t *ctx, int32_t dtype, int64_t n, double alpha, con
 int mxop__host_fill(mxop_ctx_t *ctx, int32_t dtype, int64_t n, double value, void *out);
 int mxop__host_copy(mxop_ctx_t *ctx, int32_t dtype, int64_t n, const void *src, void *dst);
 int mxop__host_sum(mxop_ctx_t *ctx, int32_t dtype, int64_t n, const void *x, double *out);
+int mxop__host_convert(mxop_ctx_t *ctx, int64_t n, int32_t src_dtype, const void *src,
+                       int32_t dst_dtype, void *dst);
 
 #endif /* MXOP_SERVER_WORKER_HOST_MATH_H */

@@ -55,5 +55,6 @@ void mxop__op_truncate(uint32_t n)
         n_ops--;
         free(ops[n_ops].description);
         ops[n_ops].description = NULL;
+        mxop__attrs_free(&ops[n_ops]);
     }
 }

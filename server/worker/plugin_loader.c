@@ -132,10 +132,17 @@ int mxop__register_op(mxop_ctx_t *ctx, const mxop_op_def_t *def)
                         op.name, mxop__lib_get(dup->lib)->name);
     }
 
+    char why[MXOP__W_MSG_MAX];
+    rc = mxop__attrs_copy(&op, why, sizeof(why));
+    if (rc != 0)
+        return reg_fail(c, rc, "%s", why);
+
     const char *desc = op.def.description != NULL ? op.def.description : "";
     op.description = strndup(desc, MXOP__W_DESC_MAX);
-    if (op.description == NULL)
+    if (op.description == NULL) {
+        mxop__attrs_free(&op);
         return reg_fail(c, MXOP_ENOMEM, "out of memory registering op '%s'", op.name);
+    }
     /* The copies outlive any trick the library plays with its own strings. */
     op.def.name = op.name;
     op.def.description = op.description;
@@ -143,6 +150,7 @@ int mxop__register_op(mxop_ctx_t *ctx, const mxop_op_def_t *def)
     rc = mxop__op_append(&op);
     if (rc != 0) {
         free(op.description);
+        mxop__attrs_free(&op);
         if (rc == MXOP_ELIMIT)
             return reg_fail(c, rc, "op '%s': this session already has %d ops, the most it may",
                             op.name, MXOP__W_MAX_OPS);

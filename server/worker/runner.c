@@ -125,6 +125,9 @@ static int check_types(const mxop__worker_op_t *op, int backward, int n_in, int 
         return 0;
     }
     for (int j = 0; j < no; j++) {
+        /* A dynamic output's real shape is its forward's: only the dtype is known here. */
+        if (j < 64 && ((op->def.dynamic_outputs >> j) & 1u))
+            inf_sh[j].ndim = -1;
         if (!matches(&in_t[j], inf_dt[j], &inf_sh[j])) {
             mxop__fmt(whose, sizeof(whose), "op '%s' makes", op->name);
             mxop__fmt(what, sizeof(what), "input %d (gradient of output %d)", j, j);
@@ -146,7 +149,31 @@ static int check_types(const mxop__worker_op_t *op, int backward, int n_in, int 
     return 0;
 }
 
-static int invoke(uint64_t call_id, const Mxop__Invoke *iv)
+/*
+ * After a forward of an op with dynamic outputs: every one must have its
+ * shape, and the result carries the real shapes of all outputs.
+ */
+static int report_shapes(const mxop__worker_op_t *op, int n_out, Mxop__CallResult *res)
+{
+    for (int j = 0; j < n_out && j < 64; j++)
+        if (((op->def.dynamic_outputs >> j) & 1u) && !((mxop__ctx.dyn_set >> j) & 1u))
+            return fail(MXOP_EOP_FAILED,
+                        "op '%s' failed: forward gave dynamic output %d no shape (host->"
+                        "alloc_output)",
+                        op->name, j);
+    for (int j = 0; j < n_out; j++) {
+        mxop__shape__init(&res_shapes[j]);
+        memcpy(res_dims[j], out_t[j].shape, (size_t)out_t[j].ndim * sizeof(int64_t));
+        res_shapes[j].n_dims = (size_t)out_t[j].ndim;
+        res_shapes[j].dims = res_dims[j];
+        res_shape_ptrs[j] = &res_shapes[j];
+    }
+    res->n_out_shapes = (size_t)n_out;
+    res->out_shapes = res_shape_ptrs;
+    return 0;
+}
+
+static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *res)
 {
     int rc = 0;
     const mxop__worker_op_t *op = get_op(iv->op, &rc);
@@ -227,12 +254,19 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv)
 
     if (dev >= 0 && (rc = mxop__cuda_begin_call(dev, res_msg, sizeof(res_msg))) != 0)
         goto out_status;
+    if (!iv->backward && d->dynamic_outputs != 0) {
+        mxop__ctx.dyn_out = out_t;
+        mxop__ctx.dyn_n = n_out;
+        mxop__ctx.dyn_set = 0;
+    }
     mxop__fault_arm(op->name, n_ro, ro_ranges);
     rc = sfn != NULL ? sfn(&mxop__ctx, state, n_in, in_t, n_out, out_t)
                      : fn(&mxop__ctx, n_in, in_t, n_out, out_t);
     mxop__fault_disarm();
     if (rc != 0)
         rc = mxop__op_error(op, rc, cb, res_msg, sizeof(res_msg));
+    else if (!iv->backward && d->dynamic_outputs != 0)
+        rc = report_shapes(op, n_out, res);
     /* Outputs are complete when the result goes back: the stream is synchronised here. */
     if (dev >= 0)
         rc = mxop__cuda_end_call(op->name, rc, res_msg, sizeof(res_msg));
@@ -387,7 +421,7 @@ void mxop__run_call(const Mxop__Call *call, Mxop__CallResult *res)
     res_msg[0] = '\0';
     res->id = call->id;
     switch (call->body_case) {
-    case MXOP__CALL__BODY_INVOKE: rc = invoke(call->id, call->invoke); break;
+    case MXOP__CALL__BODY_INVOKE: rc = invoke(call->id, call->invoke, res); break;
     case MXOP__CALL__BODY_INFER: rc = infer(call->id, call->infer, res); break;
     case MXOP__CALL__BODY_STATE_CREATE: rc = state_create(call->id, call->state_create, res); break;
     case MXOP__CALL__BODY_STATE_DESTROY: rc = state_destroy(call->id, call->state_destroy); break;

@@ -35,6 +35,10 @@ static void fill_info(Mxop__OpInfo *info, const mxop__worker_op_t *op)
     info->mutated_inputs = op->def.mutated_inputs;
     info->has_backward = mxop__op_has_backward(op);
     info->stateful = mxop__op_stateful(op);
+    info->n_attrs = (size_t)op->n_decls;
+    info->attrs = op->pb_ptrs;
+    info->flags = op->def.flags;
+    info->dynamic_outputs = op->def.dynamic_outputs;
 }
 
 static int load(const Mxop__WorkerLoad *wl, Mxop__SupReply *reply)

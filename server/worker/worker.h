@@ -37,6 +37,9 @@
 #define MXOP__W_MAX_IN (3 * MXOP_MAX_TENSORS)
 #define MXOP__W_MAX_OUT MXOP_MAX_TENSORS
 
+/* The most entries a list attribute may have when the worker checks it. */
+#define MXOP__W_MAX_LIST 256
+
 /* The most ops one session may hold, across all its libraries. */
 #define MXOP__W_MAX_OPS 4096
 
@@ -89,6 +92,12 @@ struct mxop_ctx {
     /* The op of the current call (NULL during init). */
     const struct mxop__worker_op *op;
 
+    /* During a forward: its outputs, for alloc_output, and which dynamic
+     * outputs have been given their shape (runner.c sets, host.c fills). */
+    mxop_tensor_t *dyn_out;
+    int dyn_n;
+    uint64_t dyn_set;
+
     /* During init: the library being registered, and its first failure. */
     uint32_t reg_lib;
     int reg_code;
@@ -139,7 +148,40 @@ typedef struct mxop__worker_op {
     char *description; /* owned; "" when the op gave none */
     uint32_t lib;      /* index into the library table */
     uint32_t index;    /* OpInfo.index */
+
+    /* Declared attributes (attrs.c): owned copies; def.attrs points at them. */
+    int n_decls;
+    mxop_attr_decl_t *decls;
+    Mxop__AttrDecl *pb_decls; /* their wire form, pointing into decls */
+    Mxop__AttrDecl **pb_ptrs;
 } mxop__worker_op_t;
+
+/* ------------------------------------------------------------------------ */
+/* Declared attributes (attrs.c). */
+
+/**
+ * Replaces op->def.attrs (the plugin's) with checked, owned copies.  On
+ * failure the op has none, and msg says what was wrong.
+ */
+int mxop__attrs_copy(mxop__worker_op_t *op, char *msg, size_t msglen);
+void mxop__attrs_free(mxop__worker_op_t *op);
+
+/** MXOP_EATTR when the call's attributes break the op's declarations. */
+int mxop__attrs_validate(const mxop__worker_op_t *op, int n, const char *const *keys,
+                         const char *const *vals, char *msg, size_t msglen);
+
+/** The declaration of `key`, or NULL (also for ops that declare nothing). */
+const mxop_attr_decl_t *mxop__attr_decl_find(const mxop__worker_op_t *op, const char *key);
+
+/** "int", "float list" ...; NULL for an unknown type. */
+const char *mxop__attr_type_name(int32_t type);
+
+/* Strict parsers; on failure *why completes "attribute 'k' = 'v' ...". */
+int mxop__attr_parse_int(const char *v, int64_t *out, const char **why);
+int mxop__attr_parse_float(const char *v, double *out, const char **why);
+int mxop__attr_parse_bool(const char *v, int *out, const char **why);
+int mxop__attr_parse_list(const char *v, int floats, int64_t *iv, double *dv, int cap, int *n,
+                          const char **why);
 
 typedef struct mxop__worker_lib {
     void *handle; /* dlopen handle */
