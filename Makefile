@@ -264,7 +264,7 @@ $(INPROC_A): $(filter-out $(B)/obj/server/worker/main.o,$(WORKER_O)) \
 $(B)/tests/test_opkit_inproc: $(B)/obj/tests/test_opkit_inproc.o $(INPROC_A)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(CRIT_LIBS) $(PB_LIBS) $(BLAS_LIBS) -ldl -lm
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(CRIT_LIBS) $(PB_LIBS) $(BLAS_LIBS) -lstdc++ -ldl -lm
 
 $(B)/tests/test_%: $(B)/obj/tests/test_%.o $(TESTLIB_O) $(LIB_A)
 	@mkdir -p $(@D)
@@ -316,8 +316,10 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # for the control target.
 FUZZ_COMMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(COMMON_C)) \
                  $(patsubst $(B)/gen/%.c,$(FB)/obj/gen/%.o,$(GEN_C))
-FUZZ_WORKER_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter-out server/worker/main.c,$(WORKER_C)))
-FUZZ_DAEMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter server/daemon/ctl_validate.c server/daemon/limits.c,$(DAEMON_C)))
+# (the MXNet layer's one C++ object comes from the ordinary build: it is not fuzzed itself)
+FUZZ_WORKER_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter-out server/worker/main.c,$(WORKER_C))) \
+                 $(patsubst %.cc,$(B)/obj/%.o,$(WORKER_CC))
+FUZZ_DAEMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter server/daemon/ctl_validate.c,$(DAEMON_C)))
 
 .PHONY: fuzz fuzz-build fuzz-smoke fuzz-seeds
 
@@ -337,7 +339,7 @@ $(FB)/fuzz_frame: $(FB)/obj/tests/fuzz/fuzz_frame.o $(FUZZ_COMMON_O)
 
 $(FB)/fuzz_call: $(FB)/obj/tests/fuzz/fuzz_call.o $(FUZZ_WORKER_O) $(FUZZ_COMMON_O) | $(PLUGINS)
 	@$(if $(Q),echo "  FUZZLD  $@")
-	$(Q)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -rdynamic $^ -o $@ $(PB_LIBS) -lseccomp -ldl -lm -pthread
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -rdynamic $^ -o $@ $(PB_LIBS) -lseccomp -lstdc++ -ldl -lm -pthread
 
 $(FB)/fuzz_control: $(FB)/obj/tests/fuzz/fuzz_control.o $(FUZZ_DAEMON_O) $(FUZZ_COMMON_O)
 	@$(if $(Q),echo "  FUZZLD  $@")
