@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "control.pb-c.h"
+#include "mxop/client.h"
 #include "mxop/errors.h"
 #include "proto/frame.h"
 #include "server/daemon/session.h"
