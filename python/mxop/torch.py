@@ -565,7 +565,8 @@ def _declared(op):
     required, doc)}), or None when the library declares none (then every
     keyword goes to the op as an attribute string, as before declarations)."""
     d = getattr(op, "attrs", None)
-    if not isinstance(d, (list, tuple)):
+    # An empty list is what an op without declarations reports.
+    if not isinstance(d, (list, tuple)) or len(d) == 0:
         return None
     return {a[0]: a for a in d}
 
@@ -720,7 +721,7 @@ def _register(op):
         if not same:
             return False  # another library's op of that name keeps it
     decl = getattr(op, "attrs", None)
-    if not isinstance(decl, (list, tuple)):
+    if not isinstance(decl, (list, tuple)) or len(decl) == 0:
         decl = None
     try:
         return _tl.register(op.name, op.num_inputs, op.num_outputs, decl,

@@ -104,7 +104,8 @@ def test_program_compiles_and_runs(pos, block, tmp_path):
     exe = tmp_path / "prog"
     inproc = os.path.join(BUILD, "lib", "libmxop-inproc.a")
     subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-I", os.path.join(SOURCE, "include"),
-                    str(src), inproc, "-lprotobuf-c", "-lopenblas", "-ldl", "-lm", "-o",
+                    str(src), inproc, "-lprotobuf-c", "-lopenblas", "-lseccomp", "-lstdc++", "-ldl",
+                    "-lm", "-o",
                     str(exe)], check=True)
     # The examples name build/...: run them where build/ is this build tree.
     os.symlink(BUILD, tmp_path / "build")

@@ -33,19 +33,19 @@ def test_ops_are_registered_with_the_dispatcher(T):
 def test_dispatcher_autograd_kernel_runs_the_backward(T):
     A = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     B = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
-    y = torch.ops.mxop.gemm(A, B, attrs="transpose_b=1")
+    y = torch.ops.mxop.gemm(A, B, transpose_b=True)
     torch.testing.assert_close(y, A @ B.T)
     gA, gB = torch.autograd.grad(y.sum(), (A, B))
     rA, rB = torch.autograd.grad((A @ B.T).sum(), (A, B))
     torch.testing.assert_close(gA, rA)
     torch.testing.assert_close(gB, rB)
     assert torch.autograd.gradcheck(
-        lambda a, b: torch.ops.mxop.gemm(a, b, attrs="transpose_b=1"), (A, B))
+        lambda a, b: torch.ops.mxop.gemm(a, b, transpose_b=True), (A, B))
 
 
 def test_meta_kernel_infers_shapes(T):
     y = torch.ops.mxop.gemm(torch.empty(3, 4, device="meta"),
-                            torch.empty(5, 4, device="meta"), attrs="transpose_b=1")
+                            torch.empty(5, 4, device="meta"), transpose_b=True)
     assert y.is_meta and tuple(y.shape) == (3, 5) and y.dtype == torch.float32
     with pytest.raises(mxop.ShapeMismatch):
         torch.ops.mxop.gemm(torch.empty(3, 4, device="meta"), torch.empty(5, 4, device="meta"))
@@ -64,7 +64,7 @@ def test_jit_trace_records_the_op(T):
 
 class ScriptNet(torch.nn.Module):
     def forward(self, a, b):
-        return torch.ops.mxop.gemm(a, b, attrs="transpose_b=1") + 1
+        return torch.ops.mxop.gemm(a, b, transpose_b=True) + 1
 
 
 def test_jit_script_calls_torch_ops_mxop_gemm(T):
