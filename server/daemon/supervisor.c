@@ -422,6 +422,8 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
                     mem_arg,
                     "--max-fds",
                     fds_arg,
+                    "--plugin-dir",
+                    d->cfg.plugin_dir,
                     d->cfg.has_worker_uid ? "--uid" : NULL,
                     uid_arg,
                     "--gid",

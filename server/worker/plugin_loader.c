@@ -296,6 +296,16 @@ int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *m
     /* The op messages name the library being registered, so it is in place first. */
     libs[n_libs] = (mxop__worker_lib_t){h, path_copy, name_copy, first, 0};
     rc = run_init(init, lname, msg, msglen);
+    /* A process started by a constructor or init would be a second reader of the channels. */
+    pid_t child;
+    int started = mxop__children_sweep(&child);
+    if (started > 0) {
+        mxop__fmt(msg, msglen,
+                  "library '%s' started %d process(es) while loading (pid %d first); a worker is "
+                  "one process: they were killed and the library is refused",
+                  lname, started, (int)child);
+        rc = MXOP_ELIB_INIT;
+    }
     if (rc != 0)
         goto err_ops;
     libs[n_libs].n_ops = mxop__op_count() - first;

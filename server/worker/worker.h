@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "mxop/op.h"
 #include "server/status_page.h"
@@ -257,6 +258,13 @@ mxop__status_page_t *mxop__status_page(void);
 
 /** Installs the SIGSEGV/SIGBUS handler on an alternate stack.  Returns 0 or -errno. */
 int mxop__fault_install(void);
+
+/**
+ * Kills and reaps every process descended from the worker (children.c):
+ * the worker must be its children's subreaper.  Returns how many were
+ * killed, the first one's pid in *first (0 when none).
+ */
+int mxop__children_sweep(pid_t *first);
 
 /* One read-only input of the call in flight, for the fault handler. */
 typedef struct mxop__fault_range {
