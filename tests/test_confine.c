@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -332,4 +333,79 @@ Test(confine, fork_in_init_refused_by_the_filter)
     other_session_correct();
     mxop_close(c);
     expect_back_to(&base);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The worker's transport */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/*
+ * The call that broke the transport is answered at once with a named error
+ * (or, where the op reached nothing of it, succeeds), never at the deadline;
+ * the session goes on with a new worker.  `must_break`: the op can reach
+ * a descriptor of the transport (basic: all of them; strict: the mailbox's
+ * bells, the sockets being guarded by the filter).
+ */
+static void broken_transport(const char *how, int must_break)
+{
+    struct baseline base = take_baseline();
+    const char *libs[] = {"hostile_transport.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    int64_t s[] = {64};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    static unsigned char saved[64 * 4];
+    memcpy(saved, x.data, x.nbytes);
+    const char *attrs[] = {"how", how, NULL};
+    mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs, .timeout_ms = 30000};
+    double t0 = now_ms();
+    int rc = mxop_forward(c, mxt_op(c, "break_transport"), &call, &x, 1, &y, 1);
+    double took = now_ms() - t0;
+    cr_assert(took < 5000, "the call was answered after %.0f ms (deadline 30 s)", took);
+    if (must_break || rc != 0) {
+        cr_assert_eq(rc, MXOP_EWORKER_CRASHED, "got %s (%s)", mxop_err_name(rc),
+                     mxop_last_error(c));
+        /* The worker names the descriptor, or the daemon saw its own channel go first. */
+        cr_assert(strstr(mxop_last_error(c), "transport was broken") != NULL ||
+                      strstr(mxop_last_error(c), "supervisor channel") != NULL,
+                  "%s", mxop_last_error(c));
+    }
+    cr_assert_eq(memcmp(saved, x.data, x.nbytes), 0, "the caller's input changed");
+    next_call_succeeds(c);
+    other_session_correct();
+    mxop_close(c);
+    expect_back_to(&base);
+}
+
+static int shm_path(void)
+{
+    const char *p = getenv("MXOP_DATA_PATH");
+    return p == NULL || strcmp(p, "socket") != 0;
+}
+
+Test(confine, descriptors_replaced_with_dev_null_answered_at_once)
+{
+    broken_transport("dup2", shm_path());
+}
+
+Test(confine, descriptors_closed_answered_at_once)
+{
+    broken_transport("close", shm_path());
+}
+
+Test(confine_basic, descriptors_replaced_with_dev_null_answered_at_once)
+{
+    broken_transport("dup2", 1);
+}
+
+Test(confine_basic, descriptors_closed_answered_at_once)
+{
+    broken_transport("close", 1);
 }

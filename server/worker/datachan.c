@@ -55,6 +55,8 @@ int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
     sup_fd = sup;
     data_fd = data;
     data_open = 1;
+    mxop__transport_track(MXOP__TRANSPORT_SUP, sup, "the supervisor channel");
+    mxop__transport_track(MXOP__TRANSPORT_DATA, data, "the data channel");
     arena = a;
     mxop__mbox_close(&mbox);
     if (mxop__rxbuf_init(&rx, 64 * 1024) != 0)
@@ -74,13 +76,21 @@ void mxop__data_free(void)
     mbox_buf = NULL;
 }
 
+/* The mailbox goes; its bells are no longer the transport's. */
+static void close_mbox(void)
+{
+    mxop__transport_untrack(MXOP__TRANSPORT_BELL_RX);
+    mxop__transport_untrack(MXOP__TRANSPORT_BELL_TX);
+    mxop__mbox_close(&mbox);
+}
+
 /* The client is gone or the stream lost its framing: nothing more is read. */
 static void close_data(void)
 {
     if (data_open)
         shutdown(data_fd, SHUT_RDWR);
     data_open = 0;
-    mxop__mbox_close(&mbox);
+    close_mbox();
     mxop__rxbuf_reset(&rx);
 }
 
@@ -144,10 +154,14 @@ static void attach(const Mxop__Call *call, int *fds, int nfds, Mxop__CallResult 
         return;
     }
     /* A second mailbox replaces the first. */
-    mxop__mbox_close(&mbox);
+    close_mbox();
     res->status = mxop__mbox_attach(&mbox, fds[0], fds[1], fds[2], am->size, m, sizeof(m));
-    if (res->status != 0)
+    if (res->status != 0) {
         res->message = m;
+        return;
+    }
+    mxop__transport_track(MXOP__TRANSPORT_BELL_RX, mbox.bell_rx, "the mailbox's request bell");
+    mxop__transport_track(MXOP__TRANSPORT_BELL_TX, mbox.bell_tx, "the mailbox's reply bell");
 }
 
 /* Decodes and serves one CALL frame; `fds` came with it (taken). */
@@ -178,6 +192,7 @@ static void serve_frame(uint16_t kind, uint32_t len, const uint8_t *payload, int
     }
     close_fds(fds, nfds);
     mxop__run_call(call, &res);
+    mxop__transport_check("by the call just served");
     reply(&res, via_mbox);
 }
 
@@ -291,6 +306,8 @@ int mxop__data_serve(void)
             if (mxop__mbox_sleep_begin(&mbox))
                 continue;
         }
+        /* Before sleeping: a bell replaced by an always-ready file would spin us. */
+        mxop__transport_check("while the worker was idle");
         /* A closed data channel is not polled (it would always be ready). */
         if (!data_open)
             pfd[1].fd = -1;

@@ -471,9 +471,31 @@ out:
 
 /* ------------------------------------------------------------------------ */
 
+/*
+ * The kernel's OOM killer picks the process with the highest badness; a
+ * worker says it is the first to go (1000, the most), so that memory
+ * exhausted through shared mappings a limit did not count costs a worker
+ * and never the daemon.  Raising one's own score needs no privilege.
+ */
+static int prefer_for_oom(char *err, size_t errlen)
+{
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "1000", 4) != 4) {
+        mxop__fmt(err, errlen, "cannot set /proc/self/oom_score_adj to 1000: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return MXOP_EINTERNAL;
+    }
+    close(fd);
+    return 0;
+}
+
 int mxop__sandbox_apply(char *err, size_t errlen)
 {
-    int rc = change_user(err, errlen);
+    int rc = prefer_for_oom(err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = change_user(err, errlen);
     if (rc != 0)
         return rc;
     if (level == MXOP__SANDBOX_NONE)

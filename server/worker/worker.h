@@ -260,6 +260,35 @@ mxop__status_page_t *mxop__status_page(void);
 int mxop__fault_install(void);
 
 /**
+ * Leaves a note for the daemon in the status page (code and sentence), as
+ * the fault handler does for a fault: the daemon reports it when the worker
+ * dies.  Not async-signal-safe; for the main flow.
+ */
+void mxop__fault_note(int code, const char *msg);
+
+/* The transport's descriptors (transport.c), by slot. */
+enum {
+    MXOP__TRANSPORT_SUP = 0,
+    MXOP__TRANSPORT_DATA = 1,
+    MXOP__TRANSPORT_BELL_RX = 2,
+    MXOP__TRANSPORT_BELL_TX = 3,
+    MXOP__TRANSPORT_SLOTS = 4,
+};
+
+/** Remembers what `fd` is (device, inode), as the transport descriptor `slot`. */
+void mxop__transport_track(int slot, int fd, const char *what);
+
+/** Forgets a slot (its descriptor was closed by the worker itself). */
+void mxop__transport_untrack(int slot);
+
+/**
+ * Ends the worker, with a note naming the descriptor, when one of the
+ * tracked descriptors was closed or replaced.  `after` completes "the
+ * worker's transport was broken ..." (e.g. "by the call just served").
+ */
+void mxop__transport_check(const char *after);
+
+/**
  * Kills and reaps every process descended from the worker (children.c):
  * the worker must be its children's subreaper.  Returns how many were
  * killed, the first one's pid in *first (0 when none).
