@@ -23,6 +23,7 @@
 #include "mxop/client.h"
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/integrity.h"
 #include "server/daemon/log.h"
 
 #define DEFAULT_MAX_TIMEOUT_MS 600000ull
@@ -35,6 +36,7 @@ static const char usage_text[] =
     "                    [--worker PATH] [--allow-uid UID]... [--max-timeout-ms N]\n"
     "                    [--sandbox none|basic|strict] [--worker-memory-mb N]\n"
     "                    [--worker-max-fds N] [--worker-uid UID] [--warm-spare on|off]\n"
+    "                    [--allowlist FILE] [--strict-plugin-dir on|off]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
@@ -50,6 +52,10 @@ static const char usage_text[] =
     "  --worker-max-fds N   descriptors a worker may open (basic and strict; default 1024)\n"
     "  --worker-uid UID     run workers as this user, each in a network namespace of its\n"
     "                       own (the daemon must run as root)\n"
+    "  --allowlist FILE     load only the libraries listed with their SHA-256 (a line:\n"
+    "                       NAME DIGEST; read again at every load; docs/security.md)\n"
+    "  --strict-plugin-dir on|off  refuse to start when the plugin directory or a library\n"
+    "                       in it is writable by others than its owner (default off: warn)\n"
     "  --warm-spare on|off  keep one started spare worker per session, so that the call\n"
     "                       after a crash does not wait for a new worker (default on)\n";
 
@@ -155,7 +161,8 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
         static const char *const known[] = {
             "--socket",         "--plugin-dir",     "--log-level", "--worker",
             "--allow-uid",      "--max-timeout-ms", "--sandbox",   "--worker-memory-mb",
-            "--worker-max-fds", "--worker-uid",     "--warm-spare"};
+            "--worker-max-fds", "--worker-uid",     "--warm-spare", "--allowlist",
+            "--strict-plugin-dir"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -221,6 +228,10 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             cfg->has_worker_uid = true;
             cfg->worker_uid = uid;
             cfg->worker_gid = pw != NULL ? pw->pw_gid : (gid_t)uid;
+        } else if (strcmp(opt, "--allowlist") == 0 || strcmp(opt, "--strict-plugin-dir") == 0) {
+            char why[512];
+            if (mxop__integrity_option(opt, val, why, sizeof(why)) != 0)
+                return usage_error("%s", why);
         } else if (strcmp(opt, "--warm-spare") == 0) {
             if (strcmp(val, "on") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
                 cfg->warm_spare = true;
@@ -255,6 +266,9 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
     if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode))
         return usage_error("plugin directory '%s' is not a directory", plugin_dir);
     cfg->plugin_dir = strdup(real);
+    char why[PATH_MAX + 256];
+    if (mxop__integrity_check_plugin_dir(real, why, sizeof(why)) != 0)
+        return usage_error("%s", why);
 
     if (worker != NULL) {
         if (realpath(worker, real) == NULL)

@@ -29,6 +29,7 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/integrity.h"
 #include "server/daemon/log.h"
 
 /* Sweep for escaped descendants every this many watchdog ticks (about 1 s). */
@@ -424,6 +425,8 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
                     fds_arg,
                     "--plugin-dir",
                     d->cfg.plugin_dir,
+                    "--allowlist",
+                    (char *)mxop__integrity_allowlist(),
                     d->cfg.has_worker_uid ? "--uid" : NULL,
                     uid_arg,
                     "--gid",

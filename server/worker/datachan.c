@@ -55,8 +55,8 @@ int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
     sup_fd = sup;
     data_fd = data;
     data_open = 1;
-    mxop__transport_track(MXOP__TRANSPORT_SUP, sup, "the supervisor channel");
-    mxop__transport_track(MXOP__TRANSPORT_DATA, data, "the data channel");
+    mxop__transport_track(MXOP__TRANSPORT_SUP, sup, "supervisor channel");
+    mxop__transport_track(MXOP__TRANSPORT_DATA, data, "data channel");
     arena = a;
     mxop__mbox_close(&mbox);
     if (mxop__rxbuf_init(&rx, 64 * 1024) != 0)
@@ -160,8 +160,8 @@ static void attach(const Mxop__Call *call, int *fds, int nfds, Mxop__CallResult 
         res->message = m;
         return;
     }
-    mxop__transport_track(MXOP__TRANSPORT_BELL_RX, mbox.bell_rx, "the mailbox's request bell");
-    mxop__transport_track(MXOP__TRANSPORT_BELL_TX, mbox.bell_tx, "the mailbox's reply bell");
+    mxop__transport_track(MXOP__TRANSPORT_BELL_RX, mbox.bell_rx, "mailbox's request bell");
+    mxop__transport_track(MXOP__TRANSPORT_BELL_TX, mbox.bell_tx, "mailbox's reply bell");
 }
 
 /* Decodes and serves one CALL frame; `fds` came with it (taken). */

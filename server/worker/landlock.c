@@ -15,7 +15,8 @@
  *     nsswitch.conf, passwd, group, localtime; never shadow), /proc and
  *     /sys (libraries size their thread pools from them; other processes'
  *     /proc/<pid>/mem and fd stay out of reach through ptrace scoping),
- *     /dev/random and /dev/urandom, and the plugin directory;
+ *     /dev/random and /dev/urandom, the plugin directory and the
+ *     allowlist file;
  *   - read and write: /dev/null, /dev/zero; and in the GPU profile (where
  *     /dev/nvidiactl exists) the driver's /dev/nvidia* nodes, ioctls
  *     included;
@@ -175,7 +176,8 @@ static int allow_gpu_nodes(int ruleset, uint64_t handled, char *err, size_t errl
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-int mxop__landlock_apply(int strict, const char *plugin_dir, char *err, size_t errlen)
+int mxop__landlock_apply(int strict, const char *plugin_dir, const char *allowlist, char *err,
+                         size_t errlen)
 {
     long abi = mxop__landlock_abi();
     if (abi < 1)
@@ -213,6 +215,8 @@ int mxop__landlock_apply(int strict, const char *plugin_dir, char *err, size_t e
             rc = allow(fd, read_write[i], READ_WRITE, h, err, errlen);
         if (rc == 0 && plugin_dir != NULL && plugin_dir[0] != '\0')
             rc = allow(fd, plugin_dir, READ_ONLY, h, err, errlen);
+        if (rc == 0 && allowlist != NULL && allowlist[0] != '\0')
+            rc = allow(fd, allowlist, LANDLOCK_ACCESS_FS_READ_FILE, h, err, errlen);
         if (rc == 0)
             rc = allow_gpu_nodes(fd, h, err, errlen);
     }

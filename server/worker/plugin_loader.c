@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "server/worker/worker.h"
@@ -225,19 +226,37 @@ int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *m
         }
     }
 
-    int rc;
+    /*
+     * Under an allowlist the descriptor whose digest was checked is the one
+     * loaded; it stays open while the library is loaded, so that its
+     * /proc/self/fd name never names another file to the dynamic loader.
+     */
+    int lib_fd = -1;
+    int rc = mxop__integrity_open(path, lname, &lib_fd, msg, msglen);
+    if (rc != 0)
+        return rc;
+    char fd_path[48];
+    const char *open_path = path;
+    if (lib_fd >= 0) {
+        snprintf(fd_path, sizeof(fd_path), "/proc/self/fd/%d", lib_fd);
+        open_path = fd_path;
+    }
     dlerror();
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
     if (h == NULL) {
         const char *e = dlerror();
         mxop__fmt(msg, msglen, "library '%s' cannot be loaded: %s", lname,
                   e != NULL ? e : "dlopen failed");
+        if (lib_fd >= 0)
+            close(lib_fd);
         return MXOP_ELIB_INVALID;
     }
     /* The same file under another path: dlopen handed back the same handle. */
     for (uint32_t i = 0; i < n_libs; i++) {
         if (libs[i].handle == h) {
             dlclose(h);
+            if (lib_fd >= 0)
+                close(lib_fd);
             *lib = i;
             return 0;
         }
@@ -319,5 +338,7 @@ err_free:
     free(name_copy);
 err_close:
     dlclose(h);
+    if (lib_fd >= 0)
+        close(lib_fd);
     return rc;
 }

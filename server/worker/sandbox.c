@@ -56,6 +56,17 @@ static long run_uid = -1;
 static long run_gid = -1;
 static uint64_t data_limit;
 static const char *plugin_dir; /* borrowed from argv */
+static const char *allowlist;  /* borrowed from argv; "" or NULL: none */
+
+const char *mxop__sandbox_plugin_dir(void)
+{
+    return plugin_dir;
+}
+
+const char *mxop__sandbox_allowlist(void)
+{
+    return allowlist;
+}
 
 uint64_t mxop__sandbox_memory_limit(void)
 {
@@ -86,7 +97,8 @@ static int parse_num(const char *s, uint64_t max, uint64_t *out)
 int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
 {
     static const char *const opts[] = {"--sandbox", "--memory-mb", "--max-fds",
-                                       "--uid",     "--gid",       "--plugin-dir"};
+                                       "--uid",     "--gid",       "--plugin-dir",
+                                       "--allowlist"};
     const char *opt = argv[*i];
     int which = -1;
     for (int k = 0; k < (int)(sizeof(opts) / sizeof(opts[0])); k++)
@@ -131,6 +143,11 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
         if (val[0] != '/')
             goto bad;
         plugin_dir = val;
+        return 0;
+    case 6:
+        if (val[0] != '/' && val[0] != '\0')
+            goto bad;
+        allowlist = val;
         return 0;
     default:
         if (parse_num(val, 0xfffffffeull, &v) != 0)
@@ -504,7 +521,8 @@ int mxop__sandbox_apply(char *err, size_t errlen)
         return rc;
     if (level >= MXOP__SANDBOX_STRICT && (rc = drop_capabilities(err, errlen)) != 0)
         return rc;
-    if ((rc = mxop__landlock_apply(level >= MXOP__SANDBOX_STRICT, plugin_dir, err, errlen)) != 0)
+    if ((rc = mxop__landlock_apply(level >= MXOP__SANDBOX_STRICT, plugin_dir, allowlist, err,
+                                   errlen)) != 0)
         return rc;
     return apply_seccomp(err, errlen);
 }

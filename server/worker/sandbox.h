@@ -9,6 +9,7 @@
  *     --uid U --gid G               run as this user (the worker must start as root);
  *                                   also gives the worker a network namespace of its own
  *     --plugin-dir DIR              the only directory of libraries strict may read
+ *     --allowlist FILE              library names and SHA-256 digests ("" : none)
  *
  * and main.c calls mxop__sandbox_apply() once its descriptors are in place
  * (fds 3-5 checked, every other descriptor closed, no_new_privs set, the
@@ -79,7 +80,14 @@ int mxop__sandbox_apply(char *err, size_t errlen);
  * only, nothing writable but /dev/null and, in the GPU profile, the CUDA
  * driver's nodes).  A kernel without Landlock is not an error.
  */
-int mxop__landlock_apply(int strict, const char *plugin_dir, char *err, size_t errlen);
+int mxop__landlock_apply(int strict, const char *plugin_dir, const char *allowlist, char *err,
+                         size_t errlen);
+
+/** The plugin directory (--plugin-dir), or NULL. */
+const char *mxop__sandbox_plugin_dir(void);
+
+/** The allowlist file (--allowlist), or NULL or "" when there is none. */
+const char *mxop__sandbox_allowlist(void);
 
 /** The Landlock ABI of the running kernel, 0 when it has none. */
 long mxop__landlock_abi(void);

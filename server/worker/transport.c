@@ -64,9 +64,9 @@ void mxop__transport_check(const char *after)
             continue;
         char m[MXOP__STATUS_MSG_MAX];
         mxop__fmt(m, sizeof(m),
-                  "the worker's transport was broken %s: fd %d (%s) was %s; the worker cannot "
-                  "answer through it and is replaced",
-                  after, t->fd, t->what, gone ? "closed" : "replaced by another file");
+                  "the worker's transport was broken %s: it %s its %s (fd %d); the worker "
+                  "cannot answer through it and is replaced",
+                  after, gone ? "closed" : "put another file in place of", t->what, t->fd);
         mxop__fault_note(MXOP_EWORKER_CRASHED, m);
         _exit(3);
     }

@@ -260,6 +260,21 @@ mxop__status_page_t *mxop__status_page(void);
 int mxop__fault_install(void);
 
 /**
+ * SHA-256 of everything `fd` reads from offset 0 (sha256.c), as 64 lower-case
+ * hex digits and a NUL.  Returns 0 or -errno.
+ */
+int mxop__sha256_fd(int fd, char hex[65]);
+
+/**
+ * With an allowlist configured (integrity.c): opens `path`, checks its
+ * SHA-256 against the allowlist and gives the checked descriptor in *fd
+ * (to be loaded as /proc/self/fd/N and kept open while the library is).
+ * Without one: *fd = -1 and 0.  Returns 0, MXOP_EDENIED (not listed, or a
+ * digest mismatch naming both digests) or MXOP_ELIB_INVALID.
+ */
+int mxop__integrity_open(const char *path, const char *lname, int *fd, char *msg, size_t msglen);
+
+/**
  * Leaves a note for the daemon in the status page (code and sentence), as
  * the fault handler does for a fault: the daemon reports it when the worker
  * dies.  Not async-signal-safe; for the main flow.
