@@ -55,7 +55,15 @@ static void teardown(void)
     mxt_daemon_stop(&daemon_);
 }
 
+static void setup_small_memory(void)
+{
+    const char *args[] = {"--worker-memory-mb", "256", NULL};
+    mxt_daemon_start(&daemon_, args);
+    warm_up();
+}
+
 TestSuite(confine, .init = setup_strict, .fini = teardown, .timeout = 60);
+TestSuite(confine_memory, .init = setup_small_memory, .fini = teardown, .timeout = 90);
 TestSuite(confine_basic, .init = setup_basic, .fini = teardown, .timeout = 60);
 
 /* ------------------------------------------------------------------------ */
@@ -408,4 +416,66 @@ Test(confine_basic, descriptors_replaced_with_dev_null_answered_at_once)
 Test(confine_basic, descriptors_closed_answered_at_once)
 {
     broken_transport("close", 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory in shared mappings */
+
+/* The per-worker cgroup exists only where the daemon can make one (root, a memory controller). */
+static int have_worker_cgroup(pid_t worker)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/mxop-w%d", (int)worker);
+    if (access(path, F_OK) == 0)
+        return 1;
+    snprintf(path, sizeof(path), "/sys/fs/cgroup/mxop-w%d", (int)worker);
+    return access(path, F_OK) == 0;
+}
+
+Test(confine_memory, shared_memory_beyond_the_limit_kills_only_the_worker)
+{
+    struct baseline base = take_baseline();
+    const char *libs[] = {"hostile_shm.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    pid_t w = mxt_worker_pid(c);
+    if (!have_worker_cgroup(w)) {
+        mxop_close(c);
+        cr_skip_test("no per-worker cgroup here (not root, or no memory controller)");
+    }
+    int64_t s[] = {4};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    static unsigned char saved[16];
+    memcpy(saved, x.data, x.nbytes);
+    const char *attrs[] = {"mb", "768", NULL};
+    mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs, .timeout_ms = 60000};
+    int rc = mxop_forward(c, mxt_op(c, "shm_hog"), &call, &x, 1, &y, 1);
+    cr_assert_eq(rc, MXOP_EWORKER_OOM, "768 MiB of shared memory under 256 MiB: %s (%s)",
+                 mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "cgroup") != NULL, "%s", mxop_last_error(c));
+    cr_assert_eq(memcmp(saved, x.data, x.nbytes), 0, "the caller's input changed");
+    next_call_succeeds(c);
+    other_session_correct();
+    mxop_close(c);
+    expect_back_to(&base);
+    char path[128];
+    snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/mxop-w%d", (int)w);
+    cr_assert_neq(access(path, F_OK), 0, "the worker's cgroup %s was not removed", path);
+}
+
+Test(confine_memory, shared_memory_within_the_limit_is_fine)
+{
+    const char *libs[] = {"hostile_shm.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    int64_t s[] = {4};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    const char *attrs[] = {"mb", "64", NULL};
+    mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs};
+    int rc = mxop_forward(c, mxt_op(c, "shm_hog"), &call, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert_eq(((float *)y.data)[0], 64.0f);
+    mxop_close(c);
 }

@@ -28,6 +28,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
+#include "server/daemon/cgroup.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/integrity.h"
 #include "server/daemon/log.h"
@@ -289,6 +290,7 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     if (w->sup_open)
         mxop__conn_drain(&w->sup);
 
+    mxop__cgroup_release(w->pid, w->page);
     page_snap_t s;
     read_page(w->page, &s, false);
     kill(-w->pid, SIGKILL); /* whatever the op started */
@@ -470,6 +472,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
         return MXOP_EINTERNAL;
     }
     w->pid = w->proc.pid;
+    mxop__cgroup_enter(w->pid, d->cfg.sandbox, d->cfg.worker_memory_mb);
     w->session = s;
     *out = w;
     *client_fd = data[0];
