@@ -479,3 +479,70 @@ Test(confine_memory, shared_memory_within_the_limit_is_fine)
     cr_assert_eq(((float *)y.data)[0], 64.0f);
     mxop_close(c);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The worker's output */
+
+TestSuite(confine_output, .timeout = 90);
+
+Test(confine_output, flood_of_forged_lines_is_escaped_prefixed_and_rate_limited)
+{
+    /* The daemon's log goes into a file: its stderr is ours while it starts. */
+    char log[] = "/tmp/mxop-confine-log-XXXXXX";
+    int lfd = mkstemp(log);
+    cr_assert(lfd >= 0);
+    int saved = dup(2);
+    dup2(lfd, 2);
+    const char *args[] = {"--log-level", "info", NULL}; /* a worker's lines are info */
+    mxt_daemon_start(&daemon_, args);
+    dup2(saved, 2);
+    close(saved);
+    close(lfd);
+    warm_up();
+
+    struct baseline base = take_baseline();
+    const char *libs[] = {"hostile_flood.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    pid_t w = mxt_worker_pid(c);
+    int64_t s[] = {4};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    const char *attrs[] = {"mb", "8", NULL};
+    mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs, .timeout_ms = 60000};
+    int rc = mxop_forward(c, mxt_op(c, "flood"), &call, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    other_session_correct();
+    mxop_close(c);
+    expect_back_to(&base);
+    pid_t dpid = daemon_.pid;
+    mxt_daemon_stop(&daemon_);
+
+    FILE *f = fopen(log, "r");
+    cr_assert(f != NULL);
+    static char line[1 << 16];
+    char real[32], worker_out[64];
+    snprintf(real, sizeof(real), "mxop-serverd[%d] ", (int)dpid);
+    snprintf(worker_out, sizeof(worker_out), "worker %d std", (int)w);
+    long bytes = 0;
+    int forged_seen = 0, dropped_seen = 0, lines = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        bytes += (long)strlen(line);
+        lines++;
+        cr_assert(strchr(line, '\x1b') == NULL && strchr(line, '\r') == NULL,
+                  "a raw control character reached the log: %.120s", line);
+        if (strstr(line, "forged") != NULL) {
+            forged_seen++;
+            cr_assert(strncmp(line, real, strlen(real)) == 0 && strstr(line, worker_out) != NULL,
+                      "a forged line passes for the daemon's: %.160s", line);
+        }
+        if (strstr(line, "lines dropped") != NULL)
+            dropped_seen++;
+    }
+    fclose(f);
+    unlink(log);
+    cr_assert(forged_seen > 0, "none of the worker's lines was logged");
+    cr_assert(dropped_seen > 0, "no count of dropped lines");
+    /* 16 MiB written; the log keeps a bounded part of it. */
+    cr_assert(bytes < (4l << 20), "the log grew by %ld bytes (%d lines)", bytes, lines);
+}

@@ -32,6 +32,7 @@
 #include "server/daemon/daemon.h"
 #include "server/daemon/integrity.h"
 #include "server/daemon/log.h"
+#include "server/daemon/worker_output.h"
 
 /* Sweep for escaped descendants every this many watchdog ticks (about 1 s). */
 #define SWEEP_TICKS 50
@@ -436,10 +437,14 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
                     NULL};
     uv_stdio_container_t stdio[6];
     stdio[0].flags = UV_IGNORE;
+    /* The worker's stdout and stderr are pipes the daemon reads (worker_output.c). */
+    int out_fds[2] = {-1, -1};
+    mxop__worker_output_t *output = NULL;
+    bool piped = mxop__worker_output_start(d->loop, s->id, out_fds, &output) == 0;
     stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = 1;
+    stdio[1].data.fd = piped ? out_fds[0] : 1;
     stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = 2;
+    stdio[2].data.fd = piped ? out_fds[1] : 2;
     stdio[3].flags = UV_INHERIT_FD;
     stdio[3].data.fd = sup[1];
     stdio[4].flags = UV_INHERIT_FD;
@@ -462,6 +467,11 @@ int mxop__worker_spawn(mxop__daemon_t *d, mxop__session_t *s, uint32_t generatio
     close(sup[1]);
     close(data[1]);
     close(memfd);
+    if (piped) {
+        close(out_fds[0]);
+        close(out_fds[1]);
+        mxop__worker_output_set_pid(output, uvrc == 0 ? w->proc.pid : 0);
+    }
     sup[1] = data[1] = memfd = -1;
     if (uvrc != 0) {
         mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, uv_strerror(uvrc));
