@@ -546,3 +546,53 @@ Test(confine_output, flood_of_forged_lines_is_escaped_prefixed_and_rate_limited)
     /* 16 MiB written; the log keeps a bounded part of it. */
     cr_assert(bytes < (4l << 20), "the log grew by %ld bytes (%d lines)", bytes, lines);
 }
+
+/* ------------------------------------------------------------------------ */
+/* CPU burnt after returning */
+
+static int restarted(void *arg)
+{
+    mxop_client_t *c = arg;
+    mxop_stats_t st;
+    return mxop_stats(c, &st) == 0 && st.worker_restarts >= 1;
+}
+
+Test(confine, cpu_burnt_after_returning_gets_the_worker_replaced)
+{
+    struct baseline base = take_baseline();
+    const char *libs[] = {"hostile_spin.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    pid_t w = mxt_worker_pid(c);
+    int64_t s[] = {8};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    int rc = mxop_forward(c, mxt_op(c, "spin_after"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    /* 2 s of CPU, read every 250 ms: replaced within a few seconds even on a loaded machine. */
+    cr_assert(mxt_wait_until(restarted, c, 20000), "the spinning worker was not replaced");
+    cr_assert_neq(mxt_worker_pid(c), w);
+    next_call_succeeds(c);
+    other_session_correct();
+    mxop_close(c);
+    expect_back_to(&base);
+}
+
+Test(confine, busy_client_between_calls_is_not_idle)
+{
+    /* Back-to-back calls for 4 s: the worker's own spin between calls is not "idle CPU". */
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    int64_t s[] = {8};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    const mxop_op_t *relu = mxt_op(c, "relu");
+    double t0 = now_ms();
+    while (now_ms() - t0 < 4000)
+        cr_assert_eq(mxop_forward(c, relu, NULL, &x, 1, &y, 1), 0, "%s", mxop_last_error(c));
+    mxop_stats_t st;
+    cr_assert_eq(mxop_stats(c, &st), 0);
+    cr_assert_eq(st.worker_restarts, 0, "a busy worker was replaced");
+    mxop_close(c);
+}

@@ -30,6 +30,7 @@
 #include "mxop/errors.h"
 #include "server/daemon/cgroup.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/idle_cpu.h"
 #include "server/daemon/integrity.h"
 #include "server/daemon/log.h"
 #include "server/daemon/worker_output.h"
@@ -562,7 +563,17 @@ static void watchdog_cb(uv_timer_t *t)
         if (w->exited || w->killed_timeout || w->session == NULL)
             continue;
         page_snap_t s;
-        if (!read_page(w->page, &s, true) || !s.busy)
+        if (!read_page(w->page, &s, true))
+            continue;
+        /* A library load (a supervisor request) may compute for long: not idle either. */
+        bool loading = w->session->pend_head != NULL || w->session->spare_head != NULL;
+        if (mxop__idle_cpu_over(w->pid, s.busy || loading, s.call_id, w->kill_msg,
+                                sizeof(w->kill_msg))) {
+            MXOP__LOGW(w->session_id, NULL, "watchdog: worker %d: %s", (int)w->pid, w->kill_msg);
+            kill_group(w);
+            continue;
+        }
+        if (!s.busy)
             continue;
         bool past_deadline = s.deadline_ns != 0 && now > s.deadline_ns;
         bool past_max = s.start_ns != 0 && now - s.start_ns > max_ns;
