@@ -525,7 +525,7 @@ Test(confine_output, flood_of_forged_lines_is_escaped_prefixed_and_rate_limited)
     snprintf(real, sizeof(real), "mxop-serverd[%d] ", (int)dpid);
     snprintf(worker_out, sizeof(worker_out), "worker %d std", (int)w);
     long bytes = 0;
-    int forged_seen = 0, dropped_seen = 0, lines = 0;
+    int forged_seen = 0, dropped_seen = 0, lines = 0, layers_seen = 0;
     while (fgets(line, sizeof(line), f) != NULL) {
         bytes += (long)strlen(line);
         lines++;
@@ -538,11 +538,15 @@ Test(confine_output, flood_of_forged_lines_is_escaped_prefixed_and_rate_limited)
         }
         if (strstr(line, "lines dropped") != NULL)
             dropped_seen++;
+        /* The daemon says at start what confines its workers here. */
+        if (strstr(line, "sandbox strict layers: seccomp filter; Landlock ABI") != NULL)
+            layers_seen++;
     }
     fclose(f);
     unlink(log);
     cr_assert(forged_seen > 0, "none of the worker's lines was logged");
     cr_assert(dropped_seen > 0, "no count of dropped lines");
+    cr_assert_eq(layers_seen, 1, "the sandbox's layers were not logged once at start");
     /* 16 MiB written; the log keeps a bounded part of it. */
     cr_assert(bytes < (4l << 20), "the log grew by %ld bytes (%d lines)", bytes, lines);
 }

@@ -109,6 +109,20 @@ static int make_group(const char *ctrl, pid_t pid, const char *limit_file, const
     return write_str(path, num);
 }
 
+const char *mxop__cgroup_describe(void)
+{
+    if (layout == UNKNOWN)
+        layout = detect();
+    switch (layout) {
+    case V2:
+        return "a cgroup v2 per worker (memory with shared mappings, pids, cgroup.kill)";
+    case V1:
+        return "a cgroup v1 per worker (memory with shared mappings, pids)";
+    default:
+        return "no per-worker cgroup (shared memory not limited)";
+    }
+}
+
 void mxop__cgroup_enter(pid_t pid, const char *sandbox, uint64_t memory_mb)
 {
     if (strcmp(sandbox, "none") == 0)

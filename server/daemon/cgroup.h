@@ -28,6 +28,9 @@ void mxop__cgroup_enter(pid_t pid, const char *sandbox, uint64_t memory_mb);
  */
 void mxop__cgroup_release(pid_t pid, mxop__status_page_t *page);
 
+/** One phrase for the start-up log: the cgroup layout workers will get, or why none. */
+const char *mxop__cgroup_describe(void);
+
 /* Tasks (threads included) a worker's cgroup may hold. */
 #define MXOP__CGROUP_PIDS_MAX 1024
 

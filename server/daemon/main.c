@@ -24,6 +24,7 @@
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/integrity.h"
+#include "server/daemon/layers.h"
 #include "server/daemon/log.h"
 
 #define DEFAULT_MAX_TIMEOUT_MS 600000ull
@@ -37,6 +38,7 @@ static const char usage_text[] =
     "                    [--sandbox none|basic|strict] [--worker-memory-mb N]\n"
     "                    [--worker-max-fds N] [--worker-uid UID] [--warm-spare on|off]\n"
     "                    [--allowlist FILE] [--strict-plugin-dir on|off]\n"
+    "                    [--sandbox-fallback on|off]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
@@ -56,6 +58,8 @@ static const char usage_text[] =
     "                       NAME DIGEST; read again at every load; docs/security.md)\n"
     "  --strict-plugin-dir on|off  refuse to start when the plugin directory or a library\n"
     "                       in it is writable by others than its owner (default off: warn)\n"
+    "  --sandbox-fallback on|off  run strict workers even where the kernel lacks a layer\n"
+    "                       strict promises (Landlock's filesystem view); default off\n"
     "  --warm-spare on|off  keep one started spare worker per session, so that the call\n"
     "                       after a crash does not wait for a new worker (default on)\n";
 
@@ -162,7 +166,7 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             "--socket",         "--plugin-dir",     "--log-level", "--worker",
             "--allow-uid",      "--max-timeout-ms", "--sandbox",   "--worker-memory-mb",
             "--worker-max-fds", "--worker-uid",     "--warm-spare", "--allowlist",
-            "--strict-plugin-dir"};
+            "--strict-plugin-dir", "--sandbox-fallback"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -231,6 +235,10 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
         } else if (strcmp(opt, "--allowlist") == 0 || strcmp(opt, "--strict-plugin-dir") == 0) {
             char why[512];
             if (mxop__integrity_option(opt, val, why, sizeof(why)) != 0)
+                return usage_error("%s", why);
+        } else if (strcmp(opt, "--sandbox-fallback") == 0) {
+            char why[256];
+            if (mxop__layers_option(opt, val, why, sizeof(why)) != 0)
                 return usage_error("%s", why);
         } else if (strcmp(opt, "--warm-spare") == 0) {
             if (strcmp(val, "on") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
@@ -378,6 +386,11 @@ int main(int argc, char **argv)
                    d.cfg.worker_path, strerror(errno));
 
     char err[MXOP__MSG_MAX];
+    if (mxop__layers_check(d.cfg.sandbox, d.cfg.has_worker_uid, err, sizeof(err)) != 0) {
+        MXOP__LOGE(0, NULL, "%s", err);
+        rc = 2;
+        goto out_loop;
+    }
     if (mxop__listener_start(&d, err, sizeof(err)) != 0) {
         MXOP__LOGE(0, NULL, "%s", err);
         rc = 1;
