@@ -48,6 +48,8 @@ static mxop__framebuf_t tx;
 static mxop__mbox_t mbox;
 static uint8_t *mbox_buf; /* a frame copied out of the mailbox */
 static int64_t last_socket_check;
+static int64_t last_transport_check; /* before a sleep, all descriptors: at most this often */
+#define TRANSPORT_CHECK_NS (100 * 1000 * 1000)
 static int64_t idle_since; /* when the last call was answered: waits are measured from here */
 
 int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
@@ -192,7 +194,9 @@ static void serve_frame(uint16_t kind, uint32_t len, const uint8_t *payload, int
     }
     close_fds(fds, nfds);
     mxop__run_call(call, &res);
-    mxop__transport_check("by the call just served");
+    /* The reply rings the client's bell: it must still be the bell (transport.c). */
+    if (via_mbox)
+        mxop__transport_check(MXOP__TRANSPORT_BELLS, "by the call just served");
     reply(&res, via_mbox);
 }
 
@@ -307,7 +311,11 @@ int mxop__data_serve(void)
                 continue;
         }
         /* Before sleeping: a bell replaced by an always-ready file would spin us. */
-        mxop__transport_check("while the worker was idle");
+        int64_t now_ns = mxop__now_ns();
+        if (now_ns - last_transport_check >= TRANSPORT_CHECK_NS) {
+            last_transport_check = now_ns;
+            mxop__transport_check(MXOP__TRANSPORT_ALL, "while the worker was idle");
+        }
         /* A closed data channel is not polled (it would always be ready). */
         if (!data_open)
             pfd[1].fd = -1;

@@ -12,12 +12,16 @@
  * worker.
  *
  * So the worker remembers what each descriptor was (device and inode) and
- * looks again after every call, before the reply goes out, and before it
- * sleeps.  A descriptor that is gone or is another file now ends the
+ * looks again: at the bells after every call that came through the
+ * mailbox, before the reply goes out (two fstat() calls), and at every
+ * descriptor before it sleeps, at most every 100 ms (a bell replaced by an
+ * always-readable file wakes it at once, so a spinning worker gets there).
+ * The sockets need no look per call: replacing or closing the worker's end
+ * closes the socket, and the peer (daemon or client) sees it hang up.  A descriptor that is gone or is another file now ends the
  * worker at once with a note in the status page naming it: the daemon
  * answers the call with MXOP_EWORKER_CRASHED and that sentence, and starts
  * a new worker, within milliseconds rather than at deadline + grace.
- * The cost is one fstat() per descriptor per call (docs/performance.md).
+ * The cost is two fstat() calls per mailbox call (docs/security.md).
  */
 #include <stdio.h>
 #include <string.h>
@@ -52,11 +56,11 @@ void mxop__transport_untrack(int slot)
         slots[slot].fd = -1;
 }
 
-void mxop__transport_check(const char *after)
+void mxop__transport_check(unsigned mask, const char *after)
 {
     for (int i = 0; i < MXOP__TRANSPORT_SLOTS; i++) {
         const struct tracked *t = &slots[i];
-        if (t->fd < 0)
+        if (t->fd < 0 || !(mask & (1u << i)))
             continue;
         struct stat st;
         int gone = fstat(t->fd, &st) != 0;

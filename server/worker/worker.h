@@ -296,12 +296,17 @@ void mxop__transport_track(int slot, int fd, const char *what);
 /** Forgets a slot (its descriptor was closed by the worker itself). */
 void mxop__transport_untrack(int slot);
 
+#define MXOP__TRANSPORT_BELLS                                                                      \
+    ((1u << MXOP__TRANSPORT_BELL_RX) | (1u << MXOP__TRANSPORT_BELL_TX))
+#define MXOP__TRANSPORT_ALL ((1u << MXOP__TRANSPORT_SLOTS) - 1)
+
 /**
  * Ends the worker, with a note naming the descriptor, when one of the
- * tracked descriptors was closed or replaced.  `after` completes "the
- * worker's transport was broken ..." (e.g. "by the call just served").
+ * tracked descriptors in `mask` (bits 1 << slot) was closed or replaced.
+ * `after` completes "the worker's transport was broken ..." (e.g. "by
+ * the call just served").
  */
-void mxop__transport_check(const char *after);
+void mxop__transport_check(unsigned mask, const char *after);
 
 /**
  * Kills and reaps every process descended from the worker (children.c):
