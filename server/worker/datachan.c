@@ -48,8 +48,6 @@ static mxop__framebuf_t tx;
 static mxop__mbox_t mbox;
 static uint8_t *mbox_buf; /* a frame copied out of the mailbox */
 static int64_t last_socket_check;
-static int64_t last_transport_check; /* before a sleep, all descriptors: at most this often */
-#define TRANSPORT_CHECK_NS (100 * 1000 * 1000)
 static int64_t idle_since; /* when the last call was answered: waits are measured from here */
 
 int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
@@ -194,9 +192,6 @@ static void serve_frame(uint16_t kind, uint32_t len, const uint8_t *payload, int
     }
     close_fds(fds, nfds);
     mxop__run_call(call, &res);
-    /* The reply rings the client's bell: it must still be the bell (transport.c). */
-    if (via_mbox)
-        mxop__transport_check(MXOP__TRANSPORT_BELLS, "by the call just served");
     reply(&res, via_mbox);
 }
 
@@ -305,16 +300,17 @@ int mxop__data_serve(void)
 
         struct pollfd pfd[3] = {{sup_fd, POLLIN, 0}, {data_fd, POLLIN, 0}, {-1, POLLIN, 0}};
         int has_mbox = mbox.sh != NULL;
+        /*
+         * Before sleeping, the bells must still be the bells (transport.c): a
+         * replaced request bell would never ring (or always), a replaced reply
+         * bell would have rung into nothing.  Only here, on the slow path.
+         */
+        if (has_mbox)
+            mxop__transport_check(MXOP__TRANSPORT_BELLS, "by the last call or a thread of an op");
         if (has_mbox) {
             pfd[2].fd = mbox.bell_rx;
             if (mxop__mbox_sleep_begin(&mbox))
                 continue;
-        }
-        /* Before sleeping: a bell replaced by an always-ready file would spin us. */
-        int64_t now_ns = mxop__now_ns();
-        if (now_ns - last_transport_check >= TRANSPORT_CHECK_NS) {
-            last_transport_check = now_ns;
-            mxop__transport_check(MXOP__TRANSPORT_ALL, "while the worker was idle");
         }
         /* A closed data channel is not polled (it would always be ready). */
         if (!data_open)

@@ -11,17 +11,20 @@
  * waits for the deadline, and a bell that is always readable spins the idle
  * worker.
  *
- * So the worker remembers what each descriptor was (device and inode) and
- * looks again: at the bells after every call that came through the
- * mailbox, before the reply goes out (two fstat() calls), and at every
- * descriptor before it sleeps, at most every 100 ms (a bell replaced by an
- * always-readable file wakes it at once, so a spinning worker gets there).
- * The sockets need no look per call: replacing or closing the worker's end
- * closes the socket, and the peer (daemon or client) sees it hang up.  A descriptor that is gone or is another file now ends the
+ * So the worker remembers what each bell was (device and inode) and looks
+ * again every time it is about to sleep (two fstat() calls, on the slow
+ * path only: a worker kept busy by a spinning client never gets there and
+ * pays nothing).  Every break is seen there within one spin budget of the
+ * call that made it: a request bell replaced by an always-readable file
+ * wakes the worker at once and brings it back; a reply bell that rang into
+ * nothing leaves a client asleep and the worker, its spin over, about to
+ * sleep too.  A descriptor that is gone or is another file now ends the
  * worker at once with a note in the status page naming it: the daemon
  * answers the call with MXOP_EWORKER_CRASHED and that sentence, and starts
  * a new worker, within milliseconds rather than at deadline + grace.
- * The cost is two fstat() calls per mailbox call (docs/security.md).
+ * The sockets (fds 3 and 4) are tracked too but need no looking at:
+ * replacing or closing the worker's end closes the socket, and the peer
+ * (daemon or client) sees it hang up.
  */
 #include <stdio.h>
 #include <string.h>
