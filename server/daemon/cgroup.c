@@ -17,12 +17,14 @@
  *     memory.oom_control} and /sys/fs/cgroup/pids/mxop-w<pid>/pids.max.
  * The group is named after the worker's pid, which is unique among live
  * processes; a stale group of that name (a daemon that was killed) is
- * removed first.  Killing a worker kills its whole group: cgroup.kill
+ * removed first, and at start every empty group of a dead pid.  Killing a worker kills its whole group: cgroup.kill
  * (v2), or SIGKILL to every member until none is left (v1).
  */
 #include "server/daemon/cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -69,6 +71,31 @@ static int read_str(const char *path, char *buf, size_t cap)
     return 0;
 }
 
+/*
+ * Groups of workers whose daemon was killed (no one reaped them to remove
+ * their group) stay behind, empty.  At start, every mxop-w<pid> group that
+ * is empty and whose pid is not alive goes.
+ */
+static void sweep_stale(const char *root)
+{
+    DIR *d = opendir(root);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "mxop-w", 6) != 0)
+            continue;
+        char *end;
+        long pid = strtol(e->d_name + 6, &end, 10);
+        if (*end != '\0' || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[PATH_MAX];
+        mxop__fmt(path, sizeof(path), "%s/%s", root, e->d_name);
+        rmdir(path); /* fails, harmlessly, on a group that still has members */
+    }
+    closedir(d);
+}
+
 static enum layout detect(void)
 {
     char buf[512];
@@ -76,10 +103,14 @@ static enum layout detect(void)
         strstr(buf, "memory") != NULL) {
         /* Children of the root get the controllers only once the root hands them down. */
         write_str(ROOT "/cgroup.subtree_control", "+memory +pids");
+        sweep_stale(ROOT);
         return V2;
     }
-    if (access(ROOT "/memory/cgroup.procs", W_OK) == 0)
+    if (access(ROOT "/memory/cgroup.procs", W_OK) == 0) {
+        sweep_stale(ROOT "/memory");
+        sweep_stale(ROOT "/pids");
         return V1;
+    }
     return NONE;
 }
 
