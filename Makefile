@@ -264,7 +264,7 @@ $(INPROC_A): $(filter-out $(B)/obj/server/worker/main.o,$(WORKER_O)) \
 $(B)/tests/test_opkit_inproc: $(B)/obj/tests/test_opkit_inproc.o $(INPROC_A)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(CRIT_LIBS) $(PB_LIBS) $(BLAS_LIBS) -lstdc++ -ldl -lm
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(CRIT_LIBS) $(PB_LIBS) $(BLAS_LIBS) -lseccomp -lstdc++ -ldl -lm
 
 $(B)/tests/test_%: $(B)/obj/tests/test_%.o $(TESTLIB_O) $(LIB_A)
 	@mkdir -p $(@D)

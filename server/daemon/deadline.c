@@ -27,6 +27,8 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/session.h"
+#include "server/daemon/idle_cpu.h"
+#include "server/daemon/log.h"
 #include "shm/call_page.h"
 
 int mxop__call_page_create(mxop__session_t *s, int *fd_out, char *err, size_t errlen)
@@ -151,6 +153,23 @@ static void check_head(mxop__session_t *s, int q, mxop__worker_t *w, int64_t now
     mxop__worker_kill_timeout(w, 0, NULL, msg);
 }
 
+/*
+ * A worker that burns CPU while nothing of the session is in flight (a
+ * thread a library left spinning after returning) is replaced.  "In
+ * flight" comes from trusted state: the call the client published and the
+ * daemon's own queue of supervisor requests (a library load may compute).
+ */
+static void check_idle(mxop__session_t *s, mxop__worker_t *w, bool busy, uint64_t call_id)
+{
+    if (w == NULL)
+        return;
+    char why[MXOP__MSG_MAX];
+    if (mxop__idle_cpu_over(w->pid, busy, call_id, why, sizeof(why))) {
+        MXOP__LOGW(s->id, NULL, "watchdog: worker %d: %s", (int)w->pid, why);
+        mxop__worker_kill(w, why);
+    }
+}
+
 void mxop__deadlines_tick(mxop__daemon_t *d)
 {
     int64_t now = mxop__now_ns();
@@ -162,5 +181,10 @@ void mxop__deadlines_tick(mxop__daemon_t *d)
         check_call(s, now);
         check_head(s, MXOP__FIFO_LIVE, s->worker, now);
         check_head(s, MXOP__FIFO_SPARE, s->spare, now);
+        mxop__call_page_t cp;
+        bool have = s->call_page != NULL && mxop__call_page_read(s->call_page, &cp);
+        uint64_t call_id = have ? cp.call_id : 0;
+        check_idle(s, s->worker, !have || call_id != 0 || s->pend_head != NULL, call_id);
+        check_idle(s, s->spare, s->spare_head != NULL, 0);
     }
 }

@@ -23,6 +23,8 @@
 #include "mxop/client.h"
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/integrity.h"
+#include "server/daemon/layers.h"
 #include "server/daemon/log.h"
 
 #define DEFAULT_MAX_TIMEOUT_MS 600000ull
@@ -41,6 +43,8 @@ static const char usage_text[] =
     "                    [--handshake-timeout-ms N] [--idle-timeout-ms N] [--max-buffered-mb N]\n"
     "                    [--session-max-regions N] [--session-max-region-mb N]\n"
     "                    [--session-max-libraries N]\n"
+    "                    [--allowlist FILE] [--strict-plugin-dir on|off]\n"
+    "                    [--sandbox-fallback on|off]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
@@ -65,6 +69,12 @@ static const char usage_text[] =
     "  --worker-max-fds N   descriptors a worker may open (basic and strict; default 1024)\n"
     "  --worker-uid UID     run workers as this user, each in a network namespace of its\n"
     "                       own (the daemon must run as root)\n"
+    "  --allowlist FILE     load only the libraries listed with their SHA-256 (a line:\n"
+    "                       NAME DIGEST; read again at every load; docs/security.md)\n"
+    "  --strict-plugin-dir on|off  refuse to start when the plugin directory or a library\n"
+    "                       in it is writable by others than its owner (default off: warn)\n"
+    "  --sandbox-fallback on|off  run strict workers even where the kernel lacks a layer\n"
+    "                       strict promises (Landlock's filesystem view); default off\n"
     "  --warm-spare on|off  keep one started spare worker per session, so that the call\n"
     "                       after a crash does not wait for a new worker (default on)\n";
 
@@ -232,7 +242,10 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                                             "--max-buffered-mb",
                                             "--session-max-regions",
                                             "--session-max-region-mb",
-                                            "--session-max-libraries"};
+                                            "--session-max-libraries",
+                                            "--allowlist",
+                                            "--strict-plugin-dir",
+                                            "--sandbox-fallback"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -309,6 +322,14 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                 return usage_error("%s must be a %snumber, not '%s'", opt,
                                    zero_ok ? "" : "positive ", val);
             *limit_field(cfg, opt) = v;
+        } else if (strcmp(opt, "--allowlist") == 0 || strcmp(opt, "--strict-plugin-dir") == 0) {
+            char why[512];
+            if (mxop__integrity_option(opt, val, why, sizeof(why)) != 0)
+                return usage_error("%s", why);
+        } else if (strcmp(opt, "--sandbox-fallback") == 0) {
+            char why[256];
+            if (mxop__layers_option(opt, val, why, sizeof(why)) != 0)
+                return usage_error("%s", why);
         } else if (strcmp(opt, "--warm-spare") == 0) {
             if (strcmp(val, "on") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
                 cfg->warm_spare = true;
@@ -347,6 +368,9 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
     if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode))
         return usage_error("plugin directory '%s' is not a directory", plugin_dir);
     cfg->plugin_dir = strdup(real);
+    char why[PATH_MAX + 256];
+    if (mxop__integrity_check_plugin_dir(real, why, sizeof(why)) != 0)
+        return usage_error("%s", why);
 
     if (worker != NULL) {
         if (realpath(worker, real) == NULL)
@@ -458,6 +482,11 @@ int main(int argc, char **argv)
                    d.cfg.worker_path, strerror(errno));
 
     char err[MXOP__MSG_MAX];
+    if (mxop__layers_check(d.cfg.sandbox, d.cfg.has_worker_uid, err, sizeof(err)) != 0) {
+        MXOP__LOGE(0, NULL, "%s", err);
+        rc = 2;
+        goto out_loop;
+    }
     if (mxop__listener_start(&d, err, sizeof(err)) != 0) {
         MXOP__LOGE(0, NULL, "%s", err);
         rc = 1;

@@ -29,9 +29,13 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "server/daemon/cgroup.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/idle_cpu.h"
+#include "server/daemon/integrity.h"
 #include "server/daemon/log.h"
 #include "server/worker/cuda.h"
+#include "server/daemon/worker_output.h"
 
 /* Sweep for escaped descendants every this many watchdog ticks (about 1 s). */
 #define SWEEP_TICKS 50
@@ -306,6 +310,7 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     if (w->sup_open)
         mxop__conn_drain(&w->sup);
 
+    bool oom_seen = mxop__cgroup_release(w->pid, w->page);
     page_snap_t s;
     read_page(w->page, &s, false);
     kill(-w->pid, SIGKILL); /* whatever the op started */
@@ -340,7 +345,8 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     if (w->killed_timeout) {
         code = MXOP_ETIMEOUT;
         mxop__fmt(msg, sizeof(msg), "%s", w->timeout_msg);
-    } else if (note && note_agrees(s.fault_code, term_signal, exit_status)) {
+    } else if (note && (note_agrees(s.fault_code, term_signal, exit_status) ||
+                        (oom_seen && s.fault_code == MXOP_EWORKER_OOM))) {
         code = s.fault_code;
         mxop__fmt(msg, sizeof(msg), "%s %s: %s", what, how, s.fault_msg);
     } else if (w->kill_msg[0] != '\0') {
@@ -456,6 +462,10 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
                     mem_arg,
                     "--max-fds",
                     fds_arg,
+                    "--plugin-dir",
+                    d->cfg.plugin_dir,
+                    "--allowlist",
+                    (char *)mxop__integrity_allowlist(),
                     d->cfg.has_worker_uid ? "--uid" : NULL,
                     uid_arg,
                     "--gid",
@@ -463,10 +473,14 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
                     NULL};
     uv_stdio_container_t stdio[6];
     stdio[0].flags = UV_IGNORE;
+    /* The worker's stdout and stderr are pipes the daemon reads (worker_output.c). */
+    int out_fds[2] = {-1, -1};
+    mxop__worker_output_t *output = NULL;
+    bool piped = mxop__worker_output_start(d->loop, session_id, out_fds, &output) == 0;
     stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = 1;
+    stdio[1].data.fd = piped ? out_fds[0] : 1;
     stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = 2;
+    stdio[2].data.fd = piped ? out_fds[1] : 2;
     stdio[3].flags = UV_INHERIT_FD;
     stdio[3].data.fd = sup[1];
     stdio[4].flags = UV_INHERIT_FD;
@@ -489,6 +503,11 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     close(sup[1]);
     close(data[1]);
     close(memfd);
+    if (piped) {
+        close(out_fds[0]);
+        close(out_fds[1]);
+        mxop__worker_output_set_pid(output, uvrc == 0 ? w->proc.pid : 0);
+    }
     sup[1] = data[1] = memfd = -1;
     if (uvrc != 0) {
         mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, uv_strerror(uvrc));
@@ -500,6 +519,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     }
     w->pid = w->proc.pid;
     w->owner = owner;
+    mxop__cgroup_enter(w->pid, d->cfg.sandbox, d->cfg.worker_memory_mb);
     *out = w;
     *client_fd = data[0];
     MXOP__LOGD(session_id, NULL, "spawned worker %d (generation %u)", (int)w->pid,

@@ -56,6 +56,8 @@ int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
     sup_fd = sup;
     data_fd = data;
     data_open = 1;
+    mxop__transport_track(MXOP__TRANSPORT_SUP, sup, "supervisor channel");
+    mxop__transport_track(MXOP__TRANSPORT_DATA, data, "data channel");
     arena = a;
     mxop__mbox_close(&mbox);
     if (mxop__rxbuf_init(&rx, 64 * 1024) != 0)
@@ -75,13 +77,21 @@ void mxop__data_free(void)
     mbox_buf = NULL;
 }
 
+/* The mailbox goes; its bells are no longer the transport's. */
+static void close_mbox(void)
+{
+    mxop__transport_untrack(MXOP__TRANSPORT_BELL_RX);
+    mxop__transport_untrack(MXOP__TRANSPORT_BELL_TX);
+    mxop__mbox_close(&mbox);
+}
+
 /* The client is gone or the stream lost its framing: nothing more is read. */
 static void close_data(void)
 {
     if (data_open)
         shutdown(data_fd, SHUT_RDWR);
     data_open = 0;
-    mxop__mbox_close(&mbox);
+    close_mbox();
     mxop__rxbuf_reset(&rx);
 }
 
@@ -145,10 +155,14 @@ static void attach(const Mxop__Call *call, int *fds, int nfds, Mxop__CallResult 
         return;
     }
     /* A second mailbox replaces the first. */
-    mxop__mbox_close(&mbox);
+    close_mbox();
     res->status = mxop__mbox_attach(&mbox, fds[0], fds[1], fds[2], am->size, m, sizeof(m));
-    if (res->status != 0)
+    if (res->status != 0) {
         res->message = m;
+        return;
+    }
+    mxop__transport_track(MXOP__TRANSPORT_BELL_RX, mbox.bell_rx, "mailbox's request bell");
+    mxop__transport_track(MXOP__TRANSPORT_BELL_TX, mbox.bell_tx, "mailbox's reply bell");
 }
 
 /* Decodes and serves one CALL frame; `fds` came with it (taken). */
@@ -288,6 +302,13 @@ int mxop__data_serve(void)
 
         struct pollfd pfd[3] = {{sup_fd, POLLIN, 0}, {data_fd, POLLIN, 0}, {-1, POLLIN, 0}};
         int has_mbox = mbox.sh != NULL;
+        /*
+         * Before sleeping, the bells must still be the bells (transport.c): a
+         * replaced request bell would never ring (or always), a replaced reply
+         * bell would have rung into nothing.  Only here, on the slow path.
+         */
+        if (has_mbox)
+            mxop__transport_check(MXOP__TRANSPORT_BELLS, "by the last call or a thread of an op");
         if (has_mbox) {
             pfd[2].fd = mbox.bell_rx;
             if (mxop__mbox_sleep_begin(&mbox))

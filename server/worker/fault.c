@@ -179,6 +179,16 @@ static void publish(mxop__status_page_t *page, int code)
     atomic_store_explicit(&page->fault_code, code, memory_order_release);
 }
 
+void mxop__fault_note(int code, const char *msg)
+{
+    mxop__status_page_t *page = mxop__status_page();
+    if (page == NULL)
+        return;
+    size_t at = put(page->fault_msg, 0, MXOP__STATUS_MSG_MAX, msg);
+    page->fault_msg[at] = '\0';
+    publish(page, code);
+}
+
 static void on_fault(int sig, siginfo_t *si, void *uctx)
 {
     int saved_errno = errno;

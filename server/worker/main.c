@@ -148,6 +148,9 @@ static void start_up(int argc, char **argv)
         die("prctl(PR_SET_PDEATHSIG): %s", strerror(errno));
     if (getppid() == 1)
         exit(0);
+    /* Orphans of a library's processes come to the worker, which kills them (children.c). */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
+        die("prctl(PR_SET_CHILD_SUBREAPER): %s", strerror(errno));
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         die("prctl(PR_SET_NO_NEW_PRIVS): %s", strerror(errno));
     close_other_fds();

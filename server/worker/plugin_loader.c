@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "server/worker/mxnet/mxnet.h"
@@ -234,19 +235,37 @@ int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *m
         }
     }
 
-    int rc;
+    /*
+     * Under an allowlist the descriptor whose digest was checked is the one
+     * loaded; it stays open while the library is loaded, so that its
+     * /proc/self/fd name never names another file to the dynamic loader.
+     */
+    int lib_fd = -1;
+    int rc = mxop__integrity_open(path, lname, &lib_fd, msg, msglen);
+    if (rc != 0)
+        return rc;
+    char fd_path[48];
+    const char *open_path = path;
+    if (lib_fd >= 0) {
+        snprintf(fd_path, sizeof(fd_path), "/proc/self/fd/%d", lib_fd);
+        open_path = fd_path;
+    }
     dlerror();
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
     if (h == NULL) {
         const char *e = dlerror();
         mxop__fmt(msg, msglen, "library '%s' cannot be loaded: %s", lname,
                   e != NULL ? e : "dlopen failed");
+        if (lib_fd >= 0)
+            close(lib_fd);
         return MXOP_ELIB_INVALID;
     }
     /* The same file under another path: dlopen handed back the same handle. */
     for (uint32_t i = 0; i < n_libs; i++) {
         if (libs[i].handle == h) {
             dlclose(h);
+            if (lib_fd >= 0)
+                close(lib_fd);
             *lib = i;
             return 0;
         }
@@ -315,6 +334,16 @@ have_init:
     /* The op messages name the library being registered, so it is in place first. */
     libs[n_libs] = (mxop__worker_lib_t){h, path_copy, name_copy, first, 0};
     rc = run_init(init, lname, msg, msglen);
+    /* A process started by a constructor or init would be a second reader of the channels. */
+    pid_t child;
+    int started = mxop__children_sweep(&child);
+    if (started > 0) {
+        mxop__fmt(msg, msglen,
+                  "library '%s' started %d process(es) while loading (pid %d first); a worker is "
+                  "one process: they were killed and the library is refused",
+                  lname, started, (int)child);
+        rc = MXOP_ELIB_INIT;
+    }
     if (rc != 0)
         goto err_ops;
     libs[n_libs].n_ops = mxop__op_count() - first;
@@ -328,5 +357,7 @@ err_free:
     free(name_copy);
 err_close:
     dlclose(h);
+    if (lib_fd >= 0)
+        close(lib_fd);
     return rc;
 }

@@ -6,8 +6,11 @@
  * syscall and no allocation.  Removal shifts the following entries back,
  * so the table needs no tombstones.
  */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "shm/region.h"
@@ -17,6 +20,28 @@
 static mxop__region_t *slots;
 static uint32_t cap; /* a power of two, or 0 */
 static uint32_t count;
+
+/*
+ * The read-only view of a region comes from a read-only file description:
+ * the region's descriptor reopened through /proc/self/fd with O_RDONLY.
+ * A shared mapping of a read-only description can never be made writable
+ * (mprotect and a new mmap with PROT_WRITE fail with EACCES), so an op
+ * cannot turn its input's view writable.  Where the reopen is refused (a
+ * region backed by a file outside what the sandbox lets the worker open),
+ * the view is mapped from the region's own descriptor as before: the
+ * store is still caught, an mprotect is not (docs/security.md).
+ */
+static int map_read_only(int fd, size_t size, void **ro)
+{
+    char path[48];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    int rfd = open(path, O_RDONLY | O_CLOEXEC);
+    if (rfd < 0)
+        return mxop__region_map(fd, size, 0, ro);
+    int rc = mxop__region_map(rfd, size, 0, ro);
+    close(rfd);
+    return rc;
+}
 
 static inline uint32_t hash(uint32_t id)
 {
@@ -90,7 +115,7 @@ int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msgle
     }
 
     void *ro = NULL, *rw = NULL;
-    if (mxop__region_map(fd, (size_t)size, 0, &ro) != 0) {
+    if (map_read_only(fd, (size_t)size, &ro) != 0) {
         mxop__fmt(msg, msglen, "region %u: cannot map %llu bytes read-only", id,
                   (unsigned long long)size);
         return MXOP_ESHM;

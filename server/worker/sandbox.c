@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
-#include <linux/landlock.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -34,16 +33,6 @@
 /* The worker's channels (main.c): supervisor and data.  Fd 5 is closed before we run. */
 #define SUP_FD 3
 #define DATA_FD 4
-
-/* Landlock constants newer than some system headers. */
-#ifndef LANDLOCK_ACCESS_NET_BIND_TCP
-#define LANDLOCK_ACCESS_NET_BIND_TCP (1ULL << 0)
-#define LANDLOCK_ACCESS_NET_CONNECT_TCP (1ULL << 1)
-#endif
-#ifndef LANDLOCK_SCOPE_SIGNAL
-#define LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
-#define LANDLOCK_SCOPE_SIGNAL (1ULL << 1)
-#endif
 
 /*
  * LeakSanitizer stops the world at exit with a tracer task (clone with
@@ -66,6 +55,18 @@ static uint64_t max_fds = 1024;
 static long run_uid = -1;
 static long run_gid = -1;
 static uint64_t data_limit;
+static const char *plugin_dir; /* borrowed from argv */
+static const char *allowlist;  /* borrowed from argv; "" or NULL: none */
+
+const char *mxop__sandbox_plugin_dir(void)
+{
+    return plugin_dir;
+}
+
+const char *mxop__sandbox_allowlist(void)
+{
+    return allowlist;
+}
 
 uint64_t mxop__sandbox_memory_limit(void)
 {
@@ -95,7 +96,9 @@ static int parse_num(const char *s, uint64_t max, uint64_t *out)
 
 int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
 {
-    static const char *const opts[] = {"--sandbox", "--memory-mb", "--max-fds", "--uid", "--gid"};
+    static const char *const opts[] = {"--sandbox", "--memory-mb", "--max-fds",
+                                       "--uid",     "--gid",       "--plugin-dir",
+                                       "--allowlist"};
     const char *opt = argv[*i];
     int which = -1;
     for (int k = 0; k < (int)(sizeof(opts) / sizeof(opts[0])); k++)
@@ -135,6 +138,16 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
         if (parse_num(val, 0xfffffffeull, &v) != 0)
             goto bad;
         run_uid = (long)v;
+        return 0;
+    case 5:
+        if (val[0] != '/')
+            goto bad;
+        plugin_dir = val;
+        return 0;
+    case 6:
+        if (val[0] != '/' && val[0] != '\0')
+            goto bad;
+        allowlist = val;
         return 0;
     default:
         if (parse_num(val, 0xfffffffeull, &v) != 0)
@@ -272,65 +285,6 @@ static int drop_capabilities(char *err, size_t errlen)
     memset(data, 0, sizeof(data));
     if (syscall(SYS_capset, &hdr, data) != 0) {
         mxop__fmt(err, errlen, "cannot clear the capability sets: %s", strerror(errno));
-        return MXOP_EINTERNAL;
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Landlock */
-
-/* The ruleset attribute as of ABI 6; older kernels are given its prefix. */
-struct ll_attr {
-    uint64_t handled_access_fs;
-    uint64_t handled_access_net;
-    uint64_t scoped;
-};
-
-/*
- * A Landlock domain keeps ptrace (and so /proc/<pid>/mem and
- * process_vm_readv) inside the worker's own process tree whatever the
- * uid, and refuses the creation of device nodes and (ABI 6) signals to
- * processes outside the domain: the daemon and other sessions' workers.
- * strict also refuses the execution of any file, the creation of socket
- * files, and (ABI 4, 6) TCP and abstract unix sockets outside the domain.
- * Reading and writing files stays allowed: ops may need their data.
- * A kernel without Landlock is not an error (the seccomp filter remains).
- */
-static int apply_landlock(int strict, char *err, size_t errlen)
-{
-    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
-    if (abi < 1)
-        return 0;
-    struct ll_attr attr;
-    memset(&attr, 0, sizeof(attr));
-    size_t size = sizeof(attr.handled_access_fs);
-    /* basic: a domain at all (for ptrace), device nodes, signals; programs and TCP stay. */
-    attr.handled_access_fs = LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK;
-    if (strict)
-        attr.handled_access_fs |= LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_MAKE_SOCK;
-    if (abi >= 4) {
-        if (strict)
-            attr.handled_access_net =
-                LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP;
-        size = offsetof(struct ll_attr, scoped);
-    }
-    if (abi >= 6) {
-        attr.scoped = LANDLOCK_SCOPE_SIGNAL;
-        if (strict)
-            attr.scoped |= LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET;
-        size = sizeof(attr);
-    }
-    int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
-    if (fd < 0) {
-        mxop__fmt(err, errlen, "landlock_create_ruleset (ABI %ld): %s", abi, strerror(errno));
-        return MXOP_EINTERNAL;
-    }
-    int rc = (int)syscall(SYS_landlock_restrict_self, fd, 0);
-    int e = errno;
-    close(fd);
-    if (rc != 0) {
-        mxop__fmt(err, errlen, "landlock_restrict_self: %s", strerror(e));
         return MXOP_EINTERNAL;
     }
     return 0;
@@ -478,6 +432,19 @@ static int apply_seccomp(char *err, size_t errlen)
     }
     if (rc != 0)
         goto out;
+    /*
+     * The fault handler (fault.c) is the worker's, for its whole life: a
+     * library's own SIGSEGV or SIGBUS handler could step over a store into a
+     * read-only input and let the op return success.  Queries (no new
+     * action) stay allowed.
+     */
+    static const int fault_signals[] = {SIGSEGV, SIGBUS};
+    for (size_t k = 0; k < COUNT(fault_signals); k++) {
+        struct scmp_arg_cmp sa[2] = {SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fault_signals[k]),
+                                     SCMP_A1(SCMP_CMP_NE, 0)};
+        if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "rt_sigaction", 2, sa, err, errlen)) != 0)
+            goto out;
+    }
     /* personality: queries (0xffffffff) only. */
     struct scmp_arg_cmp query = SCMP_A0(SCMP_CMP_NE, 0xffffffffu);
     if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "personality", 1, &query, err, errlen)) != 0)
@@ -521,9 +488,31 @@ out:
 
 /* ------------------------------------------------------------------------ */
 
+/*
+ * The kernel's OOM killer picks the process with the highest badness; a
+ * worker says it is the first to go (1000, the most), so that memory
+ * exhausted through shared mappings a limit did not count costs a worker
+ * and never the daemon.  Raising one's own score needs no privilege.
+ */
+static int prefer_for_oom(char *err, size_t errlen)
+{
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "1000", 4) != 4) {
+        mxop__fmt(err, errlen, "cannot set /proc/self/oom_score_adj to 1000: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return MXOP_EINTERNAL;
+    }
+    close(fd);
+    return 0;
+}
+
 int mxop__sandbox_apply(char *err, size_t errlen)
 {
-    int rc = change_user(err, errlen);
+    int rc = prefer_for_oom(err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = change_user(err, errlen);
     if (rc != 0)
         return rc;
     if (level == MXOP__SANDBOX_NONE)
@@ -532,7 +521,8 @@ int mxop__sandbox_apply(char *err, size_t errlen)
         return rc;
     if (level >= MXOP__SANDBOX_STRICT && (rc = drop_capabilities(err, errlen)) != 0)
         return rc;
-    if ((rc = apply_landlock(level >= MXOP__SANDBOX_STRICT, err, errlen)) != 0)
+    if ((rc = mxop__landlock_apply(level >= MXOP__SANDBOX_STRICT, plugin_dir, allowlist, err,
+                                   errlen)) != 0)
         return rc;
     return apply_seccomp(err, errlen);
 }

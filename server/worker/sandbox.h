@@ -8,6 +8,8 @@
  *     --max-fds N                   RLIMIT_NOFILE
  *     --uid U --gid G               run as this user (the worker must start as root);
  *                                   also gives the worker a network namespace of its own
+ *     --plugin-dir DIR              the only directory of libraries strict may read
+ *     --allowlist FILE              library names and SHA-256 digests ("" : none)
  *
  * and main.c calls mxop__sandbox_apply() once its descriptors are in place
  * (fds 3-5 checked, every other descriptor closed, no_new_privs set, the
@@ -70,6 +72,25 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen);
  * Kernel features that are merely absent (Landlock) are skipped.
  */
 int mxop__sandbox_apply(char *err, size_t errlen);
+
+/**
+ * Enters the worker's Landlock domain (landlock.c): basic confines ptrace,
+ * signals and device-node creation; strict also gives the filesystem view
+ * described there (system libraries, /proc, /sys and `plugin_dir` read
+ * only, nothing writable but /dev/null and, in the GPU profile, the CUDA
+ * driver's nodes).  A kernel without Landlock is not an error.
+ */
+int mxop__landlock_apply(int strict, const char *plugin_dir, const char *allowlist, char *err,
+                         size_t errlen);
+
+/** The plugin directory (--plugin-dir), or NULL. */
+const char *mxop__sandbox_plugin_dir(void);
+
+/** The allowlist file (--allowlist), or NULL or "" when there is none. */
+const char *mxop__sandbox_allowlist(void);
+
+/** The Landlock ABI of the running kernel, 0 when it has none. */
+long mxop__landlock_abi(void);
 
 /** The RLIMIT_DATA the sandbox set, in bytes; 0 when memory is not limited. */
 uint64_t mxop__sandbox_memory_limit(void);

@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "mxop/op.h"
 #include "server/status_page.h"
@@ -299,6 +300,62 @@ mxop__status_page_t *mxop__status_page(void);
 
 /** Installs the SIGSEGV/SIGBUS handler on an alternate stack.  Returns 0 or -errno. */
 int mxop__fault_install(void);
+
+/**
+ * SHA-256 of everything `fd` reads from offset 0 (sha256.c), as 64 lower-case
+ * hex digits and a NUL.  Returns 0 or -errno.
+ */
+int mxop__sha256_fd(int fd, char hex[65]);
+
+/**
+ * With an allowlist configured (integrity.c): opens `path`, checks its
+ * SHA-256 against the allowlist and gives the checked descriptor in *fd
+ * (to be loaded as /proc/self/fd/N and kept open while the library is).
+ * Without one: *fd = -1 and 0.  Returns 0, MXOP_EDENIED (not listed, or a
+ * digest mismatch naming both digests) or MXOP_ELIB_INVALID.
+ */
+int mxop__integrity_open(const char *path, const char *lname, int *fd, char *msg, size_t msglen);
+
+/**
+ * Leaves a note for the daemon in the status page (code and sentence), as
+ * the fault handler does for a fault: the daemon reports it when the worker
+ * dies.  Not async-signal-safe; for the main flow.
+ */
+void mxop__fault_note(int code, const char *msg);
+
+/* The transport's descriptors (transport.c), by slot. */
+enum {
+    MXOP__TRANSPORT_SUP = 0,
+    MXOP__TRANSPORT_DATA = 1,
+    MXOP__TRANSPORT_BELL_RX = 2,
+    MXOP__TRANSPORT_BELL_TX = 3,
+    MXOP__TRANSPORT_SLOTS = 4,
+};
+
+/** Remembers what `fd` is (device, inode), as the transport descriptor `slot`. */
+void mxop__transport_track(int slot, int fd, const char *what);
+
+/** Forgets a slot (its descriptor was closed by the worker itself). */
+void mxop__transport_untrack(int slot);
+
+#define MXOP__TRANSPORT_BELLS                                                                      \
+    ((1u << MXOP__TRANSPORT_BELL_RX) | (1u << MXOP__TRANSPORT_BELL_TX))
+#define MXOP__TRANSPORT_ALL ((1u << MXOP__TRANSPORT_SLOTS) - 1)
+
+/**
+ * Ends the worker, with a note naming the descriptor, when one of the
+ * tracked descriptors in `mask` (bits 1 << slot) was closed or replaced.
+ * `after` completes "the worker's transport was broken ..." (e.g. "by
+ * the call just served").
+ */
+void mxop__transport_check(unsigned mask, const char *after);
+
+/**
+ * Kills and reaps every process descended from the worker (children.c):
+ * the worker must be its children's subreaper.  Returns how many were
+ * killed, the first one's pid in *first (0 when none).
+ */
+int mxop__children_sweep(pid_t *first);
 
 /* One read-only input of the call in flight, for the fault handler. */
 typedef struct mxop__fault_range {

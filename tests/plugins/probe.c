@@ -222,7 +222,9 @@ static int probe_forward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int
                 umount2(mnt, MNT_DETACH);
             rmdir(mnt);
         } else {
-            r[i++] = 1;
+            /* No directory may be made (strict's Landlock view): the filter still answers first. */
+            x = mount("mxop-probe", "/mxop-probe-nonexistent", "tmpfs", MS_NOSUID, "size=64k");
+            r[i++] = verdict(x, errno);
         }
     }
     x = umount2("/mxop-probe-nonexistent", 0);

@@ -1,0 +1,215 @@
+/*
+ * server/daemon/worker_output.c - a worker's stdout and stderr, logged by
+ * the daemon and never trusted.
+ *
+ * A library writes what it likes to fds 1 and 2.  Inherited as they were,
+ * those were the daemon's own: a library could write lines that read as
+ * the daemon's ("mxop-serverd[1] error: ..."), terminal escapes, or
+ * megabytes a second into the daemon's log.  Instead each worker gets a
+ * pipe per stream, read here, and every line it writes becomes one log
+ * line of the daemon's:
+ *
+ *     mxop-serverd[PID] info session=N: worker 1234 stdout: <line>
+ *
+ * with every byte outside printable ASCII, and the backslash, written as
+ * \xHH: a line cannot start a line of its own, move the cursor or pass for
+ * anything but a worker's output.  Each stream may log
+ * MXOP__WORKER_OUTPUT_LINES_PER_S lines a second (a token bucket holding
+ * up to MXOP__WORKER_OUTPUT_BURST); what is over is read and dropped, and
+ * the count of dropped lines is logged with the next line let through and
+ * at the end.  The pipe is always drained, so a flooding library never
+ * blocks on a full pipe and the daemon's work stays bounded by the bytes
+ * read.  The reader lives until every writer (the worker and anything it
+ * started) has closed the pipe, then frees itself.
+ */
+#include "server/daemon/worker_output.h"
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/errors.h"
+#include "server/daemon/log.h"
+
+typedef struct stream {
+    uv_pipe_t pipe;
+    struct mxop__worker_output *owner;
+    const char *name; /* "stdout" or "stderr" */
+    char line[MXOP__WORKER_OUTPUT_LINE_MAX + 1];
+    size_t len;
+    bool cut;       /* the current line is over the maximum: the rest is dropped */
+    double tokens;  /* lines it may log now */
+    uint64_t last;  /* uv_now when the tokens were counted */
+    uint64_t dropped;
+    char buf[16384];
+} stream_t;
+
+struct mxop__worker_output {
+    uint64_t session;
+    pid_t pid;
+    int open; /* streams not yet closed */
+    stream_t s[2];
+};
+
+void mxop__worker_output_set_pid(mxop__worker_output_t *o, pid_t pid)
+{
+    if (o != NULL)
+        o->pid = pid;
+}
+
+static void say_dropped(stream_t *st)
+{
+    if (st->dropped == 0)
+        return;
+    MXOP__LOGW(st->owner->session, NULL,
+               "worker %d %s: %llu lines dropped (over %d lines a second)",
+               (int)st->owner->pid, st->name, (unsigned long long)st->dropped,
+               MXOP__WORKER_OUTPUT_LINES_PER_S);
+    st->dropped = 0;
+}
+
+/* Logs the line gathered so far (escaped), or counts it as dropped. */
+static void emit(stream_t *st)
+{
+    uv_loop_t *loop = st->pipe.loop;
+    uint64_t now = uv_now(loop);
+    st->tokens += (double)(now - st->last) * MXOP__WORKER_OUTPUT_LINES_PER_S / 1000.0;
+    if (st->tokens > MXOP__WORKER_OUTPUT_BURST)
+        st->tokens = MXOP__WORKER_OUTPUT_BURST;
+    st->last = now;
+    if (st->tokens < 1) {
+        st->dropped++;
+    } else {
+        st->tokens -= 1;
+        say_dropped(st);
+        char esc[MXOP__WORKER_OUTPUT_LINE_MAX * 4 + 1];
+        size_t at = 0;
+        for (size_t i = 0; i < st->len; i++) {
+            unsigned char ch = (unsigned char)st->line[i];
+            if (ch < 0x20 || ch >= 0x7f || ch == '\\') {
+                static const char hex[] = "0123456789abcdef";
+                esc[at++] = '\\';
+                esc[at++] = 'x';
+                esc[at++] = hex[ch >> 4];
+                esc[at++] = hex[ch & 15];
+            } else {
+                esc[at++] = (char)ch;
+            }
+        }
+        esc[at] = '\0';
+        MXOP__LOGI(st->owner->session, NULL, "worker %d %s: %s%s", (int)st->owner->pid, st->name,
+                   esc, st->cut ? " [cut]" : "");
+    }
+    st->len = 0;
+    st->cut = false;
+}
+
+static void take(stream_t *st, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\n') {
+            emit(st);
+        } else if (st->len < MXOP__WORKER_OUTPUT_LINE_MAX) {
+            st->line[st->len++] = p[i];
+        } else {
+            st->cut = true;
+        }
+    }
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    stream_t *st = h->data;
+    buf->base = st->buf;
+    buf->len = sizeof(st->buf);
+}
+
+static void closed_cb(uv_handle_t *h)
+{
+    stream_t *st = h->data;
+    mxop__worker_output_t *o = st->owner;
+    if (--o->open == 0)
+        free(o);
+}
+
+static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    stream_t *st = s->data;
+    if (n > 0) {
+        take(st, buf->base, (size_t)n);
+        return;
+    }
+    if (n == 0 || n == UV_EAGAIN || n == UV_EINTR)
+        return;
+    /* EOF (every writer is gone) or an error: the last partial line, the count, the end. */
+    if (st->len > 0)
+        emit(st);
+    say_dropped(st);
+    uv_read_stop(s);
+    uv_close((uv_handle_t *)s, closed_cb);
+}
+
+int mxop__worker_output_start(uv_loop_t *loop, uint64_t session, int fds[2],
+                              mxop__worker_output_t **out)
+{
+    *out = NULL;
+    fds[0] = fds[1] = -1;
+    mxop__worker_output_t *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return MXOP_EINTERNAL;
+    o->session = session;
+    int p[2][2] = {{-1, -1}, {-1, -1}};
+    for (int i = 0; i < 2; i++) {
+        if (pipe2(p[i], O_CLOEXEC) != 0)
+            goto fail;
+    }
+    for (int i = 0; i < 2; i++) {
+        stream_t *st = &o->s[i];
+        st->owner = o;
+        st->name = i == 0 ? "stdout" : "stderr";
+        st->tokens = MXOP__WORKER_OUTPUT_BURST;
+        st->last = uv_now(loop);
+        /* Once initialised the handle must be closed through uv_close: from here on it is. */
+        if (uv_pipe_init(loop, &st->pipe, 0) != 0)
+            goto fail_handles;
+        st->pipe.data = st;
+        o->open++;
+        if (uv_pipe_open(&st->pipe, p[i][0]) != 0)
+            goto fail_handles;
+        p[i][0] = -1;
+        if (uv_read_start((uv_stream_t *)&st->pipe, alloc_cb, read_cb) != 0)
+            goto fail_handles;
+    }
+    fds[0] = p[0][1];
+    fds[1] = p[1][1];
+    *out = o;
+    return 0;
+
+fail_handles:
+    for (int i = 0; i < 2; i++) {
+        if (p[i][0] >= 0)
+            close(p[i][0]);
+        if (p[i][1] >= 0)
+            close(p[i][1]);
+    }
+    if (o->open == 0) {
+        free(o);
+        return MXOP_EINTERNAL;
+    }
+    for (int i = 0; i < o->open; i++)
+        uv_close((uv_handle_t *)&o->s[i].pipe, closed_cb);
+    return MXOP_EINTERNAL;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (p[i][0] >= 0)
+            close(p[i][0]);
+        if (p[i][1] >= 0)
+            close(p[i][1]);
+    }
+    free(o);
+    return MXOP_EINTERNAL;
+}
