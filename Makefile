@@ -119,6 +119,8 @@ TEST_C    := $(wildcard tests/test_*.c)
 TESTLIB_C := $(filter-out $(TEST_C),$(wildcard tests/*.c))
 DEMO_C    := $(wildcard demo/*.c)
 BENCH_C   := $(wildcard bench/*.c)
+# The `mxop` command: one file per subcommand.
+CLI_C     := $(wildcard tools/mxop/*.c)
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 GEN_O    := $(patsubst $(B)/gen/%.c,$(B)/obj/gen/%.o,$(GEN_C))
@@ -126,9 +128,11 @@ COMMON_O := $(call obj,$(COMMON_C)) $(GEN_O)
 DAEMON_O := $(call obj,$(DAEMON_C))
 WORKER_O := $(call obj,$(WORKER_C)) $(patsubst %.cc,$(B)/obj/%.o,$(WORKER_CC))
 CLIENT_O := $(call obj,$(CLIENT_C))
+CLI_O    := $(call obj,$(CLI_C))
 
 DAEMON   := $(B)/bin/mxop-serverd
 WORKER   := $(B)/bin/mxop-worker
+CLI      := $(B)/bin/mxop
 LIB_SO   := $(B)/lib/libmxop.so
 LIB_A    := $(B)/lib/libmxop.a
 INPROC_A := $(B)/lib/libmxop-inproc.a
@@ -154,7 +158,7 @@ DEPS_OK  := $(B)/.deps-ok
         format format-check
 .DEFAULT_GOAL := all
 
-all: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
+all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
      $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST)
 
 # Installs the Debian packages the build needs, once per build tree.
@@ -195,6 +199,12 @@ $(WORKER): $(WORKER_O) $(COMMON_O)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -rdynamic $^ -o $@ $(PB_LIBS) -lseccomp -ldl -lm -lstdc++
+
+# The command is a client like any other: it links libmxop statically.
+$(CLI): $(CLI_O) $(LIB_A)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $(CLI_O) $(LIB_A) -o $@ $(PB_LIBS) -lm -pthread
 
 $(LIB_SO): $(CLIENT_O) $(COMMON_O)
 	@mkdir -p $(@D)

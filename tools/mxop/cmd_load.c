@@ -1,0 +1,12 @@
+/* `mxop load`: TO BE WRITTEN (placeholder so that the command builds). */
+#include <stdio.h>
+
+#include "tools/mxop/commands.h"
+
+int mxop__cmd_load(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "mxop load: not written yet\n");
+    return MXOP_CLI_EXIT_USAGE;
+}

@@ -1,0 +1,12 @@
+/* `mxop run`: TO BE WRITTEN (placeholder so that the command builds). */
+#include <stdio.h>
+
+#include "tools/mxop/commands.h"
+
+int mxop__cmd_run(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "mxop run: not written yet\n");
+    return MXOP_CLI_EXIT_USAGE;
+}
