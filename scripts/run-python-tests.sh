@@ -18,6 +18,8 @@ san=$(ldd "$B/lib/libmxop.so" 2>/dev/null | sed -n 's/^[[:space:]]*\(lib[a-z]*sa
 if [ -n "$san" ]; then
     export LD_PRELOAD="$san${LD_PRELOAD:+ $LD_PRELOAD}"
     export ASAN_OPTIONS="detect_leaks=0:handle_segv=0:handle_sigbus=0:handle_abort=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+    # Programs the tests link against the build's static libraries need the same flags.
+    export MXOP_SANITIZE_CFLAGS="-fsanitize=$(basename "$B" | sed 's/^sanitize-//; s/-/,/g')"
     echo "python tests: sanitizer runtimes preloaded: $san"
 fi
 # No cache directory in the source tree.

@@ -103,7 +103,9 @@ def test_program_compiles_and_runs(pos, block, tmp_path):
     src.write_text(block)
     exe = tmp_path / "prog"
     inproc = os.path.join(BUILD, "lib", "libmxop-inproc.a")
-    subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-I", os.path.join(SOURCE, "include"),
+    # A SANITIZE= build's static library needs the sanitizer's runtime linked in too.
+    san = os.environ.get("MXOP_SANITIZE_CFLAGS", "").split()
+    subprocess.run([cc, "-std=c11", "-Wall", "-Werror", *san, "-I", os.path.join(SOURCE, "include"),
                     str(src), inproc, "-lprotobuf-c", "-lopenblas", "-lseccomp", "-lstdc++", "-ldl",
                     "-lm", "-o",
                     str(exe)], check=True)
