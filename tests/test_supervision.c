@@ -672,3 +672,106 @@ Test(ancestry, a_worker_descendant_in_a_session_of_its_own_is_refused)
     mxop_array_free(c, &y);
     mxop_close(c);
 }
+
+/* ---- liveness probes: an idle worker whose loop cannot run is replaced ---- */
+
+static void setup_probe(void)
+{
+    const char *args[] = {"--probe-interval-ms", "500", "--probe-timeout-ms", "1500", NULL};
+    mxt_daemon_start(&daemon_, args);
+}
+
+TestSuite(probe, .init = setup_probe, .fini = teardown, .timeout = 90);
+
+/* True while `pid` is still a child of the daemon. */
+static bool daemon_child(pid_t pid)
+{
+    pid_t kids[32];
+    int n = mxt_children(daemon_.pid, kids, 32);
+    for (int i = 0; i < n; i++)
+        if (kids[i] == pid)
+            return true;
+    return false;
+}
+
+/* c's worker runs deadlock_after: the call succeeds, then the worker's loop deadlocks. */
+static pid_t deadlock_worker(mxop_client_t *c)
+{
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    pid_t pid = mxt_worker_pid(c);
+    int rc = mxop_forward(c, mxt_op(c, "deadlock_after"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxt_get(&y, 3), mxt_get(&x, 3), "wrong result");
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    return pid;
+}
+
+Test(probe, deadlocked_idle_worker_is_replaced_before_a_call_waits_on_it)
+{
+    const char *libs[] = {"relu.so", "deadlock_loop.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* both spares started */
+    int base = mxt_fd_count(daemon_.pid);
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    pid_t stuck = deadlock_worker(c);
+    /* Probed 500 ms after its last sign of life, no answer in 1500 ms: gone well within 15 s. */
+    double t0 = now_s();
+    while (daemon_child(stuck) && now_s() - t0 < 15)
+        mxt_sleep_ms(100);
+    cr_assert(!daemon_child(stuck), "the deadlocked worker %d still runs after %.1f s",
+              (int)stuck, now_s() - t0);
+    /* The call after runs at once on the replacement. */
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    t0 = now_s();
+    int rc = relu_ok(c);
+    cr_assert_eq(rc, 0, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(now_s() - t0 < BOUND_S, "returned after %.1f s", now_s() - t0);
+    cr_assert_neq(mxt_worker_pid(c), stuck, "the deadlocked worker still serves");
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts + 1);
+    cr_assert_eq(relu_ok(other), 0, "the other session: %s", mxop_last_error(other));
+    cr_assert(mxt_daemon_alive(&daemon_));
+    /* An idle worker that answers its probes is left alone. */
+    mxt_sleep_ms(3000);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts + 1, "a live worker was replaced");
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(probe, call_right_after_a_deadlock_gets_a_named_error_or_a_fresh_worker)
+{
+    const char *libs[] = {"relu.so", "deadlock_loop.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    pid_t stuck = deadlock_worker(c);
+    mxt_sleep_ms(400); /* the loop is deadlocked; the probe has not yet given up */
+    double t0 = now_s();
+    int rc = relu_ok(c);
+    cr_assert(rc == 0 || rc == MXOP_ETIMEOUT, "got %s (%s)", mxop_err_name(rc),
+              mxop_last_error(c));
+    if (rc == MXOP_ETIMEOUT)
+        cr_assert(strstr(mxop_last_error(c), "relu") != NULL, "%s", mxop_last_error(c));
+    cr_assert(now_s() - t0 < BOUND_S, "returned after %.1f s", now_s() - t0);
+    /* The session is served by a fresh worker from then on. */
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    cr_assert_neq(mxt_worker_pid(c), stuck);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_close(c);
+    mxop_close(other);
+}

@@ -170,6 +170,74 @@ static void check_idle(mxop__session_t *s, mxop__worker_t *w, bool busy, uint64_
     }
 }
 
+/*
+ * Liveness probes.  A worker whose serving loop cannot run (stopped, or
+ * deadlocked by a library: a signal handler waiting on a lock a library
+ * thread holds, say) burns no CPU and names no call, so neither the
+ * deadlines nor the idle-CPU check see it; the call after would wait on it
+ * until its deadline.  So an idle live worker gets a WorkerPing once
+ * --probe-interval-ms has passed since its last sign of life (its start,
+ * a call, an answer), and the loop that serves calls answers it.  No
+ * answer within --probe-timeout-ms of quiet (no call and no library load
+ * beside it, which would rightly hold the loop) kills and replaces it; the
+ * reason goes to the log and to the client's worker event.
+ */
+static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
+{
+    mxop__worker_t *w = s->worker;
+    if (w == NULL || s->state != MXOP__SESS_RUNNING || s->d->cfg.probe_interval_ms == 0) {
+        s->probe_pid = 0;
+        return;
+    }
+    if (w->killed_timeout || w->kill_msg[0] != '\0')
+        return; /* already being replaced */
+    if (w->pid != s->probe_pid) {
+        /* A new live worker (spawned or promoted): its start is its first sign of life. */
+        s->probe_pid = w->pid;
+        s->probe_ok_ns = now;
+        s->probe_quiet_ns = now;
+        s->probe_sup_id = 0;
+        return;
+    }
+    bool loading = false;
+    for (const mxop__pending_t *p = s->pend_head; p != NULL; p = p->next)
+        loading = loading || p->kind == MXOP__PENDING_LOAD;
+    if (call_in_flight || loading) {
+        s->probe_ok_ns = now;
+        s->probe_quiet_ns = now;
+        return;
+    }
+    if (s->probe_sup_id != 0) {
+        int64_t quiet = now - s->probe_quiet_ns;
+        if (quiet <= (int64_t)s->d->cfg.probe_timeout_ms * 1000000LL)
+            return;
+        char why[MXOP__MSG_MAX];
+        mxop__fmt(why, sizeof(why),
+                  "idle worker %d did not answer a liveness probe within %llu ms "
+                  "(--probe-timeout-ms): its serving loop is stopped or deadlocked (by a library's "
+                  "thread or signal handler?), so it was replaced",
+                  (int)w->pid, (unsigned long long)s->d->cfg.probe_timeout_ms);
+        MXOP__LOGW(s->id, NULL, "watchdog: %s", why);
+        s->probe_sup_id = 0;
+        mxop__worker_kill(w, why);
+        return;
+    }
+    if (now - s->probe_ok_ns < (int64_t)s->d->cfg.probe_interval_ms * 1000000LL)
+        return;
+    /* A probe is a replay: no client asked for it, and a death beside it is no client's. */
+    mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_PING, 0, true);
+    if (p == NULL)
+        return;
+    if (mxop__pending_send(s, p, -1, MXOP__FIFO_LIVE) != 0) {
+        /* The channel is gone: the worker's exit follows and is handled there. */
+        mxop__pending_free(p);
+        s->probe_ok_ns = now;
+        return;
+    }
+    s->probe_sup_id = p->sup_id;
+    s->probe_quiet_ns = now;
+}
+
 void mxop__deadlines_tick(mxop__daemon_t *d)
 {
     int64_t now = mxop__now_ns();
@@ -184,6 +252,7 @@ void mxop__deadlines_tick(mxop__daemon_t *d)
         mxop__call_page_t cp;
         bool have = s->call_page != NULL && mxop__call_page_read(s->call_page, &cp);
         uint64_t call_id = have ? cp.call_id : 0;
+        check_probe(s, now, !have || call_id != 0);
         check_idle(s, s->worker, !have || call_id != 0 || s->pend_head != NULL, call_id);
         check_idle(s, s->spare, s->spare_head != NULL, 0);
     }
