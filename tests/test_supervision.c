@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "control.pb-c.h"
+#include "data.pb-c.h"
 #include "harness.h"
 #include "mxop/errors.h"
 #include "proto/frame.h"
@@ -641,6 +642,86 @@ Test(supervision, garbage_on_the_data_channel_replaces_the_worker_and_tells_the_
     mxt_sleep_ms(500);
     fds_back_to(base, 10000);
     mxop_close(c);
+}
+
+/* ---- NUL bytes inside attributes on the data channel ---- */
+
+/*
+ * Sends on the data channel a forward of op 0 with one attribute whose key
+ * or value has its '#' turned into a NUL (protobuf-c packs C strings, so
+ * the byte is put in after packing), and returns the worker's result.
+ */
+static int nul_attr_call(int fd, const char *key, const char *value, char *msg, size_t msglen)
+{
+    Mxop__Attr a = MXOP__ATTR__INIT;
+    a.key = (char *)key;
+    a.value = (char *)value;
+    Mxop__Attr *attrs[] = {&a};
+    Mxop__Invoke iv = MXOP__INVOKE__INIT;
+    iv.op = 0;
+    iv.attrs = attrs;
+    iv.n_attrs = 1;
+    Mxop__Call call = MXOP__CALL__INIT;
+    call.id = 1ull << 40; /* far from the client's own ids */
+    call.body_case = MXOP__CALL__BODY_INVOKE;
+    call.invoke = &iv;
+    uint8_t buf[MXOP__FRAME_HDR + 256];
+    size_t n = protobuf_c_message_get_packed_size(&call.base);
+    cr_assert(n <= 256);
+    protobuf_c_message_pack(&call.base, buf + MXOP__FRAME_HDR);
+    uint8_t *hash = memchr(buf + MXOP__FRAME_HDR, '#', n);
+    cr_assert(hash != NULL);
+    *hash = '\0';
+    mxop__frame_hdr_encode(buf, MXOP__KIND_CALL, (uint32_t)n);
+    cr_assert_eq(send(fd, buf, MXOP__FRAME_HDR + n, MSG_NOSIGNAL), (ssize_t)(MXOP__FRAME_HDR + n));
+    mxop__framebuf_t fb = {0};
+    uint16_t kind;
+    uint32_t len;
+    int fds[MXOP__FRAME_MAX_FDS], nfds = 0;
+    int rc = mxop__frame_recv(fd, &fb, &kind, &len, fds, MXOP__FRAME_MAX_FDS, &nfds, 10000);
+    cr_assert_eq(rc, 0, "no result from the worker: %s", mxop_err_name(rc));
+    cr_assert_eq(kind, MXOP__KIND_CALL_RESULT);
+    Mxop__CallResult *res = mxop__call_result__unpack(NULL, len, fb.data);
+    cr_assert(res != NULL);
+    cr_assert_eq(res->id, call.id);
+    int status = res->status;
+    snprintf(msg, msglen, "%s", res->message != NULL ? res->message : "");
+    mxop__call_result__free_unpacked(res, NULL);
+    mxop__framebuf_free(&fb);
+    return status;
+}
+
+Test(supervision, nul_in_attribute_key_or_value_is_refused_naming_the_key)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(500);
+    int base = mxt_fd_count(daemon_.pid);
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    int fd = data_channel_fd();
+    cr_assert(fd >= 0, "no data channel found");
+    char msg[512];
+    int rc = nul_attr_call(fd, "alpha", "1.5#junk", msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "'alpha'") != NULL && strstr(msg, "NUL") != NULL &&
+                  strstr(msg, "value") != NULL && strstr(msg, "relu") != NULL,
+              "%s", msg);
+    rc = nul_attr_call(fd, "be#ta", "2", msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "'be'") != NULL && strstr(msg, "key") != NULL, "%s", msg);
+    /* Refused, not fatal: the same worker serves the session's next calls. */
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
 }
 
 /* ---- no process descended from a worker becomes a client ---- */
