@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -642,6 +643,52 @@ Test(supervision, garbage_on_the_data_channel_replaces_the_worker_and_tells_the_
     mxt_sleep_ms(500);
     fds_back_to(base, 10000);
     mxop_close(c);
+}
+
+/*
+ * On the socket data path (with the mailbox, results come through shared
+ * memory and garbage on the socket is seen only when the socket is next
+ * read: a result too large for a slot, or a wait that sleeps).
+ */
+Test(supervision, garbage_from_the_worker_is_named_and_the_worker_replaced)
+{
+    setenv("MXOP_DATA_PATH", "socket", 1);
+    const char *libs[] = {"relu.so", "garbage_chan.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* both spares started */
+    int base = mxt_fd_count(daemon_.pid);
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    int rc = mxop_forward(c, mxt_op(c, "garbage_after"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    mxt_sleep_ms(500); /* the garbage is on the channel, between calls */
+    double t0 = now_s();
+    rc = relu_ok(c);
+    cr_assert_eq(rc, MXOP_EPROTOCOL, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "garbage on its data channel") != NULL &&
+                  strstr(mxop_last_error(c), "replaced") != NULL,
+              "%s", mxop_last_error(c));
+    cr_assert(now_s() - t0 < 15, "took %.1f s", now_s() - t0);
+    /* The call after runs on the replacement. */
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts + 1);
+    cr_assert_neq(after.worker_pid, before.worker_pid);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
 }
 
 /* ---- NUL bytes inside attributes on the data channel ---- */

@@ -217,9 +217,8 @@ static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
                   "(--probe-timeout-ms): its serving loop is stopped or deadlocked (by a library's "
                   "thread or signal handler?), so it was replaced",
                   (int)w->pid, (unsigned long long)s->d->cfg.probe_timeout_ms);
-        MXOP__LOGW(s->id, NULL, "watchdog: %s", why);
         s->probe_sup_id = 0;
-        mxop__worker_kill(w, why);
+        mxop__worker_kill(w, why); /* which logs it */
         return;
     }
     if (now - s->probe_ok_ns < (int64_t)s->d->cfg.probe_interval_ms * 1000000LL)
