@@ -364,6 +364,9 @@ static int state_create(uint64_t call_id, const Mxop__StateCreate *sc, Mxop__Cal
                       "StateCreate");
     if (rc != 0)
         return rc;
+    /* Before the library makes one: a state over the quota would have to be destroyed again. */
+    if ((rc = mxop__states_room(res_msg, sizeof(res_msg))) != 0)
+        return rc;
 
     rc = mxop__ctx_begin_call(op, sc->n_attrs, sc->attrs, 0, res_msg, sizeof(res_msg));
     if (rc != 0)

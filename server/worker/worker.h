@@ -265,6 +265,10 @@ int mxop__region_remove(uint32_t id, char *msg, size_t msglen);
 
 /** Sets the generation whose ids this worker hands out. */
 void mxop__states_init(uint32_t generation);
+/* The most states the worker holds at once (the session's quota). */
+void mxop__states_set_max(uint32_t n);
+/* 0 when one more state may be created, else MXOP_ELIMIT naming the limit in msg. */
+int mxop__states_room(char *msg, size_t msglen);
 
 /**
  * Keeps `state` of op `op` under a fresh id.  Returns 0 or MXOP_ELIMIT /
