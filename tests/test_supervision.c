@@ -468,6 +468,38 @@ Test(deadlines, hang_in_infer_shape)
     mxop_close(other);
 }
 
+Test(deadlines, hang_in_infer_type)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int32_t dt = MXOP_F32, odt;
+    mxop_shape_t sh = {.ndim = 1, .dims = {8}}, osh;
+    double t0 = now_s();
+    int rc = mxop_infer(c, mxt_op(c, "hang_infer_type"), NULL, 1, &dt, &sh, 1, &odt, &osh);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_infer_type", "infer_type");
+    cr_assert(strstr(mxop_last_error(c), "hang_cb") != NULL, "%s", mxop_last_error(c));
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, hang_in_check_attrs)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    double t0 = now_s();
+    int rc = mxop_forward(c, mxt_op(c, "hang_attrs"), NULL, &x, 1, &y, 1);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_attrs", "check_attrs");
+    cr_assert(strstr(mxop_last_error(c), "hang_cb") != NULL, "%s", mxop_last_error(c));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxop_close(c);
+    mxop_close(other);
+}
+
 Test(deadlines, hang_in_state_create)
 {
     mxop_client_t *other;
@@ -493,7 +525,8 @@ Test(deadlines, hang_in_state_destroy)
                  "%s", mxop_last_error(c));
     double t0 = now_s();
     int rc = mxop_state_destroy(c, state);
-    after_hang(c, other, rc, t0, BOUND_S, "state_destroy", NULL);
+    after_hang(c, other, rc, t0, BOUND_S, "state_destroy", "hang_destroy");
+    cr_assert(strstr(mxop_last_error(c), "hang_cb") != NULL, "%s", mxop_last_error(c));
     mxop_close(c);
     mxop_close(other);
 }

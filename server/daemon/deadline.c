@@ -73,6 +73,44 @@ static const char *kind_name(int kind)
     }
 }
 
+/*
+ * The callback the worker says it is in ("check_attrs"), copied out of its
+ * status page byte by byte and kept only if it looks like a callback's
+ * name: the worker's account, quoted in a message, never believed for more.
+ */
+static void worker_callback(const mxop__worker_t *w, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    if (w == NULL || w->page == NULL || outlen < MXOP__STATUS_CB_MAX)
+        return;
+    char cb[MXOP__STATUS_CB_MAX];
+    memcpy(cb, (const void *)w->page->callback, sizeof(cb));
+    cb[sizeof(cb) - 1] = '\0';
+    for (size_t i = 0; cb[i] != '\0'; i++)
+        if (!((cb[i] >= 'a' && cb[i] <= 'z') || cb[i] == '_'))
+            return;
+    memcpy(out, cb, sizeof(cb));
+}
+
+/*
+ * For a call the client could not name the op of (state_destroy knows
+ * only a state id): the op the worker says it runs, if the session has an
+ * op of that name, and its library.  Quoted, never believed for more.
+ */
+static const Mxop__OpInfo *worker_op(const mxop__session_t *s)
+{
+    const mxop__worker_t *w = s->worker;
+    if (w == NULL || w->page == NULL)
+        return NULL;
+    char op[MXOP__STATUS_OP_MAX];
+    memcpy(op, (const void *)w->page->op, sizeof(op));
+    op[sizeof(op) - 1] = '\0';
+    for (size_t i = 0; i < s->n_ops; i++)
+        if (s->ops[i].name != NULL && strcmp(s->ops[i].name, op) == 0)
+            return &s->ops[i];
+    return NULL;
+}
+
 /* The client's call in flight, checked against its deadline and the daemon's maximum. */
 static void check_call(mxop__session_t *s, int64_t now)
 {
@@ -103,8 +141,21 @@ static void check_call(mxop__session_t *s, int64_t now)
     bool past_max = now - s->cp_seen_ns > max_ns;
     if (!past_deadline && !past_max)
         return;
-    char what[256];
-    if (cp.op[0] != '\0')
+    char what[320];
+    char cb[MXOP__STATUS_CB_MAX];
+    worker_callback(s->worker, cb, sizeof(cb));
+    const Mxop__OpInfo *wop = cp.op[0] == '\0' ? worker_op(s) : NULL;
+    if (wop != NULL) {
+        mxop__fmt(cp.op, sizeof(cp.op), "%s", wop->name);
+        mxop__fmt(cp.library, sizeof(cp.library), "%s", wop->library);
+    }
+    if (cp.op[0] != '\0' && cb[0] != '\0')
+        mxop__fmt(what, sizeof(what),
+                  "%s of op '%s' (library '%s', call %llu; callback %s, by the worker's account) "
+                  "in worker %d",
+                  kind_name(cp.kind), cp.op, cp.library, (unsigned long long)cp.call_id, cb,
+                  (int)s->worker->pid);
+    else if (cp.op[0] != '\0')
         mxop__fmt(what, sizeof(what), "%s of op '%s' (library '%s', call %llu) in worker %d",
                   kind_name(cp.kind), cp.op, cp.library, (unsigned long long)cp.call_id,
                   (int)s->worker->pid);

@@ -149,6 +149,7 @@ void mxop__states_destroy_all(void)
         /* A state_destroy that crashes is named in the status page like any call. */
         if (op != NULL && op->def.state_destroy != NULL) {
             mxop__status_begin(0, op->name, 0);
+            mxop__status_callback("state_destroy");
             op->def.state_destroy(slots[i].state);
             mxop__status_end();
         }
