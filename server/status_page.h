@@ -20,6 +20,7 @@
 #define MXOP__STATUS_OP_MAX 64
 #define MXOP__STATUS_MSG_MAX 256
 #define MXOP__STATUS_CB_MAX 24
+#define MXOP__STATUS_BT_MAX 384
 /*
  * The worker's exit status when its data channel lost its framing (bad
  * magic, a frame over the maximum, a frame that never completed): the
@@ -44,6 +45,12 @@ typedef struct mxop__status_page {
      * timeout's message (the kill itself is decided from trusted state).
      */
     char callback[MXOP__STATUS_CB_MAX];
+    /*
+     * The faulting thread's backtrace, symbolised ("f+0x1c (lib.so) <
+     * g+0x40 (lib.so) < ..."), written by the fault handler before the
+     * worker dies; "" when there is none.  The worker's account, quoted.
+     */
+    char backtrace[MXOP__STATUS_BT_MAX];
 } mxop__status_page_t;
 
 #endif /* MXOP_SERVER_STATUS_PAGE_H */

@@ -724,6 +724,41 @@ Test(supervision, garbage_from_the_worker_is_named_and_the_worker_replaced)
     mxop_close(other);
 }
 
+/* ---- a crash's note carries the faulting thread's backtrace ---- */
+
+Test(supervision, crash_note_names_the_faulting_function)
+{
+    const char *libs[] = {"relu.so", "crash_bt.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* both spares started */
+    int base = mxt_fd_count(daemon_.pid);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    double t0 = now_s();
+    int rc = mxop_forward(c, mxt_op(c, "crash_bt"), NULL, &x, 1, &y, 1);
+    const char *msg = mxop_last_error(c);
+    cr_assert_eq(rc, MXOP_EWORKER_CRASHED, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "SIGSEGV") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "backtrace") != NULL && strstr(msg, "crash_bt_deref_null+0x") != NULL &&
+                  strstr(msg, "crash_bt.so") != NULL,
+              "the note does not name the faulting function: %s", msg);
+    cr_assert(now_s() - t0 < 10, "the call took %.1f s", now_s() - t0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    cr_assert_eq(relu_ok(other), 0, "the other session: %s", mxop_last_error(other));
+    cr_assert_eq(relu_ok(c), 0, "after the crash: %s", mxop_last_error(c));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
 /* ---- NUL bytes inside attributes on the data channel ---- */
 
 /*

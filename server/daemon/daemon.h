@@ -569,6 +569,8 @@ void mxop__worker_kill(mxop__worker_t *w, const char *why);
  */
 void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op,
                                const char *why);
+/* worker_note.c: appends the backtrace a worker's fault handler left in its page to `msg`. */
+void mxop__note_add_backtrace(const mxop__status_page_t *page, char *msg, size_t msglen);
 /* True if the worker's process is stopped (SIGSTOP, traced): it cannot serve. */
 bool mxop__worker_is_stopped(const mxop__worker_t *w);
 /* True if some live worker is `pid` or shares its session (an op's child). */

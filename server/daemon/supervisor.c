@@ -365,6 +365,9 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     } else {
         mxop__fmt(msg, sizeof(msg), "%s %s", what, how);
     }
+    if (!w->killed_timeout &&
+        (term_signal == SIGSEGV || term_signal == SIGBUS || term_signal == SIGABRT))
+        mxop__note_add_backtrace(w->page, msg, sizeof(msg));
 
     mxop__worker_exit_t e = {
         .code = code,
