@@ -288,6 +288,15 @@ static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
     s->probe_quiet_ns = now;
 }
 
+/* Whether a FIFO holds a request that makes the worker work (a probe does not count). */
+static bool requests_pending(const mxop__pending_t *p)
+{
+    for (; p != NULL; p = p->next)
+        if (p->kind != MXOP__PENDING_PING)
+            return true;
+    return false;
+}
+
 void mxop__deadlines_tick(mxop__daemon_t *d)
 {
     int64_t now = mxop__now_ns();
@@ -303,7 +312,7 @@ void mxop__deadlines_tick(mxop__daemon_t *d)
         bool have = s->call_page != NULL && mxop__call_page_read(s->call_page, &cp);
         uint64_t call_id = have ? cp.call_id : 0;
         check_probe(s, now, !have || call_id != 0);
-        check_idle(s, s->worker, !have || call_id != 0 || s->pend_head != NULL, call_id);
+        check_idle(s, s->worker, !have || call_id != 0 || requests_pending(s->pend_head), call_id);
         check_idle(s, s->spare, s->spare_head != NULL, 0);
     }
 }
