@@ -266,16 +266,15 @@ Test(admission, session_quota_of_op_states)
               mxop_last_error(c));
     /* Refused, not fatal: a destroyed state makes room, and the worker was not replaced. */
     cr_assert_eq(mxop_state_destroy(c, st[0]), 0, "%s", mxop_last_error(c));
-    cr_assert_eq(mxop_state_create(c, op, NULL, 1, &dt, &sh, &st[3]), 0, "%s",
-                 mxop_last_error(c));
+    cr_assert_eq(mxop_state_create(c, op, NULL, 1, &dt, &sh, &st[3]), 0, "%s", mxop_last_error(c));
     mxop_stats_t stats;
     cr_assert_eq(mxop_stats(c, &stats), 0);
     cr_assert_eq(stats.worker_restarts, 0);
     /* Another session has its own quota. */
     uint64_t o;
-    cr_assert_eq(mxop_state_create(other, mxt_op(other, "running_mean_norm"), NULL, 1, &dt, &sh,
-                                   &o),
-                 0, "%s", mxop_last_error(other));
+    cr_assert_eq(
+        mxop_state_create(other, mxt_op(other, "running_mean_norm"), NULL, 1, &dt, &sh, &o), 0,
+        "%s", mxop_last_error(other));
     relu_works(other);
     cr_assert(mxt_daemon_alive(&daemon_));
     mxop_close(c);

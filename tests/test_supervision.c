@@ -3,7 +3,12 @@
  * defeat (issue 9): a worker's note about its own death does not change
  * the verdict, a failed spawn is retried until it works, the spare is
  * re-armed, and control requests with NUL bytes in strings or with
- * floods of fields are refused with the field or limit named.
+ * floods of fields are refused with the field or limit named.  Also: a
+ * hang in each kind of callback is killed and named, an idle worker
+ * stopped or deadlocked is replaced after a liveness probe, garbage on the
+ * data channel (either way) replaces the worker with the reason named,
+ * NULs inside call attributes are refused naming the key, and a crash's
+ * message carries the faulting function.
  *
  * Each test checks the named error, a generous bound in seconds, that the
  * daemon lives, that another session's results stay right, and that the
@@ -922,8 +927,8 @@ Test(probe, deadlocked_idle_worker_is_replaced_before_a_call_waits_on_it)
     double t0 = now_s();
     while (daemon_child(stuck) && now_s() - t0 < 15)
         mxt_sleep_ms(100);
-    cr_assert(!daemon_child(stuck), "the deadlocked worker %d still runs after %.1f s",
-              (int)stuck, now_s() - t0);
+    cr_assert(!daemon_child(stuck), "the deadlocked worker %d still runs after %.1f s", (int)stuck,
+              now_s() - t0);
     /* The call after runs at once on the replacement. */
     cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
     t0 = now_s();
@@ -958,8 +963,7 @@ Test(probe, call_right_after_a_deadlock_gets_a_named_error_or_a_fresh_worker)
     mxt_sleep_ms(400); /* the loop is deadlocked; the probe has not yet given up */
     double t0 = now_s();
     int rc = relu_ok(c);
-    cr_assert(rc == 0 || rc == MXOP_ETIMEOUT, "got %s (%s)", mxop_err_name(rc),
-              mxop_last_error(c));
+    cr_assert(rc == 0 || rc == MXOP_ETIMEOUT, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
     if (rc == MXOP_ETIMEOUT)
         cr_assert(strstr(mxop_last_error(c), "relu") != NULL, "%s", mxop_last_error(c));
     cr_assert(now_s() - t0 < BOUND_S, "returned after %.1f s", now_s() - t0);

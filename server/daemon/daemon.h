@@ -447,10 +447,10 @@ struct mxop__session {
     uint64_t head_sup_id[2];           /* the supervisor request at each FIFO's head ... */
     int64_t head_since_ns[2];          /* ... and since when (live, spare) */
     /* deadline.c: liveness probes of the idle live worker. */
-    int64_t probe_ok_ns;     /* the last sign of life: its spawn, a call, an answer to a probe */
-    int64_t probe_quiet_ns;  /* since when the probe in flight has had no call beside it */
-    uint64_t probe_sup_id;   /* the probe in flight, or 0 */
-    pid_t probe_pid;         /* the live worker these are about */
+    int64_t probe_ok_ns;    /* the last sign of life: its spawn, a call, an answer to a probe */
+    int64_t probe_quiet_ns; /* since when the probe in flight has had no call beside it */
+    uint64_t probe_sup_id;  /* the probe in flight, or 0 */
+    pid_t probe_pid;        /* the live worker these are about */
 };
 
 /*

@@ -272,7 +272,6 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                                             "--allowlist",
                                             "--strict-plugin-dir",
                                             "--sandbox-fallback",
-                                            /* supervision (issue 9) */
                                             "--probe-interval-ms",
                                             "--probe-timeout-ms",
                                             "--session-max-states"};

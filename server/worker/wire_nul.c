@@ -6,7 +6,9 @@
  * as "alpha" and the rest is silently lost; only the wire form shows it.
  * A call's strings are its attributes' keys and values: the walk runs only
  * for calls that carry attributes, over the few hundred bytes of the call
- * (the tensors' data never travels in it).
+ * (the tensors' data never travels in it).  mxop__call_nul_refused turns
+ * a find into the call's MXOP_EATTR result, for the data channel and the
+ * call fuzz target alike.
  */
 #include <string.h>
 
