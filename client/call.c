@@ -36,6 +36,9 @@
 /* wait_*'s answer for the result of a call given up on earlier. */
 #define STALE 3
 
+/* take_result's answer for a frame no worker should send (c->err says which). */
+#define GARBAGE 4
+
 /* The call's error from a WorkerEvent, with the op named when the daemon did not. */
 static int event_result(mxop_client_t *c, const mxop_op_t *op)
 {
@@ -113,16 +116,52 @@ int mxop__call_ready(mxop_client_t *c)
     return 0;
 }
 
-/* Turns a CallResult frame into the call's outcome: 0, an error, or STALE. */
+/*
+ * The worker wrote something that is not a result on its data channel (a
+ * library's thread writing to the channel's descriptor, say): the channel
+ * cannot be trusted to frame the next result, so it is dropped, the daemon
+ * is asked to replace the worker, and the replacement's channel is taken
+ * from its WorkerEvent before the call fails with the reason named.
+ * `what` (may be c->err) says what was read.
+ */
+static int worker_garbage(mxop_client_t *c, const mxop_op_t *op, const char *what)
+{
+    char seen[160];
+    mxop__fmt(seen, sizeof seen, "%s", what);
+    char why[256];
+    mxop__fmt(why, sizeof why, "the worker wrote garbage on its data channel (%s)", seen);
+    mxop__data_drop(c);
+    Mxop__ReplaceWorker rw = MXOP__REPLACE_WORKER__INIT;
+    rw.reason = why;
+    Mxop__Request req = MXOP__REQUEST__INIT;
+    req.body_case = MXOP__REQUEST__BODY_REPLACE_WORKER;
+    req.replace_worker = &rw;
+    Mxop__Reply *r;
+    const char *after = "it was replaced";
+    if (mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &r, NULL) != 0)
+        after = "its replacement could not be asked for";
+    else if (c->data_fd < 0 && await_event(c) != MXOP__CTL_EVENT)
+        after = "no replacement came";
+    if (op != NULL)
+        return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): %s; %s", op->name, op->library, why,
+                          after);
+    return mxop__fail(c, MXOP_EPROTOCOL, "%s; %s", why, after);
+}
+
+/* Turns a CallResult frame into the call's outcome: 0, an error, STALE or GARBAGE. */
 static int take_result(mxop_client_t *c, const mxop_op_t *op, uint64_t id, uint16_t kind,
                        uint32_t len, const uint8_t *payload, Mxop__CallResult **res)
 {
-    if (kind != MXOP__KIND_CALL_RESULT)
-        return mxop__fail(c, MXOP_EPROTOCOL, "unexpected frame kind %u from the worker", kind);
+    if (kind != MXOP__KIND_CALL_RESULT) {
+        mxop__fail(c, MXOP_EPROTOCOL, "a frame of kind %u where a call result belongs", kind);
+        return GARBAGE;
+    }
     mxop__pbarena_reset(&c->pba);
     Mxop__CallResult *r = mxop__call_result__unpack(&c->pba.allocator, len, payload);
-    if (r == NULL)
-        return mxop__fail(c, MXOP_EPROTOCOL, "undecodable result from the worker");
+    if (r == NULL) {
+        mxop__fail(c, MXOP_EPROTOCOL, "a result frame of %u bytes that does not decode", len);
+        return GARBAGE;
+    }
     if (r->id != id)
         return STALE; /* the result of a call given up on earlier */
     *res = r;
@@ -172,9 +211,14 @@ static int socket_frames(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxo
         int rc = mxop__rxbuf_frame(&c->data_rx, &kind, &len, &payload);
         if (rc == 0)
             return 1;
-        if (rc < 0)
-            return mxop__fail(c, rc, "bad frame from the worker on the data channel");
+        if (rc < 0) {
+            char what[96];
+            mxop__fmt(what, sizeof what, "bytes that are not a frame: %s", mxop_err_name(rc));
+            return worker_garbage(c, op, what);
+        }
         rc = take_result(c, op, id, kind, len, payload, res);
+        if (rc == GARBAGE)
+            return worker_garbage(c, op, c->err);
         mxop__rxbuf_consume(&c->data_rx, len);
         if (rc != STALE)
             return rc;
@@ -217,8 +261,10 @@ static int mbox_result(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxop_
     if (rc == 0)
         return 1;
     if (rc < 0)
-        return mxop__fail(c, rc, "bad frame from the worker in the mailbox");
+        return worker_garbage(c, op, "a bad frame in the mailbox");
     rc = take_result(c, op, id, kind, len, c->mbox_buf + MXOP__FRAME_HDR, res);
+    if (rc == GARBAGE)
+        return worker_garbage(c, op, c->err);
     return rc == STALE ? 1 : rc;
 }
 

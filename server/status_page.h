@@ -19,6 +19,8 @@
 #define MXOP__STATUS_MAGIC 0x4D585354u /* "MXST" */
 #define MXOP__STATUS_OP_MAX 64
 #define MXOP__STATUS_MSG_MAX 256
+#define MXOP__STATUS_CB_MAX 24
+#define MXOP__STATUS_BT_MAX 384
 /*
  * The worker's exit status when its data channel lost its framing (bad
  * magic, a frame over the maximum, a frame that never completed): the
@@ -37,6 +39,18 @@ typedef struct mxop__status_page {
     char op[MXOP__STATUS_OP_MAX];
     _Atomic int32_t fault_code; /* MXOP_E* set by the worker's fault handler */
     char fault_msg[MXOP__STATUS_MSG_MAX];
+    /*
+     * The library callback running now ("check_attrs", "infer_type", ...),
+     * or "": the worker's own account, which the daemon only quotes in a
+     * timeout's message (the kill itself is decided from trusted state).
+     */
+    char callback[MXOP__STATUS_CB_MAX];
+    /*
+     * The faulting thread's backtrace, symbolised ("f+0x1c (lib.so) <
+     * g+0x40 (lib.so) < ..."), written by the fault handler before the
+     * worker dies; "" when there is none.  The worker's account, quoted.
+     */
+    char backtrace[MXOP__STATUS_BT_MAX];
 } mxop__status_page_t;
 
 #endif /* MXOP_SERVER_STATUS_PAGE_H */

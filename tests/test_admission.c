@@ -38,6 +38,8 @@ static void setup(void)
                           "40",
                           "--session-max-libraries",
                           "2",
+                          "--session-max-states",
+                          "3",
                           NULL};
     mxt_daemon_start(&daemon_, args);
 }
@@ -246,6 +248,39 @@ Test(admission, session_quotas_of_regions_bytes_and_libraries)
     mxop_close(other);
 }
 
+Test(admission, session_quota_of_op_states)
+{
+    const char *libs[] = {"relu.so", "running_mean.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    const mxop_op_t *op = mxt_op(c, "running_mean_norm");
+    int32_t dt = MXOP_F32;
+    mxop_shape_t sh = {.ndim = 2, .dims = {4, 8}};
+    uint64_t st[4] = {0};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(mxop_state_create(c, op, NULL, 1, &dt, &sh, &st[i]), 0, "state %d: %s", i,
+                     mxop_last_error(c));
+    int rc = mxop_state_create(c, op, NULL, 1, &dt, &sh, &st[3]);
+    cr_assert_eq(rc, MXOP_ELIMIT, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "--session-max-states 3") != NULL, "%s",
+              mxop_last_error(c));
+    /* Refused, not fatal: a destroyed state makes room, and the worker was not replaced. */
+    cr_assert_eq(mxop_state_destroy(c, st[0]), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_state_create(c, op, NULL, 1, &dt, &sh, &st[3]), 0, "%s", mxop_last_error(c));
+    mxop_stats_t stats;
+    cr_assert_eq(mxop_stats(c, &stats), 0);
+    cr_assert_eq(stats.worker_restarts, 0);
+    /* Another session has its own quota. */
+    uint64_t o;
+    cr_assert_eq(
+        mxop_state_create(other, mxt_op(other, "running_mean_norm"), NULL, 1, &dt, &sh, &o), 0,
+        "%s", mxop_last_error(other));
+    relu_works(other);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_close(c);
+    mxop_close(other);
+}
+
 /* A Shutdown request from the daemon's user ends it cleanly (through main.c's callback). */
 Test(admission, shutdown_request_from_the_daemons_user_stops_it)
 {
@@ -256,4 +291,6 @@ Test(admission, shutdown_request_from_the_daemons_user_stops_it)
     while (mxt_daemon_alive(&daemon_) && now_s() - t0 < 10)
         mxt_sleep_ms(50);
     cr_assert(!mxt_daemon_alive(&daemon_), "the daemon still runs");
+    /* mxt_daemon_alive reaped it: there is nothing left for the teardown to stop. */
+    daemon_.pid = 0;
 }

@@ -3,7 +3,12 @@
  * defeat (issue 9): a worker's note about its own death does not change
  * the verdict, a failed spawn is retried until it works, the spare is
  * re-armed, and control requests with NUL bytes in strings or with
- * floods of fields are refused with the field or limit named.
+ * floods of fields are refused with the field or limit named.  Also: a
+ * hang in each kind of callback is killed and named, an idle worker
+ * stopped or deadlocked is replaced after a liveness probe, garbage on the
+ * data channel (either way) replaces the worker with the reason named,
+ * NULs inside call attributes are refused naming the key, and a crash's
+ * message carries the faulting function.
  *
  * Each test checks the named error, a generous bound in seconds, that the
  * daemon lives, that another session's results stay right, and that the
@@ -14,6 +19,7 @@
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -23,6 +29,7 @@
 #include <unistd.h>
 
 #include "control.pb-c.h"
+#include "data.pb-c.h"
 #include "harness.h"
 #include "mxop/errors.h"
 #include "proto/frame.h"
@@ -466,6 +473,38 @@ Test(deadlines, hang_in_infer_shape)
     mxop_close(other);
 }
 
+Test(deadlines, hang_in_infer_type)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int32_t dt = MXOP_F32, odt;
+    mxop_shape_t sh = {.ndim = 1, .dims = {8}}, osh;
+    double t0 = now_s();
+    int rc = mxop_infer(c, mxt_op(c, "hang_infer_type"), NULL, 1, &dt, &sh, 1, &odt, &osh);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_infer_type", "infer_type");
+    cr_assert(strstr(mxop_last_error(c), "hang_cb") != NULL, "%s", mxop_last_error(c));
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(deadlines, hang_in_check_attrs)
+{
+    mxop_client_t *other;
+    mxop_client_t *c = hang_client(&other);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    double t0 = now_s();
+    int rc = mxop_forward(c, mxt_op(c, "hang_attrs"), NULL, &x, 1, &y, 1);
+    after_hang(c, other, rc, t0, BOUND_S, "hang_attrs", "check_attrs");
+    cr_assert(strstr(mxop_last_error(c), "hang_cb") != NULL, "%s", mxop_last_error(c));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxop_close(c);
+    mxop_close(other);
+}
+
 Test(deadlines, hang_in_state_create)
 {
     mxop_client_t *other;
@@ -491,7 +530,8 @@ Test(deadlines, hang_in_state_destroy)
                  "%s", mxop_last_error(c));
     double t0 = now_s();
     int rc = mxop_state_destroy(c, state);
-    after_hang(c, other, rc, t0, BOUND_S, "state_destroy", NULL);
+    after_hang(c, other, rc, t0, BOUND_S, "state_destroy", "hang_destroy");
+    cr_assert(strstr(mxop_last_error(c), "hang_cb") != NULL, "%s", mxop_last_error(c));
     mxop_close(c);
     mxop_close(other);
 }
@@ -643,6 +683,167 @@ Test(supervision, garbage_on_the_data_channel_replaces_the_worker_and_tells_the_
     mxop_close(c);
 }
 
+/*
+ * On the socket data path (with the mailbox, results come through shared
+ * memory and garbage on the socket is seen only when the socket is next
+ * read: a result too large for a slot, or a wait that sleeps).
+ */
+Test(supervision, garbage_from_the_worker_is_named_and_the_worker_replaced)
+{
+    setenv("MXOP_DATA_PATH", "socket", 1);
+    const char *libs[] = {"relu.so", "garbage_chan.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* both spares started */
+    int base = mxt_fd_count(daemon_.pid);
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    int rc = mxop_forward(c, mxt_op(c, "garbage_after"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    mxt_sleep_ms(500); /* the garbage is on the channel, between calls */
+    double t0 = now_s();
+    rc = relu_ok(c);
+    cr_assert_eq(rc, MXOP_EPROTOCOL, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "garbage on its data channel") != NULL &&
+                  strstr(mxop_last_error(c), "replaced") != NULL,
+              "%s", mxop_last_error(c));
+    cr_assert(now_s() - t0 < 15, "took %.1f s", now_s() - t0);
+    /* The call after runs on the replacement. */
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts + 1);
+    cr_assert_neq(after.worker_pid, before.worker_pid);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+/* ---- a crash's note carries the faulting thread's backtrace ---- */
+
+Test(supervision, crash_note_names_the_faulting_function)
+{
+    const char *libs[] = {"relu.so", "crash_bt.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* both spares started */
+    int base = mxt_fd_count(daemon_.pid);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    double t0 = now_s();
+    int rc = mxop_forward(c, mxt_op(c, "crash_bt"), NULL, &x, 1, &y, 1);
+    const char *msg = mxop_last_error(c);
+    cr_assert_eq(rc, MXOP_EWORKER_CRASHED, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "SIGSEGV") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "backtrace") != NULL && strstr(msg, "crash_bt_deref_null+0x") != NULL &&
+                  strstr(msg, "crash_bt.so") != NULL,
+              "the note does not name the faulting function: %s", msg);
+    cr_assert(now_s() - t0 < 10, "the call took %.1f s", now_s() - t0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    cr_assert_eq(relu_ok(other), 0, "the other session: %s", mxop_last_error(other));
+    cr_assert_eq(relu_ok(c), 0, "after the crash: %s", mxop_last_error(c));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+/* ---- NUL bytes inside attributes on the data channel ---- */
+
+/*
+ * Sends on the data channel a forward of op 0 with one attribute whose key
+ * or value has its '#' turned into a NUL (protobuf-c packs C strings, so
+ * the byte is put in after packing), and returns the worker's result.
+ */
+static int nul_attr_call(int fd, const char *key, const char *value, char *msg, size_t msglen)
+{
+    Mxop__Attr a = MXOP__ATTR__INIT;
+    a.key = (char *)key;
+    a.value = (char *)value;
+    Mxop__Attr *attrs[] = {&a};
+    Mxop__Invoke iv = MXOP__INVOKE__INIT;
+    iv.op = 0;
+    iv.attrs = attrs;
+    iv.n_attrs = 1;
+    Mxop__Call call = MXOP__CALL__INIT;
+    call.id = 1ull << 40; /* far from the client's own ids */
+    call.body_case = MXOP__CALL__BODY_INVOKE;
+    call.invoke = &iv;
+    uint8_t buf[MXOP__FRAME_HDR + 256];
+    size_t n = protobuf_c_message_get_packed_size(&call.base);
+    cr_assert(n <= 256);
+    protobuf_c_message_pack(&call.base, buf + MXOP__FRAME_HDR);
+    uint8_t *hash = memchr(buf + MXOP__FRAME_HDR, '#', n);
+    cr_assert(hash != NULL);
+    *hash = '\0';
+    mxop__frame_hdr_encode(buf, MXOP__KIND_CALL, (uint32_t)n);
+    cr_assert_eq(send(fd, buf, MXOP__FRAME_HDR + n, MSG_NOSIGNAL), (ssize_t)(MXOP__FRAME_HDR + n));
+    mxop__framebuf_t fb = {0};
+    uint16_t kind;
+    uint32_t len;
+    int fds[MXOP__FRAME_MAX_FDS], nfds = 0;
+    int rc = mxop__frame_recv(fd, &fb, &kind, &len, fds, MXOP__FRAME_MAX_FDS, &nfds, 10000);
+    cr_assert_eq(rc, 0, "no result from the worker: %s", mxop_err_name(rc));
+    cr_assert_eq(kind, MXOP__KIND_CALL_RESULT);
+    Mxop__CallResult *res = mxop__call_result__unpack(NULL, len, fb.data);
+    cr_assert(res != NULL);
+    cr_assert_eq(res->id, call.id);
+    int status = res->status;
+    snprintf(msg, msglen, "%s", res->message != NULL ? res->message : "");
+    mxop__call_result__free_unpacked(res, NULL);
+    mxop__framebuf_free(&fb);
+    return status;
+}
+
+Test(supervision, nul_in_attribute_key_or_value_is_refused_naming_the_key)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(500);
+    int base = mxt_fd_count(daemon_.pid);
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    int fd = data_channel_fd();
+    cr_assert(fd >= 0, "no data channel found");
+    char msg[512];
+    int rc = nul_attr_call(fd, "alpha", "1.5#junk", msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "'alpha'") != NULL && strstr(msg, "NUL") != NULL &&
+                  strstr(msg, "value") != NULL && strstr(msg, "relu") != NULL,
+              "%s", msg);
+    rc = nul_attr_call(fd, "be#ta", "2", msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "'be'") != NULL && strstr(msg, "key") != NULL, "%s", msg);
+    /* Refused, not fatal: the same worker serves the session's next calls. */
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
 /* ---- no process descended from a worker becomes a client ---- */
 
 static void setup_no_sandbox(void)
@@ -671,4 +872,106 @@ Test(ancestry, a_worker_descendant_in_a_session_of_its_own_is_refused)
     mxop_array_free(c, &x);
     mxop_array_free(c, &y);
     mxop_close(c);
+}
+
+/* ---- liveness probes: an idle worker whose loop cannot run is replaced ---- */
+
+static void setup_probe(void)
+{
+    const char *args[] = {"--probe-interval-ms", "500", "--probe-timeout-ms", "1500", NULL};
+    mxt_daemon_start(&daemon_, args);
+}
+
+TestSuite(probe, .init = setup_probe, .fini = teardown, .timeout = 90);
+
+/* True while `pid` is still a child of the daemon. */
+static bool daemon_child(pid_t pid)
+{
+    pid_t kids[32];
+    int n = mxt_children(daemon_.pid, kids, 32);
+    for (int i = 0; i < n; i++)
+        if (kids[i] == pid)
+            return true;
+    return false;
+}
+
+/* c's worker runs deadlock_after: the call succeeds, then the worker's loop deadlocks. */
+static pid_t deadlock_worker(mxop_client_t *c)
+{
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    pid_t pid = mxt_worker_pid(c);
+    int rc = mxop_forward(c, mxt_op(c, "deadlock_after"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxt_get(&y, 3), mxt_get(&x, 3), "wrong result");
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    return pid;
+}
+
+Test(probe, deadlocked_idle_worker_is_replaced_before_a_call_waits_on_it)
+{
+    const char *libs[] = {"relu.so", "deadlock_loop.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    mxt_sleep_ms(1000); /* both spares started */
+    int base = mxt_fd_count(daemon_.pid);
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    pid_t stuck = deadlock_worker(c);
+    /* Probed 500 ms after its last sign of life, no answer in 1500 ms: gone well within 15 s. */
+    double t0 = now_s();
+    while (daemon_child(stuck) && now_s() - t0 < 15)
+        mxt_sleep_ms(100);
+    cr_assert(!daemon_child(stuck), "the deadlocked worker %d still runs after %.1f s", (int)stuck,
+              now_s() - t0);
+    /* The call after runs at once on the replacement. */
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    t0 = now_s();
+    int rc = relu_ok(c);
+    cr_assert_eq(rc, 0, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(now_s() - t0 < BOUND_S, "returned after %.1f s", now_s() - t0);
+    cr_assert_neq(mxt_worker_pid(c), stuck, "the deadlocked worker still serves");
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts + 1);
+    cr_assert_eq(relu_ok(other), 0, "the other session: %s", mxop_last_error(other));
+    cr_assert(mxt_daemon_alive(&daemon_));
+    /* An idle worker that answers its probes is left alone. */
+    mxt_sleep_ms(3000);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts + 1, "a live worker was replaced");
+    mxt_sleep_ms(500);
+    fds_back_to(base, 10000);
+    mxop_close(c);
+    mxop_close(other);
+}
+
+Test(probe, call_right_after_a_deadlock_gets_a_named_error_or_a_fresh_worker)
+{
+    const char *libs[] = {"relu.so", "deadlock_loop.so", NULL};
+    mxop_client_t *other = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(relu_ok(c), 0);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert_eq(mxop_set_timeout(c, CALL_MS), 0);
+    pid_t stuck = deadlock_worker(c);
+    mxt_sleep_ms(400); /* the loop is deadlocked; the probe has not yet given up */
+    double t0 = now_s();
+    int rc = relu_ok(c);
+    cr_assert(rc == 0 || rc == MXOP_ETIMEOUT, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    if (rc == MXOP_ETIMEOUT)
+        cr_assert(strstr(mxop_last_error(c), "relu") != NULL, "%s", mxop_last_error(c));
+    cr_assert(now_s() - t0 < BOUND_S, "returned after %.1f s", now_s() - t0);
+    /* The session is served by a fresh worker from then on. */
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    cr_assert_neq(mxt_worker_pid(c), stuck);
+    cr_assert_eq(relu_ok(other), 0);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_close(c);
+    mxop_close(other);
 }

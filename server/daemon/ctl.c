@@ -244,6 +244,34 @@ err_fd:
     close(fd);
 }
 
+/*
+ * The client found its worker unusable (garbage on the data channel): kill
+ * it; the death is handled as any other, and its WorkerEvent brings the
+ * replacement's channel.  A client can only ever replace its own worker,
+ * which it could also do by writing garbage to it.
+ */
+static void handle_replace(mxop__client_t *cl, mxop__session_t *s, const Mxop__Request *req)
+{
+    char err[MXOP__MSG_MAX];
+    int rc = mxop__session_need_worker(s, err, sizeof(err));
+    if (rc != 0) {
+        mxop__client_reply_error(cl, req->id, rc, err);
+        return;
+    }
+    /* The client's words go to the log: printable bytes only, and not too many. */
+    char reason[200];
+    const char *r = req->replace_worker->reason != NULL ? req->replace_worker->reason : "";
+    size_t n = 0;
+    for (; r[n] != '\0' && n + 1 < sizeof(reason); n++)
+        reason[n] = r[n] >= 0x20 && r[n] < 0x7f ? r[n] : '?';
+    reason[n] = '\0';
+    char why[MXOP__MSG_MAX];
+    mxop__fmt(why, sizeof(why), "the client asked for a new worker: %s",
+              n > 0 ? reason : "(no reason given)");
+    mxop__worker_kill(s->worker, why); /* which logs it */
+    mxop__reply_ok(cl, req->id);
+}
+
 static void handle_release(mxop__client_t *cl, mxop__session_t *s, const Mxop__Request *req)
 {
     uint32_t id = req->release_region->region;
@@ -353,7 +381,8 @@ void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_
     case MXOP__REQUEST__BODY_LOAD_LIBRARY:
     case MXOP__REQUEST__BODY_LIST_OPS:
     case MXOP__REQUEST__BODY_REGISTER_REGION:
-    case MXOP__REQUEST__BODY_RELEASE_REGION: break;
+    case MXOP__REQUEST__BODY_RELEASE_REGION:
+    case MXOP__REQUEST__BODY_REPLACE_WORKER: break;
     default:
         mxop__reply_errorf(cl, req->id, MXOP_EPROTOCOL,
                            "request %llu has no body this daemon knows (protocol %u)",
@@ -370,6 +399,7 @@ void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_
     case MXOP__REQUEST__BODY_LOAD_LIBRARY: handle_load(cl, s, req); break;
     case MXOP__REQUEST__BODY_LIST_OPS: mxop__reply_ops(s, req->id); break;
     case MXOP__REQUEST__BODY_REGISTER_REGION: handle_register(cl, s, req); break;
+    case MXOP__REQUEST__BODY_REPLACE_WORKER: handle_replace(cl, s, req); break;
     default: handle_release(cl, s, req); break;
     }
 }

@@ -230,6 +230,11 @@ typedef struct mxop__config {
     uint64_t session_max_region_mb; /* bytes of regions of one session; 0: none */
     uint64_t session_max_libs;      /* libraries of one session */
 
+    /* Supervision (issue 9): liveness probes of idle workers, per-session quotas. */
+    uint64_t probe_interval_ms;  /* an idle live worker is probed this long after its last answer */
+    uint64_t probe_timeout_ms;   /* no answer within this: it is stopped or deadlocked, replaced */
+    uint64_t session_max_states; /* op states one session may hold (enforced by its worker) */
+
     /* The workers' sandbox (server/worker/sandbox.h, docs/isolation.md). */
     const char *sandbox;       /* "none", "basic" or "strict" */
     uint64_t worker_memory_mb; /* memory ops may use in a worker; 0: no limit */
@@ -326,7 +331,12 @@ typedef struct mxop__region {
     uint8_t ipc[MXOP__CUDA_IPC_BYTES];
 } mxop__region_t;
 
-enum mxop__pending_kind { MXOP__PENDING_LOAD, MXOP__PENDING_MAP, MXOP__PENDING_UNMAP };
+enum mxop__pending_kind {
+    MXOP__PENDING_LOAD,
+    MXOP__PENDING_MAP,
+    MXOP__PENDING_UNMAP,
+    MXOP__PENDING_PING /* a liveness probe of the idle live worker (deadline.c); answers no one */
+};
 
 /* One supervisor request in flight, and what to answer when it completes. */
 typedef struct mxop__pending {
@@ -436,6 +446,11 @@ struct mxop__session {
     uint64_t cp_killed_id;             /* the last call whose overrun killed a worker */
     uint64_t head_sup_id[2];           /* the supervisor request at each FIFO's head ... */
     int64_t head_since_ns[2];          /* ... and since when (live, spare) */
+    /* deadline.c: liveness probes of the idle live worker. */
+    int64_t probe_ok_ns;    /* the last sign of life: its spawn, a call, an answer to a probe */
+    int64_t probe_quiet_ns; /* since when the probe in flight has had no call beside it */
+    uint64_t probe_sup_id;  /* the probe in flight, or 0 */
+    pid_t probe_pid;        /* the live worker these are about */
 };
 
 /*
@@ -554,6 +569,8 @@ void mxop__worker_kill(mxop__worker_t *w, const char *why);
  */
 void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op,
                                const char *why);
+/* worker_note.c: appends the backtrace a worker's fault handler left in its page to `msg`. */
+void mxop__note_add_backtrace(const mxop__status_page_t *page, char *msg, size_t msglen);
 /* True if the worker's process is stopped (SIGSTOP, traced): it cannot serve. */
 bool mxop__worker_is_stopped(const mxop__worker_t *w);
 /* True if some live worker is `pid` or shares its session (an op's child). */

@@ -73,6 +73,44 @@ static const char *kind_name(int kind)
     }
 }
 
+/*
+ * The callback the worker says it is in ("check_attrs"), copied out of its
+ * status page byte by byte and kept only if it looks like a callback's
+ * name: the worker's account, quoted in a message, never believed for more.
+ */
+static void worker_callback(const mxop__worker_t *w, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    if (w == NULL || w->page == NULL || outlen < MXOP__STATUS_CB_MAX)
+        return;
+    char cb[MXOP__STATUS_CB_MAX];
+    memcpy(cb, (const void *)w->page->callback, sizeof(cb));
+    cb[sizeof(cb) - 1] = '\0';
+    for (size_t i = 0; cb[i] != '\0'; i++)
+        if (!((cb[i] >= 'a' && cb[i] <= 'z') || cb[i] == '_'))
+            return;
+    memcpy(out, cb, sizeof(cb));
+}
+
+/*
+ * For a call the client could not name the op of (state_destroy knows
+ * only a state id): the op the worker says it runs, if the session has an
+ * op of that name, and its library.  Quoted, never believed for more.
+ */
+static const Mxop__OpInfo *worker_op(const mxop__session_t *s)
+{
+    const mxop__worker_t *w = s->worker;
+    if (w == NULL || w->page == NULL)
+        return NULL;
+    char op[MXOP__STATUS_OP_MAX];
+    memcpy(op, (const void *)w->page->op, sizeof(op));
+    op[sizeof(op) - 1] = '\0';
+    for (size_t i = 0; i < s->n_ops; i++)
+        if (s->ops[i].name != NULL && strcmp(s->ops[i].name, op) == 0)
+            return &s->ops[i];
+    return NULL;
+}
+
 /* The client's call in flight, checked against its deadline and the daemon's maximum. */
 static void check_call(mxop__session_t *s, int64_t now)
 {
@@ -103,8 +141,21 @@ static void check_call(mxop__session_t *s, int64_t now)
     bool past_max = now - s->cp_seen_ns > max_ns;
     if (!past_deadline && !past_max)
         return;
-    char what[256];
-    if (cp.op[0] != '\0')
+    char what[320];
+    char cb[MXOP__STATUS_CB_MAX];
+    worker_callback(s->worker, cb, sizeof(cb));
+    const Mxop__OpInfo *wop = cp.op[0] == '\0' ? worker_op(s) : NULL;
+    if (wop != NULL) {
+        mxop__fmt(cp.op, sizeof(cp.op), "%s", wop->name);
+        mxop__fmt(cp.library, sizeof(cp.library), "%s", wop->library);
+    }
+    if (cp.op[0] != '\0' && cb[0] != '\0')
+        mxop__fmt(what, sizeof(what),
+                  "%s of op '%s' (library '%s', call %llu; callback %s, by the worker's account) "
+                  "in worker %d",
+                  kind_name(cp.kind), cp.op, cp.library, (unsigned long long)cp.call_id, cb,
+                  (int)s->worker->pid);
+    else if (cp.op[0] != '\0')
         mxop__fmt(what, sizeof(what), "%s of op '%s' (library '%s', call %llu) in worker %d",
                   kind_name(cp.kind), cp.op, cp.library, (unsigned long long)cp.call_id,
                   (int)s->worker->pid);
@@ -170,6 +221,82 @@ static void check_idle(mxop__session_t *s, mxop__worker_t *w, bool busy, uint64_
     }
 }
 
+/*
+ * Liveness probes.  A worker whose serving loop cannot run (stopped, or
+ * deadlocked by a library: a signal handler waiting on a lock a library
+ * thread holds, say) burns no CPU and names no call, so neither the
+ * deadlines nor the idle-CPU check see it; the call after would wait on it
+ * until its deadline.  So an idle live worker gets a WorkerPing once
+ * --probe-interval-ms has passed since its last sign of life (its start,
+ * a call, an answer), and the loop that serves calls answers it.  No
+ * answer within --probe-timeout-ms of quiet (no call and no library load
+ * beside it, which would rightly hold the loop) kills and replaces it; the
+ * reason goes to the log and to the client's worker event.
+ */
+static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
+{
+    mxop__worker_t *w = s->worker;
+    if (w == NULL || s->state != MXOP__SESS_RUNNING || s->d->cfg.probe_interval_ms == 0) {
+        s->probe_pid = 0;
+        return;
+    }
+    if (w->killed_timeout || w->kill_msg[0] != '\0')
+        return; /* already being replaced */
+    if (w->pid != s->probe_pid) {
+        /* A new live worker (spawned or promoted): its start is its first sign of life. */
+        s->probe_pid = w->pid;
+        s->probe_ok_ns = now;
+        s->probe_quiet_ns = now;
+        s->probe_sup_id = 0;
+        return;
+    }
+    bool loading = false;
+    for (const mxop__pending_t *p = s->pend_head; p != NULL; p = p->next)
+        loading = loading || p->kind == MXOP__PENDING_LOAD;
+    if (call_in_flight || loading) {
+        s->probe_ok_ns = now;
+        s->probe_quiet_ns = now;
+        return;
+    }
+    if (s->probe_sup_id != 0) {
+        int64_t quiet = now - s->probe_quiet_ns;
+        if (quiet <= (int64_t)s->d->cfg.probe_timeout_ms * 1000000LL)
+            return;
+        char why[MXOP__MSG_MAX];
+        mxop__fmt(why, sizeof(why),
+                  "idle worker %d did not answer a liveness probe within %llu ms "
+                  "(--probe-timeout-ms): its serving loop is stopped or deadlocked (by a library's "
+                  "thread or signal handler?), so it was replaced",
+                  (int)w->pid, (unsigned long long)s->d->cfg.probe_timeout_ms);
+        s->probe_sup_id = 0;
+        mxop__worker_kill(w, why); /* which logs it */
+        return;
+    }
+    if (now - s->probe_ok_ns < (int64_t)s->d->cfg.probe_interval_ms * 1000000LL)
+        return;
+    /* A probe is a replay: no client asked for it, and a death beside it is no client's. */
+    mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_PING, 0, true);
+    if (p == NULL)
+        return;
+    if (mxop__pending_send(s, p, -1, MXOP__FIFO_LIVE) != 0) {
+        /* The channel is gone: the worker's exit follows and is handled there. */
+        mxop__pending_free(p);
+        s->probe_ok_ns = now;
+        return;
+    }
+    s->probe_sup_id = p->sup_id;
+    s->probe_quiet_ns = now;
+}
+
+/* Whether a FIFO holds a request that makes the worker work (a probe does not count). */
+static bool requests_pending(const mxop__pending_t *p)
+{
+    for (; p != NULL; p = p->next)
+        if (p->kind != MXOP__PENDING_PING)
+            return true;
+    return false;
+}
+
 void mxop__deadlines_tick(mxop__daemon_t *d)
 {
     int64_t now = mxop__now_ns();
@@ -184,7 +311,8 @@ void mxop__deadlines_tick(mxop__daemon_t *d)
         mxop__call_page_t cp;
         bool have = s->call_page != NULL && mxop__call_page_read(s->call_page, &cp);
         uint64_t call_id = have ? cp.call_id : 0;
-        check_idle(s, s->worker, !have || call_id != 0 || s->pend_head != NULL, call_id);
+        check_probe(s, now, !have || call_id != 0);
+        check_idle(s, s->worker, !have || call_id != 0 || requests_pending(s->pend_head), call_id);
         check_idle(s, s->spare, s->spare_head != NULL, 0);
     }
 }

@@ -31,6 +31,10 @@
 #define DEFAULT_WORKER_MAX_FDS 1024ull
 /* Below the client's control timeout (its 30 s call default plus 5 s grace). */
 #define DEFAULT_INIT_TIMEOUT_MS 20000ull
+/* Supervision (issue 9): liveness probes of idle workers, and the op states of a session. */
+#define DEFAULT_PROBE_INTERVAL_MS 2000ull
+#define DEFAULT_PROBE_TIMEOUT_MS 5000ull
+#define DEFAULT_SESSION_MAX_STATES 4096ull
 /* How long shutdown waits for killed workers to be reaped before giving up. */
 #define SHUTDOWN_GRACE_MS 5000
 
@@ -43,6 +47,8 @@ static const char usage_text[] =
     "                    [--handshake-timeout-ms N] [--idle-timeout-ms N] [--max-buffered-mb N]\n"
     "                    [--session-max-regions N] [--session-max-region-mb N]\n"
     "                    [--session-max-libraries N]\n"
+    "                    [--probe-interval-ms N] [--probe-timeout-ms N]\n"
+    "                    [--session-max-states N]\n"
     "                    [--allowlist FILE] [--strict-plugin-dir on|off]\n"
     "                    [--sandbox-fallback on|off]\n"
     "\n"
@@ -62,6 +68,11 @@ static const char usage_text[] =
     "  --session-max-regions N    regions per session (default 4096)\n"
     "  --session-max-region-mb N  MiB of regions per session (default 0: no limit)\n"
     "  --session-max-libraries N  libraries per session (default 64)\n"
+    "  --probe-interval-ms N  an idle worker is sent a liveness probe this long after its\n"
+    "                       last sign of life (default 2000; 0: no probes)\n"
+    "  --probe-timeout-ms N an idle worker that does not answer a probe within this is\n"
+    "                       stopped or deadlocked and is replaced (default 5000)\n"
+    "  --session-max-states N  op states one session may hold at once (default 4096)\n"
     "  --sandbox LEVEL      what workers may not do: none, basic or strict (default strict;\n"
     "                       see docs/isolation.md)\n"
     "  --worker-memory-mb N memory ops may use in a worker, in MiB (basic and strict;\n"
@@ -167,6 +178,18 @@ static uint64_t *limit_field(mxop__config_t *cfg, const char *opt)
     return NULL;
 }
 
+/* Supervision (issue 9): the config field of a probe or state-quota option, or NULL. */
+static uint64_t *supervise_field(mxop__config_t *cfg, const char *opt)
+{
+    if (strcmp(opt, "--probe-interval-ms") == 0)
+        return &cfg->probe_interval_ms;
+    if (strcmp(opt, "--probe-timeout-ms") == 0)
+        return &cfg->probe_timeout_ms;
+    if (strcmp(opt, "--session-max-states") == 0)
+        return &cfg->session_max_states;
+    return NULL;
+}
+
 /*
  * Connections the fd limit leaves room for: each client holds its socket
  * and its worker's and spare's supervisor channels, and a spare's data
@@ -194,6 +217,9 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
     cfg->max_buffered_mb = 256;
     cfg->session_max_regions = MXOP__SESSION_MAX_REGIONS;
     cfg->session_max_libs = 64;
+    cfg->probe_interval_ms = DEFAULT_PROBE_INTERVAL_MS;
+    cfg->probe_timeout_ms = DEFAULT_PROBE_TIMEOUT_MS;
+    cfg->session_max_states = DEFAULT_SESSION_MAX_STATES;
     cfg->sandbox = "strict";
     cfg->worker_max_fds = DEFAULT_WORKER_MAX_FDS;
     cfg->warm_spare = true;
@@ -245,7 +271,10 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                                             "--session-max-libraries",
                                             "--allowlist",
                                             "--strict-plugin-dir",
-                                            "--sandbox-fallback"};
+                                            "--sandbox-fallback",
+                                            "--probe-interval-ms",
+                                            "--probe-timeout-ms",
+                                            "--session-max-states"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -311,6 +340,16 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             cfg->has_worker_uid = true;
             cfg->worker_uid = uid;
             cfg->worker_gid = pw != NULL ? pw->pw_gid : (gid_t)uid;
+        } else if (supervise_field(cfg, opt) != NULL) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(val, &end, 10);
+            bool zero_ok = strcmp(opt, "--probe-interval-ms") == 0;
+            if (val[0] == '-' || *end != '\0' || errno != 0 || v > (1ull << 40) ||
+                (v == 0 && !zero_ok))
+                return usage_error("%s must be a %snumber, not '%s'", opt,
+                                   zero_ok ? "" : "positive ", val);
+            *supervise_field(cfg, opt) = v;
         } else if (limit_field(cfg, opt) != NULL) {
             char *end;
             errno = 0;

@@ -253,6 +253,11 @@ void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r)
     switch (p->kind) {
     case MXOP__PENDING_LOAD: sup_load_done(s, p, r); break;
     case MXOP__PENDING_MAP: sup_map_done(s, p, r); break;
+    case MXOP__PENDING_PING:
+        /* The worker's loop runs: the next probe is due an interval from now. */
+        s->probe_ok_ns = mxop__now_ns();
+        s->probe_sup_id = 0;
+        break;
     default:
         if (!p->replay) {
             if (r->status != 0)
@@ -277,7 +282,10 @@ void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message
     s->pend_head = s->pend_tail = NULL;
     while (p != NULL) {
         mxop__pending_t *next = p->next;
-        if (p->replay) {
+        if (p->kind == MXOP__PENDING_PING) {
+            /* A probe answers no one; the next worker gets its own. */
+            s->probe_sup_id = 0;
+        } else if (p->replay) {
             MXOP__LOGW(s->id, NULL, "replay of %s was lost with the worker",
                        p->kind == MXOP__PENDING_LOAD ? "a library" : "a region");
         } else if (p->kind == MXOP__PENDING_LOAD) {

@@ -365,6 +365,9 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     } else {
         mxop__fmt(msg, sizeof(msg), "%s %s", what, how);
     }
+    if (!w->killed_timeout &&
+        (term_signal == SIGSEGV || term_signal == SIGBUS || term_signal == SIGABRT))
+        mxop__note_add_backtrace(w->page, msg, sizeof(msg));
 
     mxop__worker_exit_t e = {
         .code = code,
@@ -445,6 +448,9 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     char fds_arg[24];
     char uid_arg[16];
     char gid_arg[16];
+    char states_arg[24];
+    mxop__fmt(states_arg, sizeof(states_arg), "%llu",
+              (unsigned long long)d->cfg.session_max_states);
     mxop__fmt(sess_arg, sizeof(sess_arg), "%llu", (unsigned long long)session_id);
     mxop__fmt(gen_arg, sizeof(gen_arg), "%u", (unsigned)generation);
     mxop__fmt(mem_arg, sizeof(mem_arg), "%llu", (unsigned long long)d->cfg.worker_memory_mb);
@@ -466,6 +472,8 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
                     d->cfg.plugin_dir,
                     "--allowlist",
                     (char *)mxop__integrity_allowlist(),
+                    "--max-states",
+                    states_arg,
                     d->cfg.has_worker_uid ? "--uid" : NULL,
                     uid_arg,
                     "--gid",

@@ -218,6 +218,7 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
     Mxop__WorkerLoad load = MXOP__WORKER_LOAD__INIT;
     Mxop__WorkerMap map = MXOP__WORKER_MAP__INIT;
     Mxop__WorkerUnmap unmap = MXOP__WORKER_UNMAP__INIT;
+    Mxop__WorkerPing ping = MXOP__WORKER_PING__INIT;
     req.id = p->sup_id;
     switch (p->kind) {
     case MXOP__PENDING_LOAD:
@@ -236,6 +237,10 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
         }
         req.body_case = MXOP__SUP_REQUEST__BODY_MAP;
         req.map = &map;
+        break;
+    case MXOP__PENDING_PING:
+        req.body_case = MXOP__SUP_REQUEST__BODY_PING;
+        req.ping = &ping;
         break;
     default:
         unmap.region = p->region;

@@ -285,7 +285,9 @@ int mxop__infer(const mxop__worker_op_t *op, int n_in, const int32_t *dt, const 
     for (int j = 0; j < n_out; j++)
         odt[j] = -1;
     if (d->infer_type != NULL) {
+        mxop__status_callback("infer_type");
         rc = d->infer_type(&mxop__ctx, n_in, dt, n_out, odt);
+        mxop__status_callback("");
         if (rc != 0)
             return mxop__op_error(op, rc, "infer_type", msg, msglen);
         mxop__ctx_clear_error();
@@ -314,7 +316,9 @@ int mxop__infer(const mxop__worker_op_t *op, int n_in, const int32_t *dt, const 
         osh[j].ndim = -1;
     }
     if (d->infer_shape != NULL) {
+        mxop__status_callback("infer_shape");
         rc = d->infer_shape(&mxop__ctx, n_in, sh, n_out, osh);
+        mxop__status_callback("");
         if (rc != 0)
             return mxop__op_error(op, rc, "infer_shape", msg, msglen);
         mxop__ctx_clear_error();

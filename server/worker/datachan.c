@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -192,6 +193,10 @@ static void serve_frame(uint16_t kind, uint32_t len, const uint8_t *payload, int
         return;
     }
     close_fds(fds, nfds);
+    if (mxop__call_nul_refused(call, payload, len, &res)) {
+        reply(&res, via_mbox);
+        return;
+    }
     mxop__run_call(call, &res);
     reply(&res, via_mbox);
 }

@@ -24,18 +24,34 @@
  *     and is reported as the signal it is;
  *   - a SIGBUS otherwise: memory with no backing (a truncated file).
  *
+ * Whatever the note, a real fault (not a kill()) also leaves a backtrace
+ * of the faulting thread in the page (below), symbolised where the
+ * dynamic symbol table allows.
+ *
  * Then it returns, the handler having been reset to the default action
  * (SA_RESETHAND), so the faulting instruction runs again (abort() raises
  * again) and the worker dies by the signal.
  *
- * Everything here is async-signal-safe: no stdio, no malloc, digits by hand.
+ * Everything here is async-signal-safe (no stdio, no malloc, digits by
+ * hand) except the backtrace, which is as safe as it can be made: glibc's
+ * backtrace() is called once at installation, so that libgcc's unwinder
+ * is loaded then and not from the handler (the first call would dlopen
+ * it), and frames go into a static array; dladdr() names each frame from
+ * the loaded objects' dynamic symbols (a static function shows as
+ * "lib.so+0xoffset", for addr2line).  dladdr() takes the dynamic loader's
+ * lock: a fault while another thread holds it (inside dlopen) could block
+ * the handler, so an alarm of 2 s bounds it, and the worker then dies of
+ * SIGALRM instead, which the daemon reports as the signal it is.
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include "server/worker/sandbox.h"
 #include "server/worker/worker.h"
@@ -173,6 +189,85 @@ static int near_memory_limit(void)
     return errno == ENOMEM;
 }
 
+/* The program counter of the interrupted code, or 0 where this port does not know it. */
+static uintptr_t interrupted_pc(const void *uctx)
+{
+    const ucontext_t *uc = uctx;
+    if (uc == NULL)
+        return 0;
+#if defined(__x86_64__)
+    return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    return (uintptr_t)uc->uc_mcontext.pc;
+#else
+    return 0;
+#endif
+}
+
+#define BT_FRAMES 32
+#define BT_SHOWN 8
+
+static void *bt_pcs[BT_FRAMES];
+
+/* One frame: "name+0xoff (object)", "object+0xoff" without a symbol, or the bare address. */
+static size_t put_frame(char *m, size_t at, size_t cap, uintptr_t pc, int exact)
+{
+    Dl_info info;
+    /* A return address may lie just past its caller's end: look up the call itself. */
+    uintptr_t look = exact ? pc : pc - 1;
+    if (dladdr((void *)look, &info) == 0 || info.dli_fname == NULL) {
+        return put_hex(m, at, cap, pc);
+    }
+    const char *base = info.dli_fname;
+    for (const char *p = info.dli_fname; *p != '\0'; p++)
+        if (*p == '/')
+            base = p + 1;
+    if (info.dli_sname != NULL && info.dli_saddr != NULL) {
+        at = put(m, at, cap, info.dli_sname);
+        at = put(m, at, cap, "+");
+        at = put_hex(m, at, cap, pc - (uintptr_t)info.dli_saddr);
+        at = put(m, at, cap, " (");
+        at = put(m, at, cap, base[0] != '\0' ? base : "?");
+        return put(m, at, cap, ")");
+    }
+    at = put(m, at, cap, base[0] != '\0' ? base : "?");
+    at = put(m, at, cap, "+");
+    return put_hex(m, at, cap, pc - (uintptr_t)info.dli_fbase);
+}
+
+/*
+ * The faulting thread's frames into the page, innermost first, starting at
+ * the interrupted instruction (the handler's own frames and the signal
+ * trampoline are left out).
+ */
+static void write_backtrace(mxop__status_page_t *page, const void *uctx)
+{
+    char *m = page->backtrace;
+    size_t at = 0, cap = MXOP__STATUS_BT_MAX;
+    int n = backtrace(bt_pcs, BT_FRAMES);
+    uintptr_t pc = interrupted_pc(uctx);
+    int first = -1;
+    for (int i = 0; i < n && first < 0; i++)
+        if ((uintptr_t)bt_pcs[i] == pc)
+            first = i;
+    if (first < 0 && pc != 0) {
+        /* The unwinder did not cross the signal frame: the faulting instruction alone. */
+        bt_pcs[0] = (void *)pc;
+        n = 1;
+        first = 0;
+    } else if (first < 0) {
+        first = n > 2 ? 2 : 0;
+    }
+    unsigned prev = alarm(2);
+    for (int i = first; i < n && i < first + BT_SHOWN; i++) {
+        if (i > first)
+            at = put(m, at, cap, " < ");
+        at = put_frame(m, at, cap, (uintptr_t)bt_pcs[i], i == first);
+    }
+    alarm(prev);
+    m[at] = '\0';
+}
+
 /* The note is complete before the code says there is one. */
 static void publish(mxop__status_page_t *page, int code)
 {
@@ -236,11 +331,16 @@ static void on_fault(int sig, siginfo_t *si, void *uctx)
         m[at] = '\0';
         publish(page, MXOP_EWORKER_CRASHED);
     }
+    write_backtrace(page, uctx);
     errno = saved_errno;
 }
 
 int mxop__fault_install(void)
 {
+    /* Loads the unwinder now, not from the handler (see the top of this file). */
+    void *warm[2];
+    (void)backtrace(warm, 2);
+
     stack_t ss;
     memset(&ss, 0, sizeof(ss));
     ss.ss_sp = alt_stack;

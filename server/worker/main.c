@@ -81,6 +81,11 @@ static void parse_args(int argc, char **argv, uint64_t *session, uint32_t *gener
                 die("--generation '%s' is not a number in [1, %u]", argv[i], UINT32_MAX);
             *generation = (uint32_t)v;
             have_g = 1;
+        } else if (strcmp(argv[i], "--max-states") == 0 && i + 1 < argc) {
+            /* The session's quota of op states (mxop-serverd --session-max-states). */
+            if (parse_u64(argv[++i], &v) != 0 || v == 0 || v > UINT32_MAX)
+                die("--max-states '%s' is not a number in [1, %u]", argv[i], UINT32_MAX);
+            mxop__states_set_max((uint32_t)v);
         } else if ((sb = mxop__sandbox_arg(argc, argv, &i, sb_err, sizeof(sb_err))) <= 0) {
             /* A sandbox option (sandbox.c), taken with its value. */
             if (sb < 0)

@@ -243,6 +243,7 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *re
     if (rc != 0)
         goto out_ctx;
     mxop__status_begin(call_id, op->name, iv->deadline_ms);
+    mxop__status_callback("check_attrs");
     if (d->check_attrs != NULL && (rc = d->check_attrs(&mxop__ctx)) != 0) {
         rc = mxop__op_error(op, rc, "check_attrs", res_msg, sizeof(res_msg));
         goto out_status;
@@ -260,6 +261,7 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *re
         mxop__ctx.dyn_set = 0;
     }
     mxop__fault_arm(op->name, n_ro, ro_ranges);
+    mxop__status_callback(cb);
     rc = sfn != NULL ? sfn(&mxop__ctx, state, n_in, in_t, n_out, out_t)
                      : fn(&mxop__ctx, n_in, in_t, n_out, out_t);
     mxop__fault_disarm();
@@ -317,6 +319,7 @@ static int infer(uint64_t call_id, const Mxop__Infer *inf, Mxop__CallResult *res
     if (rc != 0)
         goto out_ctx;
     mxop__status_begin(call_id, op->name, 0);
+    mxop__status_callback("check_attrs");
     if (op->def.check_attrs != NULL && (rc = op->def.check_attrs(&mxop__ctx)) != 0) {
         rc = mxop__op_error(op, rc, "check_attrs", res_msg, sizeof(res_msg));
         goto out_status;
@@ -364,17 +367,22 @@ static int state_create(uint64_t call_id, const Mxop__StateCreate *sc, Mxop__Cal
                       "StateCreate");
     if (rc != 0)
         return rc;
+    /* Before the library makes one: a state over the quota would have to be destroyed again. */
+    if ((rc = mxop__states_room(res_msg, sizeof(res_msg))) != 0)
+        return rc;
 
     rc = mxop__ctx_begin_call(op, sc->n_attrs, sc->attrs, 0, res_msg, sizeof(res_msg));
     if (rc != 0)
         goto out_ctx;
     mxop__status_begin(call_id, op->name, 0);
+    mxop__status_callback("check_attrs");
     if (op->def.check_attrs != NULL && (rc = op->def.check_attrs(&mxop__ctx)) != 0) {
         rc = mxop__op_error(op, rc, "check_attrs", res_msg, sizeof(res_msg));
         goto out_status;
     }
     mxop__ctx_clear_error();
     void *state = NULL;
+    mxop__status_callback("state_create");
     rc = op->def.state_create(&mxop__ctx, (int)sc->n_in_dtypes, in_sh, in_dt, &state);
     if (rc != 0) {
         rc = mxop__op_error(op, rc, "state_create", res_msg, sizeof(res_msg));
@@ -407,6 +415,7 @@ static int state_destroy(uint64_t call_id, const Mxop__StateDestroy *sd)
         return rc;
     const mxop__worker_op_t *op = mxop__op_get(opi);
     mxop__status_begin(call_id, op->name, 0);
+    mxop__status_callback("state_destroy");
     op->def.state_destroy(state);
     mxop__status_end();
     mxop__state_remove(sd->state);

@@ -22,6 +22,7 @@ static uint32_t cap; /* a power of two, or 0 */
 static uint32_t count;
 static uint32_t generation;
 static uint32_t counter;
+static uint32_t max_states = 4096; /* the session's quota (--max-states) */
 
 void mxop__states_init(uint32_t gen)
 {
@@ -70,6 +71,22 @@ static int grow(void)
     slots = tab;
     cap = ncap;
     return 0;
+}
+
+void mxop__states_set_max(uint32_t n)
+{
+    max_states = n;
+}
+
+int mxop__states_room(char *msg, size_t msglen)
+{
+    if (count < max_states)
+        return 0;
+    mxop__fmt(msg, msglen,
+              "the session holds %u op states, its limit (mxop-serverd --session-max-states %u); "
+              "destroy states it no longer needs first",
+              (unsigned)count, (unsigned)max_states);
+    return MXOP_ELIMIT;
 }
 
 int mxop__state_add(uint32_t op, void *state, uint64_t *id)
@@ -132,6 +149,7 @@ void mxop__states_destroy_all(void)
         /* A state_destroy that crashes is named in the status page like any call. */
         if (op != NULL && op->def.state_destroy != NULL) {
             mxop__status_begin(0, op->name, 0);
+            mxop__status_callback("state_destroy");
             op->def.state_destroy(slots[i].state);
             mxop__status_end();
         }

@@ -50,8 +50,19 @@ void mxop__status_begin(uint64_t call_id, const char *op, uint32_t deadline_ms)
     memset(page->op + n, 0, MXOP__STATUS_OP_MAX - n);
     page->start_ns = now;
     page->deadline_ns = deadline_ms != 0 ? now + (int64_t)deadline_ms * 1000000 : 0;
+    memset(page->callback, 0, sizeof(page->callback));
     atomic_store_explicit(&page->busy, 1, memory_order_relaxed);
     write_end(s);
+}
+
+void mxop__status_callback(const char *name)
+{
+    if (page == NULL)
+        return;
+    /* A plain store of a short name: the daemon reads it only to quote it, checking each byte. */
+    size_t n = strnlen(name, MXOP__STATUS_CB_MAX - 1);
+    memcpy(page->callback, name, n);
+    memset(page->callback + n, 0, MXOP__STATUS_CB_MAX - n);
 }
 
 void mxop__status_end(void)

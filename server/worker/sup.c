@@ -105,8 +105,12 @@ void mxop__sup_handle(const Mxop__SupRequest *req, int *fds, int nfds, Mxop__Sup
     case MXOP__SUP_REQUEST__BODY_UNMAP:
         rc = mxop__region_remove(req->unmap->region, msg, sizeof(msg));
         break;
+    case MXOP__SUP_REQUEST__BODY_PING:
+        /* Answered by the serving loop itself: that it runs is the answer. */
+        rc = 0;
+        break;
     default:
-        mxop__fmt(msg, sizeof(msg), "supervisor request %llu carries no load, map or unmap",
+        mxop__fmt(msg, sizeof(msg), "supervisor request %llu carries no load, map, unmap or ping",
                   (unsigned long long)req->id);
         rc = MXOP_EPROTOCOL;
         break;

@@ -11,6 +11,7 @@
 #ifndef MXOP_SERVER_WORKER_WORKER_H
 #define MXOP_SERVER_WORKER_WORKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -264,6 +265,10 @@ int mxop__region_remove(uint32_t id, char *msg, size_t msglen);
 
 /** Sets the generation whose ids this worker hands out. */
 void mxop__states_init(uint32_t generation);
+/* The most states the worker holds at once (the session's quota). */
+void mxop__states_set_max(uint32_t n);
+/* 0 when one more state may be created, else MXOP_ELIMIT naming the limit in msg. */
+int mxop__states_room(char *msg, size_t msglen);
 
 /**
  * Keeps `state` of op `op` under a fresh id.  Returns 0 or MXOP_ELIMIT /
@@ -294,6 +299,8 @@ void mxop__status_begin(uint64_t call_id, const char *op, uint32_t deadline_ms);
 
 /** Marks the worker idle. */
 void mxop__status_end(void);
+/* Names the library callback about to run (for a timeout's message), "" after. */
+void mxop__status_callback(const char *name);
 
 /** The status page, for the fault handler (NULL before start-up). */
 mxop__status_page_t *mxop__status_page(void);
@@ -462,5 +469,33 @@ const char *mxop__dtype_name(int32_t dtype, char *buf, size_t len);
 
 /** Whether `code` is one of the negative MXOP_E* codes. */
 int mxop__is_known_error(int code);
+
+/* ------------------------------------------------------------------------ */
+/* wire_nul.c */
+
+/* Where a string field of a message held a NUL byte. */
+typedef struct mxop__wire_nul {
+    const char *parent; /* the repeated field of the call's body ("attrs"), or "" */
+    size_t index;       /* which of them */
+    const char *field;  /* the string field ("key", "value") */
+    size_t offset;      /* the NUL's byte in it */
+    size_t length;      /* the string's length on the wire */
+} mxop__wire_nul_t;
+
+/**
+ * Whether a string field anywhere in the wire form `buf` of a message of
+ * type `desc` holds a NUL byte (which the decoded, NUL-terminated string
+ * would hide); *where says which.
+ */
+bool mxop__wire_find_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                         mxop__wire_nul_t *where);
+
+/**
+ * A call whose attribute keys or values hold a NUL byte (in its wire form
+ * `payload`): true, with *res the MXOP_EATTR result naming the op and the
+ * key.  Runs before any callback, only for calls with attributes.
+ */
+bool mxop__call_nul_refused(const Mxop__Call *call, const uint8_t *payload, size_t len,
+                            Mxop__CallResult *res);
 
 #endif /* MXOP_SERVER_WORKER_WORKER_H */

@@ -93,6 +93,41 @@ static void invoke_seed(const char *name, uint32_t op, int backward, Mxop__Tenso
     seed("call", name, MXOP__KIND_CALL, &c.base);
 }
 
+/*
+ * The gemm call with a NUL inside its attribute's value ("2.5\0junk"):
+ * protobuf-c packs C strings, so the byte is put in after packing.
+ */
+static void nul_attr_seed(Mxop__TensorDesc **in, Mxop__TensorDesc **out)
+{
+    Mxop__Attr alpha = MXOP__ATTR__INIT;
+    alpha.key = "alpha";
+    alpha.value = "2.5#junk";
+    Mxop__Attr *attrs[] = {&alpha};
+    Mxop__Invoke iv = MXOP__INVOKE__INIT;
+    iv.op = 1;
+    iv.inputs = in;
+    iv.n_inputs = 2;
+    iv.outputs = out;
+    iv.n_outputs = 1;
+    iv.attrs = attrs;
+    iv.n_attrs = 1;
+    iv.deadline_ms = 1000;
+    Mxop__Call c = MXOP__CALL__INIT;
+    c.id = 7;
+    c.body_case = MXOP__CALL__BODY_INVOKE;
+    c.invoke = &iv;
+    uint8_t buf[512];
+    size_t n = protobuf_c_message_get_packed_size(&c.base);
+    if (n > sizeof(buf))
+        exit(1);
+    protobuf_c_message_pack(&c.base, buf);
+    uint8_t *hash = memchr(buf, '#', n);
+    if (hash == NULL)
+        exit(1);
+    *hash = '\0';
+    write_file("call", "gemm-attr-nul", buf, n);
+}
+
 static void call_seeds(void)
 {
     int64_t s16[] = {16}, s44[] = {4, 4}, s23[] = {2, 3}, s34[] = {3, 4}, s24[] = {2, 4};
@@ -111,6 +146,7 @@ static void call_seeds(void)
     alpha.value = "2.5";
     Mxop__Attr *attrs[] = {&alpha};
     invoke_seed("gemm", 1, 0, gin, 2, gout, 1, attrs, 1);
+    nul_attr_seed(gin, gout);
 
     Mxop__TensorDesc m = desc(1, 0, 0, s44, 2), o = desc(2, 64, 0, s44, 2);
     Mxop__TensorDesc *sin[] = {&m}, *sout[] = {&o};

@@ -7,6 +7,8 @@
  *   hang_backward backward never returns
  *   hang_create   stateful: state_create never returns
  *   hang_destroy  stateful: state_destroy never returns
+ *   hang_attrs    check_attrs never returns
+ *   hang_infer_type  infer_type never returns
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,20 @@ static int copy(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out, m
 
 static int infer_hang(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, int n_out,
                       mxop_shape_t *out)
+{
+    (void)ctx, (void)n_in, (void)in, (void)n_out, (void)out;
+    hang();
+    return 0;
+}
+
+static int attrs_hang(mxop_ctx_t *ctx)
+{
+    (void)ctx;
+    hang();
+    return 0;
+}
+
+static int infer_type_hang(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out, int32_t *out)
 {
     (void)ctx, (void)n_in, (void)in, (void)n_out, (void)out;
     hang();
@@ -85,7 +101,7 @@ static void destroy_ok(void *state)
 MXOP_PLUGIN_INIT(ctx, h)
 {
     host = h;
-    mxop_op_def_t defs[4] = {
+    mxop_op_def_t defs[6] = {
         {.name = "hang_infer", .forward = copy, .infer_shape = infer_hang},
         {.name = "hang_backward", .forward = copy, .backward = backward_hang},
         {.name = "hang_create",
@@ -96,8 +112,10 @@ MXOP_PLUGIN_INIT(ctx, h)
          .state_create = create_ok,
          .state_forward = state_copy,
          .state_destroy = destroy_hang},
+        {.name = "hang_attrs", .forward = copy, .check_attrs = attrs_hang},
+        {.name = "hang_infer_type", .forward = copy, .infer_type = infer_type_hang},
     };
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         defs[i].struct_size = sizeof(mxop_op_def_t);
         defs[i].description = "hangs in one callback (tests/plugins/hang_cb.c)";
         defs[i].num_inputs = 1;
