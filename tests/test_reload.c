@@ -470,3 +470,34 @@ Test(admin, non_admin_reload_is_refused, .timeout = 60, .fini = stop)
     cr_assert_eq(mxt_worker_pid(c), before);
     mxop_close(c);
 }
+
+/* A new file whose ops differ cannot take over a session: its calls would reach other ops. */
+Test(reload, changed_ops_fail_the_session_never_run_another_op, .timeout = 60, .fini = stop)
+{
+    start(NULL, 'a');
+    const char *libs[] = {"version.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    const mxop_op_t *op = mxt_op(c, "version");
+    int64_t shape[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F64, 1, shape, 1, &x);
+    mxt_array(c, MXOP_F64, 1, shape, 2, &y);
+    ((double *)x.data)[0] = 0;
+    for (int i = 0; i < 16; i++)
+        ((double *)y.data)[i] = -7;
+    install('c');
+    char out[8192];
+    cr_assert_eq(run_mxop(out, sizeof(out), "reload version.so"), 0, "%s", out);
+    int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, MXOP_EWORKER_CRASHED, "got %s: %s", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "version_renamed") != NULL, "%s", mxop_last_error(c));
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(((double *)y.data)[i], -7, "another op ran for the call");
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxop_close(c);
+    /* A new session gets the new file and its op. */
+    c = mxt_connect_with(&daemon_, libs);
+    mxt_op(c, "version_renamed");
+    mxop_close(c);
+}

@@ -462,6 +462,13 @@ struct mxop__session {
      */
     mxop__pending_t *held;
     char retire_why[MXOP__MSG_MAX / 2]; /* RETIRING: the library being reloaded, for messages */
+    /*
+     * After a retirement the client gets its replacement's channel only once
+     * the replacement has loaded every library again with the same ops
+     * (replay.c checks each): until then reload_fd holds the client's end.
+     */
+    bool reloading;
+    int reload_fd;
 
     /* deadline.c: the calls the client publishes, and what the watchdog saw of them. */
     struct mxop__call_page *call_page; /* mapped read-write by the daemon and the client only */

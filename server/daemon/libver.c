@@ -107,3 +107,41 @@ void mxop__libver_pb(const char *name, const char *path, const mxop__libver_t *v
     out->sha256 = (char *)v->sha256;
     out->loaded_at_ms = v->loaded_at_ms;
 }
+
+/*
+ * A library given again to a new worker (a replay after a crash or a
+ * reload) must register the same ops, at the same indices, with the same
+ * signatures: the client calls ops by index, and a new file with other
+ * ops would have its calls run the wrong op.
+ */
+int mxop__libver_same_ops(const mxop__session_t *s, const char *name, const Mxop__SupReply *r,
+                          char *why, size_t whylen)
+{
+    size_t had = 0;
+    for (size_t j = 0; j < s->n_ops; j++)
+        had += s->ops[j].library != NULL && strcmp(s->ops[j].library, name) == 0;
+    if (had != r->n_ops) {
+        mxop__fmt(why, whylen, "library '%s' now registers %zu ops where the session has %zu",
+                  name, r->n_ops, had);
+        return MXOP_ELIB_INVALID;
+    }
+    for (size_t i = 0; i < r->n_ops; i++) {
+        const Mxop__OpInfo *n = r->ops[i];
+        const Mxop__OpInfo *o = NULL;
+        for (size_t j = 0; j < s->n_ops && o == NULL; j++)
+            if (s->ops[j].index == n->index)
+                o = &s->ops[j];
+        if (o == NULL || strcmp(o->name, n->name) != 0 || o->num_inputs != n->num_inputs ||
+            o->min_inputs != n->min_inputs || o->num_outputs != n->num_outputs ||
+            o->stateful != n->stateful || o->has_backward != n->has_backward ||
+            o->mutated_inputs != n->mutated_inputs) {
+            mxop__fmt(why, whylen,
+                      "library '%s' now registers op '%s' at index %u, where the session has "
+                      "%s%s%s with another signature",
+                      name, n->name, (unsigned)n->index, o ? "op '" : "no op",
+                      o ? o->name : "", o ? "'" : "");
+            return MXOP_ELIB_INVALID;
+        }
+    }
+    return 0;
+}

@@ -27,7 +27,12 @@
 #include "server/daemon/log.h"
 #include "server/daemon/session.h"
 
-/* One Reload request waiting for its sessions to run their new workers. */
+/*
+ * One Reload request waiting for its sessions to run their new workers:
+ * each is RETIRING, or has its replacement loading the libraries again
+ * (reloading), until the client has the replacement's channel or the
+ * session failed or ended.
+ */
 struct mxop__reload_wait {
     struct mxop__reload_wait *next;
     uint64_t client_id;
@@ -64,7 +69,7 @@ static bool session_retiring(mxop__daemon_t *d, uint64_t sid)
     for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next) {
         mxop__client_t *cl = MXOP__CONTAINER_OF(n, mxop__client_t, link);
         if (cl->session != NULL && cl->session->id == sid)
-            return cl->session->state == MXOP__SESS_RETIRING;
+            return cl->session->state == MXOP__SESS_RETIRING || cl->session->reloading;
     }
     return false;
 }

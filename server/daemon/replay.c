@@ -163,6 +163,12 @@ void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r)
         return;
     }
     mxop__lib_t *lib;
+    char why[MXOP__MSG_MAX];
+    if (p->kind == MXOP__PENDING_LOAD && mxop__libver_same_ops(s, p->name, r, why, sizeof(why)) != 0) {
+        mxop__pending_free(p);
+        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, why);
+        return;
+    }
     if (p->kind == MXOP__PENDING_LOAD && (lib = mxop__libver_lib(s, p->path)) != NULL)
         lib->spare_ver = p->ver;
     mxop__pending_free(p);
@@ -183,6 +189,16 @@ static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Su
                       "ops cannot be restored and its requests now fail",
                       p->name, msg ? msg : mxop_strerror(r->status));
             mxop__session_unrestorable(s, why);
+            return;
+        }
+        char why[MXOP__MSG_MAX], full[MXOP__MSG_MAX];
+        if (mxop__libver_same_ops(s, p->name, r, why, sizeof(why)) != 0) {
+            /* A rebuilt file with other ops: calls by index would reach the wrong op. */
+            mxop__fmt(full, sizeof(full),
+                      "%s (its file changed): the session's ops cannot be restored and its "
+                      "requests now fail; open a new session to use the new version",
+                      why);
+            mxop__session_unrestorable(s, full);
             return;
         }
         mxop__lib_t *lib = mxop__libver_lib(s, p->path);
@@ -276,7 +292,11 @@ void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r)
         }
         break;
     }
+    bool replay = p->replay;
     mxop__pending_free(p);
+    /* A reload's replacement reaches the client once its replays are all checked. */
+    if (replay)
+        mxop__session_replayed(s);
 }
 
 /*

@@ -201,6 +201,13 @@ mxop__lib_t *mxop__libver_lib(mxop__session_t *s, const char *path);
  * *libs is valid until the session changes.
  */
 size_t mxop__session_libs(const mxop__session_t *s, const mxop__lib_t **libs);
+/*
+ * 0 if a replayed load's reply (`r`, library `name`) registers the ops the
+ * session has for it, at the same indices and with the same signatures;
+ * else MXOP_ELIB_INVALID with a sentence in why.
+ */
+int mxop__libver_same_ops(const mxop__session_t *s, const char *name, const Mxop__SupReply *r,
+                          char *why, size_t whylen);
 /* Fills a LibraryVersion (strings borrowed from the arguments). */
 void mxop__libver_pb(const char *name, const char *path, const mxop__libver_t *v,
                      Mxop__LibraryVersion *out);
@@ -226,6 +233,11 @@ void mxop__reload_settled(mxop__daemon_t *d);
  * ended: its next worker loads the new file anyway).
  */
 bool mxop__session_reload(mxop__session_t *s, const char *why);
+/*
+ * The live worker answered a replayed request: once a replacement after a
+ * retirement has answered all of them, the client gets its channel.
+ */
+void mxop__session_replayed(mxop__session_t *s);
 
 /* ------------------------------------------------------------------------ */
 /* replay.c, hot reload */

@@ -119,9 +119,22 @@ static const mxop__lib_t *quarantined_lib(mxop__session_t *s, char *err, size_t 
     return NULL;
 }
 
+/* Forgets a replacement's channel kept from the client (reload_fd). */
+static void close_reload_fd(mxop__session_t *s)
+{
+    if (s->reload_fd >= 0)
+        close(s->reload_fd);
+    s->reload_fd = -1;
+}
+
 /* Enters FAILED: requests fail with `code` and `msg` from now on; the client is told. */
 static void enter_failed(mxop__session_t *s, int code, const char *msg)
 {
+    close_reload_fd(s);
+    if (s->reloading) {
+        s->reloading = false;
+        mxop__reload_settled(s->d);
+    }
     s->state = MXOP__SESS_FAILED;
     s->dead_code = code == MXOP_EQUARANTINED ? code : MXOP_EWORKER_CRASHED;
     mxop__fmt(s->dead_msg, sizeof(s->dead_msg), "%s", msg);
@@ -196,8 +209,20 @@ static void respawn(mxop__session_t *s)
         mxop__worker_kill(w, "it could not be given the session's libraries and regions");
     /* After the libraries and regions: requests a retired worker never read. */
     mxop__replay_held(s, true, MXOP_EWORKER_CRASHED, "it could not be sent to the new worker");
-    mxop__reply_event(s, e, e->message, true, client_fd);
-    close(client_fd);
+    if (s->reloading && !warm) {
+        /*
+         * A reload's replacement may have loaded a file with other ops: the
+         * client gets its channel once every replayed load was checked
+         * (mxop__session_replayed), so that no call reaches it before.
+         */
+        close_reload_fd(s);
+        s->reload_fd = client_fd;
+        mxop__session_replayed(s);
+    } else {
+        s->reloading = false;
+        mxop__reply_event(s, e, e->message, true, client_fd);
+        close(client_fd);
+    }
     MXOP__LOGI(s->id, NULL,
                "worker restarted: pid %d, generation %u, %s (%zu libraries, %zu regions)",
                (int)w->pid, (unsigned)s->generation, warm ? "the warm spare" : "started cold",
@@ -219,6 +244,8 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
     mxop__fmt(e->message, sizeof(e->message), "%s", x->message);
     s->worker = NULL;
     s->state = MXOP__SESS_WAITING;
+    /* A reload's replacement that dies before serving never reaches the client. */
+    close_reload_fd(s);
 
     /*
      * A worker that died idle while loading a library: say which, and count
@@ -226,7 +253,8 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
      * SIGKILL from outside or from the OOM killer, nor a timeout).
      */
     char load_note[160] = "";
-    if (x->op[0] == '\0' && s->pend_head != NULL && s->pend_head->kind == MXOP__PENDING_LOAD) {
+    if (!retired && x->op[0] == '\0' && s->pend_head != NULL &&
+        s->pend_head->kind == MXOP__PENDING_LOAD) {
         int sig = x->term_signal;
         bool by_library = x->code != MXOP_ETIMEOUT && sig != SIGKILL && sig != SIGTERM &&
                           sig != SIGINT && sig != SIGHUP;
@@ -254,6 +282,7 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
         s->held = mxop__fifo_take_all(s, MXOP__FIFO_LIVE);
         s->pend_head = s->pend_tail = NULL;
         client_caused = true;
+        s->reloading = true;
         mxop__fmt(e->message, sizeof(e->message),
                   "the session's worker retired between calls and was replaced to reload %s; "
                   "stateful instances it held are lost",
@@ -314,6 +343,8 @@ static void on_end(mxop__session_t *s)
         s->worker = NULL;
     }
     mxop__spare_event(s, MXOP__SPARE_EV_STOP, NULL);
+    close_reload_fd(s);
+    s->reloading = false;
     /* The client is gone: requests held for a replacement have no one to answer. */
     for (mxop__pending_t *p = s->held, *next; p != NULL; p = next) {
         next = p->next;
@@ -366,7 +397,7 @@ static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
         bool retired = was == MXOP__SESS_RETIRING && x->term_signal == 0 &&
                        x->exit_status == 0 && x->call_id == 0;
         on_died(s, x, retired);
-        if (was == MXOP__SESS_RETIRING)
+        if (was == MXOP__SESS_RETIRING || !s->reloading)
             mxop__reload_settled(s->d);
         break;
     }
@@ -396,8 +427,7 @@ static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
         mxop__sess_state_t was = s->state;
         if (was != MXOP__SESS_ENDED)
             on_end(s);
-        if (was == MXOP__SESS_RETIRING)
-            mxop__reload_settled(s->d);
+        mxop__reload_settled(s->d);
         break;
     }
     }
@@ -420,6 +450,7 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     s->next_region = 1;
     s->next_sup_id = 1;
     s->spare_state = MXOP__SPARE_NONE;
+    s->reload_fd = -1;
 
     char err[MXOP__MSG_MAX];
     int fds[2] = {-1, -1}; /* the data channel, the call page */
@@ -495,6 +526,21 @@ int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen)
 void mxop__session_unrestorable(mxop__session_t *s, const char *why)
 {
     transition(s, EV_UNRESTORABLE, why);
+}
+
+void mxop__session_replayed(mxop__session_t *s)
+{
+    if (s->reload_fd < 0 || s->state != MXOP__SESS_RUNNING)
+        return;
+    for (const mxop__pending_t *p = s->pend_head; p != NULL; p = p->next)
+        if (p->replay)
+            return;
+    int fd = s->reload_fd;
+    s->reload_fd = -1;
+    s->reloading = false;
+    mxop__reply_event(s, &s->death, s->death.message, true, fd);
+    close(fd);
+    mxop__reload_settled(s->d);
 }
 
 void mxop__session_end(mxop__session_t *s)
