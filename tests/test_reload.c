@@ -178,12 +178,8 @@ static void *caller_main(void *arg)
         k->mixed += mixed;
         if (v != 1.0 && v != 2.0)
             k->strange++;
-        else if ((p == 0 && v != 1.0) || (p == 2 && v != 2.0) || (p == 4 && v != 1.0)) {
-            if (getenv("MXOP_TEST_LOG") != NULL)
-                fprintf(stderr, "DEBUG caller %p phase %d got %g worker %d\n", (void *)k, p, v,
-                        (int)mxt_worker_pid(k->c));
+        else if ((p == 0 && v != 1.0) || (p == 2 && v != 2.0) || (p == 4 && v != 1.0))
             k->wrong++;
-        }
     }
     return NULL;
 }
@@ -224,8 +220,6 @@ Test(reload, under_load_no_call_lost_none_from_the_wrong_version, .timeout = 180
         field(out, "sessions:", v, sizeof(v));
         cr_assert(strncmp(v, "4 (", 3) == 0, "every session is moved: %s", out);
         atomic_store(&phase, 2 * round);
-        if (getenv("MXOP_TEST_LOG") != NULL)
-            fprintf(stderr, "DEBUG phase %d: %s\n", round, out);
     }
     cr_assert(mxt_wait_until(enough_calls, k, 30000), "callers made no progress");
     atomic_store(&running, 0);
@@ -499,5 +493,58 @@ Test(reload, changed_ops_fail_the_session_never_run_another_op, .timeout = 60, .
     /* A new session gets the new file and its op. */
     c = mxt_connect_with(&daemon_, libs);
     mxt_op(c, "version_renamed");
+    mxop_close(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests the retiring worker never read go to its replacement. */
+
+typedef struct loader {
+    mxop_client_t *c;
+    int rc;
+    char err[512];
+} loader_t;
+
+static void *load_main(void *arg)
+{
+    loader_t *l = arg;
+    l->rc = mxop_load_library(l->c, "running_mean.so");
+    snprintf(l->err, sizeof(l->err), "%s", l->rc ? mxop_last_error(l->c) : "");
+    return NULL;
+}
+
+Test(reload, requests_sent_while_retiring_go_to_the_replacement, .timeout = 60, .fini = stop)
+{
+    start(NULL, 'a');
+    const char *libs[] = {"version.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    pid_t w = mxt_worker_pid(c);
+    /* Stopped, the worker cannot read its Retire yet: what comes after it waits behind. */
+    cr_assert_eq(kill(w, SIGSTOP), 0);
+    install('b');
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s/bin/mxop reload --socket %s version.so 2>&1", mxt_build_dir(),
+             daemon_.sock);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p != NULL);
+    mxt_sleep_ms(300);
+    loader_t l = {.c = c};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, load_main, &l), 0);
+    mxt_sleep_ms(300);
+    cr_assert_eq(kill(w, SIGCONT), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(l.rc, 0, "LoadLibrary sent while the worker retired: %s: %s",
+                 mxop_err_name(l.rc), l.err);
+    char out[4096];
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "mxop reload: %s", out);
+    cr_assert_neq(mxt_worker_pid(c), w, "the worker was not replaced");
+    mxt_op(c, "running_mean_norm");
+    int rc, mixed;
+    double v = call_version(c, mxt_op(c, "version"), 0, &rc, &mixed);
+    cr_assert(rc == 0 && v == 2.0 && !mixed, "rc %d, answered %g", rc, v);
     mxop_close(c);
 }
