@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/sha256.h"
@@ -213,15 +214,22 @@ Test(reload, under_load_no_call_lost_none_from_the_wrong_version, .timeout = 180
     char out[8192], v[128];
     for (int round = 1; round <= 2; round++) {
         cr_assert(mxt_wait_until(enough_calls, k, 30000), "callers made no progress");
+        mxt_sleep_ms(300);
         atomic_store(&phase, 2 * round - 1);
         install(round == 1 ? 'b' : 'a');
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         int st = run_mxop(out, sizeof(out), "reload version.so");
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        cr_log_info("reload %d under load: `mxop reload` took %.1f ms", round,
+                    (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
         cr_assert_eq(st, 0, "mxop reload: exit %d: %s", st, out);
         field(out, "sessions:", v, sizeof(v));
         cr_assert(strncmp(v, "4 (", 3) == 0, "every session is moved: %s", out);
         atomic_store(&phase, 2 * round);
     }
     cr_assert(mxt_wait_until(enough_calls, k, 30000), "callers made no progress");
+    mxt_sleep_ms(300);
     atomic_store(&running, 0);
     for (int i = 0; i < CLIENTS; i++) {
         pthread_join(k[i].th, NULL);
@@ -238,6 +246,10 @@ Test(reload, under_load_no_call_lost_none_from_the_wrong_version, .timeout = 180
         cr_assert_eq(mxop_stats(k[i].c, &st), 0);
         cr_expect(st.worker_restarts >= 2, "caller %d: %llu worker replacements", i,
                   (unsigned long long)st.worker_restarts);
+        cr_log_info("caller %d: %d calls (%d, %d, %d, %d, %d by phase), %llu worker replacements",
+                    i, k[i].calls[0] + k[i].calls[1] + k[i].calls[2] + k[i].calls[3] +
+                    k[i].calls[4], k[i].calls[0], k[i].calls[1], k[i].calls[2], k[i].calls[3],
+                    k[i].calls[4], (unsigned long long)st.worker_restarts);
         mxop_close(k[i].c);
     }
 }
