@@ -107,6 +107,9 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
         mxop__client_reply_error(cl, req->id, MXOP_ENOMEM, "out of memory for a library load");
         return;
     }
+    /* The version the worker is about to load, for Reload and `mxop load` (libver.c). */
+    if (mxop__libver_read(resolved, &p->ver, err, sizeof(err)) != 0)
+        MXOP__LOGD(s->id, NULL, "%s", err);
     rc = mxop__pending_send(s, p, -1, MXOP__FIFO_LIVE);
     if (rc != 0) {
         mxop__pending_free(p);
@@ -329,10 +332,11 @@ static void handle_stats(mxop__client_t *cl, const Mxop__Request *req)
 static void handle_shutdown(mxop__client_t *cl, const Mxop__Request *req)
 {
     mxop__daemon_t *d = cl->d;
-    if (cl->uid != d->euid && cl->uid != 0) {
-        mxop__reply_errorf(cl, req->id, MXOP_EDENIED,
-                           "uid %u may not shut the daemon down (only uid %u or root may)",
-                           (unsigned)cl->uid, (unsigned)d->euid);
+    if (!mxop__client_is_admin(d, cl)) {
+        char err[MXOP__MSG_MAX];
+        int rc = mxop__admin_refusal(d, cl, "Shutdown", err, sizeof(err));
+        MXOP__LOGW(0, NULL, "client %llu: %s", (unsigned long long)cl->id, err);
+        mxop__client_reply_error(cl, req->id, rc, err);
         return;
     }
     mxop__reply_ok(cl, req->id);
@@ -378,6 +382,9 @@ void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_
         return;
     case MXOP__REQUEST__BODY_STATS: handle_stats(cl, req); return;
     case MXOP__REQUEST__BODY_SHUTDOWN: handle_shutdown(cl, req); return;
+    /* Hot reload (reload.c). */
+    case MXOP__REQUEST__BODY_RELOAD: mxop__ctl_reload(cl, req); return;
+    case MXOP__REQUEST__BODY_SESSION_LIBRARIES: mxop__ctl_session_libraries(cl, req); return;
     case MXOP__REQUEST__BODY_LOAD_LIBRARY:
     case MXOP__REQUEST__BODY_LIST_OPS:
     case MXOP__REQUEST__BODY_REGISTER_REGION:

@@ -33,6 +33,8 @@ const char *mxop__ctl_body_name(int body_case)
     case MXOP__REQUEST__BODY_STATS: return "Stats";
     case MXOP__REQUEST__BODY_SHUTDOWN: return "Shutdown";
     case MXOP__REQUEST__BODY_REPLACE_WORKER: return "ReplaceWorker";
+    case MXOP__REQUEST__BODY_RELOAD: return "Reload";
+    case MXOP__REQUEST__BODY_SESSION_LIBRARIES: return "SessionLibraries";
     default: return "an empty request";
     }
 }
@@ -169,6 +171,12 @@ static int check_body(const Mxop__Request *req, char *msg, size_t msglen)
     case MXOP__REQUEST__BODY_LOAD_LIBRARY:
         if (req->load_library->path == NULL || req->load_library->path[0] == '\0') {
             mxop__fmt(msg, msglen, "LoadLibrary.path is empty");
+            return MXOP_EINVAL;
+        }
+        return 0;
+    case MXOP__REQUEST__BODY_RELOAD:
+        if (req->reload->library == NULL || req->reload->library[0] == '\0') {
+            mxop__fmt(msg, msglen, "Reload.library is empty");
             return MXOP_EINVAL;
         }
         return 0;

@@ -243,6 +243,11 @@ typedef struct mxop__config {
     uid_t worker_uid;
     gid_t worker_gid;
     bool warm_spare; /* keep a started spare worker per session */
+
+    /* Administrators and hot reload (admin.c, reload.c; docs/security.md, docs/operations.md). */
+    uid_t admin_uids[MXOP__MAX_ALLOW_UIDS]; /* --admin-uid: may send daemon-wide requests */
+    int n_admin_uids;
+    bool watch; /* --watch on: reload a loaded library whose file changed (checked each second) */
 } mxop__config_t;
 
 /* One library that crashed a worker while it was loading (quarantine.c). */
@@ -298,6 +303,10 @@ struct mxop__daemon {
     uint64_t next_session_id;
     uint64_t next_client_id;
     bool shutting_down;
+
+    /* Hot reload (reload.c): Reload requests waiting for their sessions, the watch's clock. */
+    struct mxop__reload_wait *reload_waits;
+    int64_t watch_last_ns;
 };
 
 struct mxop__client {
@@ -314,9 +323,25 @@ struct mxop__client {
     mxop__session_t *session;
 };
 
+/*
+ * A library's version (libver.c): the identity of the file the daemon read
+ * for a worker and the SHA-256 of what it read, with when.
+ */
+typedef struct mxop__libver {
+    bool known; /* false when the file could not be read (the load itself may still work) */
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    int64_t mtime_ns;
+    char sha256[65];
+    int64_t loaded_at_ms; /* CLOCK_REALTIME */
+} mxop__libver_t;
+
 typedef struct mxop__lib {
     char *path; /* resolved */
     char *name; /* as the client gave it */
+    mxop__libver_t ver;       /* what the live worker loaded (reload.c reports it) */
+    mxop__libver_t spare_ver; /* what the warm spare loaded: becomes ver when it is promoted */
 } mxop__lib_t;
 
 /* The size of a CUDA IPC handle (cudaIpcMemHandle_t) a device region carries. */
@@ -353,6 +378,7 @@ typedef struct mxop__pending {
     bool cuda; /* MAP of a device region: the handle below instead of an fd */
     int32_t device;
     uint8_t ipc[MXOP__CUDA_IPC_BYTES];
+    mxop__libver_t ver; /* LOAD: the version read for this load (libver.c) */
 } mxop__pending_t;
 
 /* A session's timer, allocated apart so that it can outlive the session until closed. */
@@ -379,6 +405,7 @@ typedef enum mxop__sess_state {
     MXOP__SESS_RUNNING, /* s->worker serves */
     MXOP__SESS_WAITING, /* no worker: a respawn (or a retry of a failed spawn) waits for its timer
                          */
+    MXOP__SESS_RETIRING, /* a reload asked s->worker to exit between calls; it still serves */
     MXOP__SESS_FAILED,  /* the session cannot be restored: worker-bound requests fail */
     MXOP__SESS_ENDED    /* the client is gone */
 } mxop__sess_state_t;
@@ -397,7 +424,7 @@ struct mxop__session {
     uint64_t id;
     uint32_t generation;
     mxop__sess_state_t state; /* changed only by session_fsm.c's transition function */
-    mxop__worker_t *worker;   /* the live worker: set exactly in MXOP__SESS_RUNNING */
+    mxop__worker_t *worker;   /* the live worker: set exactly in RUNNING and RETIRING */
     int dead_code;            /* MXOP__SESS_FAILED: what requests get */
     char dead_msg[MXOP__MSG_MAX];
     uint64_t restarts;
@@ -438,6 +465,20 @@ struct mxop__session {
     mxop__pending_t *pend_head;
     mxop__pending_t *pend_tail;
     uint64_t next_sup_id;
+    /*
+     * Hot reload (session_fsm.c): supervisor requests sent to a retiring
+     * worker after it was asked to retire, which it never read: they go to
+     * its replacement.
+     */
+    mxop__pending_t *held;
+    char retire_why[MXOP__MSG_MAX / 2]; /* RETIRING: the library being reloaded, for messages */
+    /*
+     * After a retirement the client gets its replacement's channel only once
+     * the replacement has loaded every library again with the same ops
+     * (replay.c checks each): until then reload_fd holds the client's end.
+     */
+    bool reloading;
+    int reload_fd;
 
     /* deadline.c: the calls the client publishes, and what the watchdog saw of them. */
     struct mxop__call_page *call_page; /* mapped read-write by the daemon and the client only */
@@ -504,6 +545,7 @@ struct mxop__worker {
     char timeout_op[MXOP__STATUS_OP_MAX]; /* its op, as the client named it */
     int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
     char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
+    bool retiring; /* asked to exit between calls (a hot reload, session_fsm.c) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -592,6 +634,27 @@ void mxop__watchdog_stop(mxop__daemon_t *d);
  */
 int mxop__plugin_resolve(const char *dir_real, const char *name, size_t name_len, char *out,
                          size_t outlen, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* admin.c */
+
+/*
+ * True if the client may send daemon-wide requests (Shutdown, Reload): its
+ * uid is the daemon's, root, or an --admin-uid.  A worker's descendants
+ * never get this far (listener.c refuses them as clients).
+ */
+bool mxop__client_is_admin(const mxop__daemon_t *d, const mxop__client_t *cl);
+/* MXOP_EDENIED with a sentence naming the uid and how to allow it, for `what` ("Shutdown"). */
+int mxop__admin_refusal(const mxop__daemon_t *d, const mxop__client_t *cl, const char *what,
+                        char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* reload.c */
+
+/* The --watch check, called at each watchdog tick (does its work once a second). */
+void mxop__reload_tick(mxop__daemon_t *d, int64_t now);
+/* Frees what waits for reloads (at exit). */
+void mxop__reload_free(mxop__daemon_t *d);
 
 /* ------------------------------------------------------------------------ */
 /* quarantine.c */

@@ -51,6 +51,7 @@ static const char usage_text[] =
     "                    [--session-max-states N]\n"
     "                    [--allowlist FILE] [--strict-plugin-dir on|off]\n"
     "                    [--sandbox-fallback on|off]\n"
+    "                    [--admin-uid UID]... [--watch on|off]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
@@ -87,7 +88,11 @@ static const char usage_text[] =
     "  --sandbox-fallback on|off  run strict workers even where the kernel lacks a layer\n"
     "                       strict promises (Landlock's filesystem view); default off\n"
     "  --warm-spare on|off  keep one started spare worker per session, so that the call\n"
-    "                       after a crash does not wait for a new worker (default on)\n";
+    "                       after a crash does not wait for a new worker (default on)\n"
+    "  --admin-uid UID      this user (number or name) may also send daemon-wide requests\n"
+    "                       (Shutdown, Reload) and connect; repeatable (docs/security.md)\n"
+    "  --watch on|off       reload a loaded library whose file changed, checked each\n"
+    "                       second (default off; docs/operations.md, \"Hot reload\")\n";
 
 static uv_timer_t shutdown_guard;
 
@@ -96,6 +101,7 @@ static void watchdog_tick(mxop__daemon_t *d)
 {
     mxop__deadlines_tick(d);
     mxop__clients_tick(d, mxop__now_ns());
+    mxop__reload_tick(d, mxop__now_ns());
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -274,7 +280,10 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                                             "--sandbox-fallback",
                                             "--probe-interval-ms",
                                             "--probe-timeout-ms",
-                                            "--session-max-states"};
+                                            "--session-max-states",
+                                            /* Administrators and hot reload (admin.c, reload.c). */
+                                            "--admin-uid",
+                                            "--watch"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -369,6 +378,25 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             char why[256];
             if (mxop__layers_option(opt, val, why, sizeof(why)) != 0)
                 return usage_error("%s", why);
+        } else if (strcmp(opt, "--admin-uid") == 0) {
+            /* Administrators and hot reload (admin.c, reload.c). */
+            uid_t uid;
+            if (parse_uid(val, &uid) != 0)
+                return usage_error("--admin-uid '%s' is neither a uid number nor a user name", val);
+            if (cfg->n_admin_uids == MXOP__MAX_ALLOW_UIDS ||
+                cfg->n_allow_uids == MXOP__MAX_ALLOW_UIDS)
+                return usage_error("at most %d --admin-uid and --allow-uid options",
+                                   MXOP__MAX_ALLOW_UIDS);
+            cfg->admin_uids[cfg->n_admin_uids++] = uid;
+            /* An administrator may connect, too. */
+            cfg->allow_uids[cfg->n_allow_uids++] = uid;
+        } else if (strcmp(opt, "--watch") == 0) {
+            if (strcmp(val, "on") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
+                cfg->watch = true;
+            else if (strcmp(val, "off") == 0 || strcmp(val, "no") == 0 || strcmp(val, "0") == 0)
+                cfg->watch = false;
+            else
+                return usage_error("--watch must be on or off, not '%s'", val);
         } else if (strcmp(opt, "--warm-spare") == 0) {
             if (strcmp(val, "on") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
                 cfg->warm_spare = true;
@@ -577,6 +605,7 @@ out_loop:
     }
 out_cfg:
     mxop__quarantine_free(&d);
+    mxop__reload_free(&d);
     free(d.cfg.plugin_dir);
     free(d.cfg.worker_path);
     return rc;

@@ -26,6 +26,12 @@ static mxop__pending_t *load_entry(mxop__session_t *s, const mxop__lib_t *lib)
         mxop__pending_free(p);
         p = NULL;
     }
+    if (p != NULL) {
+        /* The version this worker gets: the file now at the path (libver.c). */
+        char err[MXOP__MSG_MAX];
+        if (mxop__libver_read(lib->path, &p->ver, err, sizeof(err)) != 0)
+            MXOP__LOGD(s->id, NULL, "%s", err);
+    }
     return p;
 }
 
@@ -156,6 +162,15 @@ void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r)
         mxop__spare_event(s, MXOP__SPARE_EV_FAILED, why);
         return;
     }
+    mxop__lib_t *lib;
+    char why[MXOP__MSG_MAX];
+    if (p->kind == MXOP__PENDING_LOAD && mxop__libver_same_ops(s, p->name, r, why, sizeof(why)) != 0) {
+        mxop__pending_free(p);
+        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, why);
+        return;
+    }
+    if (p->kind == MXOP__PENDING_LOAD && (lib = mxop__libver_lib(s, p->path)) != NULL)
+        lib->spare_ver = p->ver;
     mxop__pending_free(p);
 }
 
@@ -174,7 +189,21 @@ static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Su
                       "ops cannot be restored and its requests now fail",
                       p->name, msg ? msg : mxop_strerror(r->status));
             mxop__session_unrestorable(s, why);
+            return;
         }
+        char why[MXOP__MSG_MAX], full[MXOP__MSG_MAX];
+        if (mxop__libver_same_ops(s, p->name, r, why, sizeof(why)) != 0) {
+            /* A rebuilt file with other ops: calls by index would reach the wrong op. */
+            mxop__fmt(full, sizeof(full),
+                      "%s (its file changed): the session's ops cannot be restored and its "
+                      "requests now fail; open a new session to use the new version",
+                      why);
+            mxop__session_unrestorable(s, full);
+            return;
+        }
+        mxop__lib_t *lib = mxop__libver_lib(s, p->path);
+        if (lib != NULL)
+            lib->ver = p->ver;
         return;
     }
     if (r->status != 0) {
@@ -193,6 +222,7 @@ static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Su
                                      "out of memory recording the library's ops");
             return;
         }
+        s->libs[s->n_libs - 1].ver = p->ver;
         /* Only now that it loaded without crashing does the spare get it too. */
         mxop__mirror_load(s, &s->libs[s->n_libs - 1]);
     }
@@ -267,7 +297,11 @@ void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r)
         }
         break;
     }
+    bool replay = p->replay;
     mxop__pending_free(p);
+    /* A reload's replacement reaches the client once its replays are all checked. */
+    if (replay)
+        mxop__session_replayed(s);
 }
 
 /*
@@ -311,6 +345,40 @@ void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message
         }
         first = false;
         mxop__pending_free(p);
+        p = next;
+    }
+}
+
+/*
+ * Requests a retired worker never read (it exits at its Retire, and these
+ * came after): re-sent, in order, to its replacement, which has by then
+ * been given the session's libraries and regions.  A release needs no
+ * worker: its region left the session when it was asked for.
+ */
+void mxop__replay_held(mxop__session_t *s, bool send, int code, const char *msg)
+{
+    mxop__pending_t *p = s->held;
+    s->held = NULL;
+    while (p != NULL) {
+        mxop__pending_t *next = p->next;
+        p->next = NULL;
+        if (p->kind == MXOP__PENDING_UNMAP) {
+            mxop__reply_ok(s->client, p->req_id);
+            mxop__pending_free(p);
+        } else if (send && (p->sup_id = s->next_sup_id++) != 0 &&
+                   mxop__pending_send(s, p, p->cuda ? -1 : p->fd, MXOP__FIFO_LIVE) == 0) {
+            /* Queued on the new worker: its answer completes the request. */
+        } else {
+            if (p->kind == MXOP__PENDING_MAP) {
+                s->n_pending_maps--;
+                s->pending_map_bytes -= p->size;
+            }
+            mxop__reply_errorf(s->client, p->req_id, code,
+                               "the session's worker was being replaced for a reload and its "
+                               "replacement could not take the request: %s",
+                               msg);
+            mxop__pending_free(p);
+        }
         p = next;
     }
 }

@@ -183,4 +183,69 @@ void mxop__spare_event(mxop__session_t *s, mxop__spare_event_t ev, const char *w
  */
 mxop__worker_t *mxop__spare_take(mxop__session_t *s, int *client_fd);
 
+/* ------------------------------------------------------------------------ */
+/* libver.c: the version of each library a session runs (hot reload). */
+
+struct stat;
+/* Reads `path`'s identity and SHA-256 into *v (v->known false, a sentence in err, on failure). */
+int mxop__libver_read(const char *path, mxop__libver_t *v, char *err, size_t errlen);
+/* The identity fields of *v from a stat. */
+void mxop__libver_identity(const struct stat *st, mxop__libver_t *v);
+/* True if the file `st` describes is not the one *v was read from (or *v is unknown). */
+bool mxop__libver_changed(const mxop__libver_t *v, const struct stat *st);
+/* The session's library at resolved `path`, or NULL. */
+mxop__lib_t *mxop__libver_lib(mxop__session_t *s, const char *path);
+/*
+ * The session's libraries in load order (for `mxop status`): each has its
+ * name, path and ver (identity, sha256, loaded_at_ms).  Returns the count;
+ * *libs is valid until the session changes.
+ */
+size_t mxop__session_libs(const mxop__session_t *s, const mxop__lib_t **libs);
+/*
+ * 0 if a replayed load's reply (`r`, library `name`) registers the ops the
+ * session has for it, at the same indices and with the same signatures;
+ * else MXOP_ELIB_INVALID with a sentence in why.
+ */
+int mxop__libver_same_ops(const mxop__session_t *s, const char *name, const Mxop__SupReply *r,
+                          char *why, size_t whylen);
+/* Fills a LibraryVersion (strings borrowed from the arguments). */
+void mxop__libver_pb(const char *name, const char *path, const mxop__libver_t *v,
+                     Mxop__LibraryVersion *out);
+
+/* ------------------------------------------------------------------------ */
+/* reload.c */
+
+/* Reload (administrators only): replaces the workers of every session using a library. */
+void mxop__ctl_reload(mxop__client_t *cl, const Mxop__Request *req);
+/* SessionLibraries: the versions the client's session runs. */
+void mxop__ctl_session_libraries(mxop__client_t *cl, const Mxop__Request *req);
+/* A session left RETIRING (replaced, failed or ended): answers the Reloads now complete. */
+void mxop__reload_settled(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* session_fsm.c, hot reload */
+
+/*
+ * The session's library changed (EV_RELOAD): the live worker is asked to
+ * exit between calls and its replacement loads the file now at the path;
+ * the warm spare is discarded.  True if the session now waits for that
+ * (RETIRING), false if it had nothing to replace (no worker yet, failed,
+ * ended: its next worker loads the new file anyway).
+ */
+bool mxop__session_reload(mxop__session_t *s, const char *why);
+/*
+ * The live worker answered a replayed request: once a replacement after a
+ * retirement has answered all of them, the client gets its channel.
+ */
+void mxop__session_replayed(mxop__session_t *s);
+
+/* ------------------------------------------------------------------------ */
+/* replay.c, hot reload */
+
+/*
+ * The requests held from a retired worker (s->held): sent to the new live
+ * worker when `send`, else answered as lost with the worker (`code`, `msg`).
+ */
+void mxop__replay_held(mxop__session_t *s, bool send, int code, const char *msg);
+
 #endif /* MXOP_SERVER_DAEMON_SESSION_H */

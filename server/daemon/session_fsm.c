@@ -16,7 +16,25 @@
  *   WAITING  TIMER          RUNNING or WAITING   as for DIED: promote or spawn, else retry
  *   RUNNING  UNRESTORABLE   FAILED               a replayed library no longer loads: kill
  *                                                the worker, fail what was pending
+ *   RUNNING  RELOAD         RETIRING             a library of the session changed: ask the
+ *                                                worker to retire (it exits between calls),
+ *                                                discard the warm spare (it has the old file)
+ *   WAITING  RELOAD         WAITING              discard the warm spare; the respawn loads
+ *                                                the new file anyway
+ *   RETIRING RELOAD         RETIRING             nothing: the replacement loads the file then
+ *   RETIRING DIED           as RUNNING DIED      a clean exit at the Retire is no crash: no
+ *                                                backoff, no quarantine; requests sent after
+ *                                                the Retire go to the replacement (held)
+ *   RETIRING UNRESTORABLE   FAILED               as from RUNNING
  *   any      END            ENDED                kill the worker, stop the spare, timers
+ *
+ * Hot reload replaces the worker between calls without the daemon knowing
+ * when a call starts: the worker itself serves supervisor requests only
+ * between calls, so a WorkerRetire it reads means no call of it is under
+ * way.  A call in flight finishes on the old worker; a call it had not
+ * begun finds the channel closed, and the client sends it again to the
+ * replacement (a death outside the call: client/call.c's CALL_RETRY).
+ * Leaving RETIRING answers the Reload requests waiting for it (reload.c).
  *
  * Recovery never gives up while it is possible: a failed spawn (EMFILE,
  * ENOMEM, ...) and a worker that keeps dying before serving are retried
@@ -38,7 +56,7 @@
 #include "server/daemon/log.h"
 #include "server/daemon/session.h"
 
-typedef enum sess_event { EV_DIED, EV_TIMER, EV_UNRESTORABLE, EV_END } sess_event_t;
+typedef enum sess_event { EV_DIED, EV_TIMER, EV_UNRESTORABLE, EV_END, EV_RELOAD } sess_event_t;
 
 static void transition(mxop__session_t *s, sess_event_t ev, const void *arg);
 
@@ -101,9 +119,22 @@ static const mxop__lib_t *quarantined_lib(mxop__session_t *s, char *err, size_t 
     return NULL;
 }
 
+/* Forgets a replacement's channel kept from the client (reload_fd). */
+static void close_reload_fd(mxop__session_t *s)
+{
+    if (s->reload_fd >= 0)
+        close(s->reload_fd);
+    s->reload_fd = -1;
+}
+
 /* Enters FAILED: requests fail with `code` and `msg` from now on; the client is told. */
 static void enter_failed(mxop__session_t *s, int code, const char *msg)
 {
+    close_reload_fd(s);
+    if (s->reloading) {
+        s->reloading = false;
+        mxop__reload_settled(s->d);
+    }
     s->state = MXOP__SESS_FAILED;
     s->dead_code = code == MXOP_EQUARANTINED ? code : MXOP_EWORKER_CRASHED;
     mxop__fmt(s->dead_msg, sizeof(s->dead_msg), "%s", msg);
@@ -152,6 +183,7 @@ static void respawn(mxop__session_t *s)
                 if (s->spawn_failures == 1)
                     mxop__reply_event(s, e, msg, false, -1);
             }
+            mxop__replay_held(s, false, MXOP_EWORKER_CRASHED, msg);
             enter_waiting(s, delay);
             return;
         }
@@ -168,10 +200,29 @@ static void respawn(mxop__session_t *s)
      * A new worker missing a library would number the ops after it wrongly:
      * it must not serve.  Its death (outside any call) restarts it, with backoff.
      */
+    if (warm) {
+        /* What the spare loaded is now what the session runs. */
+        for (size_t i = 0; i < s->n_libs; i++)
+            s->libs[i].ver = s->libs[i].spare_ver;
+    }
     if (warm ? !mxop__replay_device_regions(s) : !mxop__replay_to(s, MXOP__FIFO_LIVE))
         mxop__worker_kill(w, "it could not be given the session's libraries and regions");
-    mxop__reply_event(s, e, e->message, true, client_fd);
-    close(client_fd);
+    /* After the libraries and regions: requests a retired worker never read. */
+    mxop__replay_held(s, true, MXOP_EWORKER_CRASHED, "it could not be sent to the new worker");
+    if (s->reloading && !warm) {
+        /*
+         * A reload's replacement may have loaded a file with other ops: the
+         * client gets its channel once every replayed load was checked
+         * (mxop__session_replayed), so that no call reaches it before.
+         */
+        close_reload_fd(s);
+        s->reload_fd = client_fd;
+        mxop__session_replayed(s);
+    } else {
+        s->reloading = false;
+        mxop__reply_event(s, e, e->message, true, client_fd);
+        close(client_fd);
+    }
     MXOP__LOGI(s->id, NULL,
                "worker restarted: pid %d, generation %u, %s (%zu libraries, %zu regions)",
                (int)w->pid, (unsigned)s->generation, warm ? "the warm spare" : "started cold",
@@ -180,7 +231,7 @@ static void respawn(mxop__session_t *s)
 }
 
 /* RUNNING + DIED: what the death means for the session, then the next state. */
-static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x)
+static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retired)
 {
     mxop__daemon_t *d = s->d;
     mxop__death_t *e = &s->death;
@@ -193,6 +244,8 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x)
     mxop__fmt(e->message, sizeof(e->message), "%s", x->message);
     s->worker = NULL;
     s->state = MXOP__SESS_WAITING;
+    /* A reload's replacement that dies before serving never reaches the client. */
+    close_reload_fd(s);
 
     /*
      * A worker that died idle while loading a library: say which, and count
@@ -200,7 +253,8 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x)
      * SIGKILL from outside or from the OOM killer, nor a timeout).
      */
     char load_note[160] = "";
-    if (x->op[0] == '\0' && s->pend_head != NULL && s->pend_head->kind == MXOP__PENDING_LOAD) {
+    if (!retired && x->op[0] == '\0' && s->pend_head != NULL &&
+        s->pend_head->kind == MXOP__PENDING_LOAD) {
         int sig = x->term_signal;
         bool by_library = x->code != MXOP_ETIMEOUT && sig != SIGKILL && sig != SIGTERM &&
                           sig != SIGINT && sig != SIGHUP;
@@ -219,13 +273,31 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x)
      * the next one needs another call, so the client sets the pace.
      */
     bool client_caused = x->call_id != 0 || (s->pend_head != NULL && !s->pend_head->replay);
-    mxop__replay_fail_pending(s, x->code, x->message, load_note);
+    if (retired) {
+        /*
+         * It answered everything sent before its Retire, then exited: what
+         * is still pending came after, and goes to the replacement.  A
+         * retirement is no death to back off from.
+         */
+        s->held = mxop__fifo_take_all(s, MXOP__FIFO_LIVE);
+        s->pend_head = s->pend_tail = NULL;
+        client_caused = true;
+        s->reloading = true;
+        mxop__fmt(e->message, sizeof(e->message),
+                  "the session's worker retired between calls and was replaced to reload %s; "
+                  "stateful instances it held are lost",
+                  s->retire_why);
+    } else {
+        mxop__replay_fail_pending(s, x->code, x->message, load_note);
+    }
     if (client_caused || x->served)
         s->idle_deaths = 0;
     if (!client_caused)
         s->idle_deaths++;
-    if (s->client == NULL || s->client->conn.closing || d->shutting_down)
+    if (s->client == NULL || s->client->conn.closing || d->shutting_down) {
+        mxop__replay_held(s, false, MXOP_EWORKER_CRASHED, "the session is ending");
         return;
+    }
 
     char msg[MXOP__MSG_MAX];
     char err[MXOP__MSG_MAX];
@@ -237,6 +309,7 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x)
                   e->message, q->name);
         e->code = MXOP_EQUARANTINED;
         enter_failed(s, MXOP_EQUARANTINED, msg);
+        mxop__replay_held(s, false, MXOP_EQUARANTINED, msg);
         return;
     }
     uint64_t delay = client_caused ? 0 : mxop__backoff_ms(s->idle_deaths);
@@ -256,6 +329,7 @@ static void on_unrestorable(mxop__session_t *s, const char *why)
         s->worker = NULL;
     }
     mxop__replay_fail_pending(s, MXOP_EWORKER_CRASHED, why, "");
+    mxop__replay_held(s, false, MXOP_EWORKER_CRASHED, why);
     memset(&s->death, 0, sizeof(s->death));
     s->death.code = MXOP_EWORKER_CRASHED;
     s->death.exit_status = -1;
@@ -269,6 +343,14 @@ static void on_end(mxop__session_t *s)
         s->worker = NULL;
     }
     mxop__spare_event(s, MXOP__SPARE_EV_STOP, NULL);
+    close_reload_fd(s);
+    s->reloading = false;
+    /* The client is gone: requests held for a replacement have no one to answer. */
+    for (mxop__pending_t *p = s->held, *next; p != NULL; p = next) {
+        next = p->next;
+        mxop__pending_free(p);
+    }
+    s->held = NULL;
     mxop__stimer_free(s->respawn_timer);
     mxop__stimer_free(s->spare_timer);
     s->respawn_timer = s->spare_timer = NULL;
@@ -279,15 +361,51 @@ static void on_end(mxop__session_t *s)
                (unsigned long long)s->restarts);
 }
 
+/* RUNNING + RELOAD: the worker retires between calls; the spare has the old file. */
+static void on_reload(mxop__session_t *s, const char *why)
+{
+    mxop__spare_event(s, MXOP__SPARE_EV_DROP, NULL);
+    mxop__fmt(s->retire_why, sizeof(s->retire_why), "%s", why);
+    Mxop__WorkerRetire wr = MXOP__WORKER_RETIRE__INIT;
+    Mxop__SupRequest req = MXOP__SUP_REQUEST__INIT;
+    req.id = s->next_sup_id++;
+    req.body_case = MXOP__SUP_REQUEST__BODY_RETIRE;
+    req.retire = &wr;
+    mxop__worker_t *w = s->worker;
+    if (mxop__worker_send(w, &req, -1) != 0) {
+        /* Its channel is gone: it is dying anyway, and its replacement loads the new file. */
+        MXOP__LOGI(s->id, NULL, "reload of %s: worker %d is already going", why, (int)w->pid);
+        return;
+    }
+    w->retiring = true;
+    s->state = MXOP__SESS_RETIRING;
+    MXOP__LOGI(s->id, NULL, "reload of %s: worker %d retires after its call in flight, if any",
+               why, (int)w->pid);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The transition function: the only place s->state changes (through the actions above). */
 
 static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
 {
     switch (ev) {
-    case EV_DIED:
+    case EV_DIED: {
+        mxop__sess_state_t was = s->state;
+        if (was != MXOP__SESS_RUNNING && was != MXOP__SESS_RETIRING)
+            break;
+        const mxop__worker_exit_t *x = arg;
+        bool retired = was == MXOP__SESS_RETIRING && x->term_signal == 0 &&
+                       x->exit_status == 0 && x->call_id == 0;
+        on_died(s, x, retired);
+        if (was == MXOP__SESS_RETIRING || !s->reloading)
+            mxop__reload_settled(s->d);
+        break;
+    }
+    case EV_RELOAD:
         if (s->state == MXOP__SESS_RUNNING)
-            on_died(s, arg);
+            on_reload(s, arg);
+        else if (s->state == MXOP__SESS_WAITING)
+            mxop__spare_event(s, MXOP__SPARE_EV_DROP, NULL);
         break;
     case EV_TIMER:
         if (s->state != MXOP__SESS_WAITING)
@@ -296,14 +414,22 @@ static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
             break;
         respawn(s);
         break;
-    case EV_UNRESTORABLE:
-        if (s->state == MXOP__SESS_RUNNING)
-            on_unrestorable(s, arg);
+    case EV_UNRESTORABLE: {
+        mxop__sess_state_t was = s->state;
+        if (was != MXOP__SESS_RUNNING && was != MXOP__SESS_RETIRING)
+            break;
+        on_unrestorable(s, arg);
+        if (was == MXOP__SESS_RETIRING)
+            mxop__reload_settled(s->d);
         break;
-    case EV_END:
-        if (s->state != MXOP__SESS_ENDED)
+    }
+    case EV_END: {
+        mxop__sess_state_t was = s->state;
+        if (was != MXOP__SESS_ENDED)
             on_end(s);
+        mxop__reload_settled(s->d);
         break;
+    }
     }
 }
 
@@ -324,6 +450,7 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     s->next_region = 1;
     s->next_sup_id = 1;
     s->spare_state = MXOP__SPARE_NONE;
+    s->reload_fd = -1;
 
     char err[MXOP__MSG_MAX];
     int fds[2] = {-1, -1}; /* the data channel, the call page */
@@ -369,7 +496,8 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
 int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen)
 {
     switch (s->state) {
-    case MXOP__SESS_RUNNING: return 0;
+    case MXOP__SESS_RUNNING:
+    case MXOP__SESS_RETIRING: return 0;
     case MXOP__SESS_FAILED:
         mxop__fmt(err, errlen, "%s", s->dead_msg);
         return s->dead_code != 0 ? s->dead_code : MXOP_EWORKER_CRASHED;
@@ -400,9 +528,30 @@ void mxop__session_unrestorable(mxop__session_t *s, const char *why)
     transition(s, EV_UNRESTORABLE, why);
 }
 
+void mxop__session_replayed(mxop__session_t *s)
+{
+    if (s->reload_fd < 0 || s->state != MXOP__SESS_RUNNING)
+        return;
+    for (const mxop__pending_t *p = s->pend_head; p != NULL; p = p->next)
+        if (p->replay)
+            return;
+    int fd = s->reload_fd;
+    s->reload_fd = -1;
+    s->reloading = false;
+    mxop__reply_event(s, &s->death, s->death.message, true, fd);
+    close(fd);
+    mxop__reload_settled(s->d);
+}
+
 void mxop__session_end(mxop__session_t *s)
 {
     transition(s, EV_END, NULL);
+}
+
+bool mxop__session_reload(mxop__session_t *s, const char *why)
+{
+    transition(s, EV_RELOAD, why);
+    return s->state == MXOP__SESS_RETIRING;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -430,7 +579,10 @@ static void worker_exit(void *owner, mxop__worker_t *w, const mxop__worker_exit_
                   e->kill_msg[0] ? ": " : "", e->kill_msg);
         mxop__spare_event(s, MXOP__SPARE_EV_DIED, msg);
     } else if (s->worker == w) {
-        MXOP__LOGW(s->id, e->op[0] ? e->op : NULL, "%s", e->message);
+        if (w->retiring && e->term_signal == 0 && e->exit_status == 0 && e->call_id == 0)
+            MXOP__LOGI(s->id, NULL, "worker %d retired for a reload", (int)w->pid);
+        else
+            MXOP__LOGW(s->id, e->op[0] ? e->op : NULL, "%s", e->message);
         transition(s, EV_DIED, e);
     }
 }

@@ -241,6 +241,17 @@ static void serve_sup(void)
         sup_fail(0, MXOP_EPROTOCOL, m);
         return;
     }
+    /*
+     * A hot reload retires the worker.  Supervisor requests are only read
+     * between calls, so none is under way: exit as at the daemon's hang-up
+     * (states destroyed); a call the client sent meanwhile finds the
+     * channel closed and goes to the replacement.
+     */
+    if (req->body_case == MXOP__SUP_REQUEST__BODY_RETIRE) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        finish();
+    }
     Mxop__SupReply reply = MXOP__SUP_REPLY__INIT;
     mxop__sup_handle(req, fds, nfds, &reply);
     sup_send(&reply);

@@ -308,11 +308,8 @@ mxop__status_page_t *mxop__status_page(void);
 /** Installs the SIGSEGV/SIGBUS handler on an alternate stack.  Returns 0 or -errno. */
 int mxop__fault_install(void);
 
-/**
- * SHA-256 of everything `fd` reads from offset 0 (sha256.c), as 64 lower-case
- * hex digits and a NUL.  Returns 0 or -errno.
- */
-int mxop__sha256_fd(int fd, char hex[65]);
+/* SHA-256 of a file (mxop__sha256_fd) is common/sha256.h: the daemon names versions by it too. */
+#include "common/sha256.h"
 
 /**
  * With an allowlist configured (integrity.c): opens `path`, checks its

@@ -1,14 +1,17 @@
 /*
- * server/worker/sha256.c - SHA-256 (FIPS 180-4) of an open file, for the
- * library allowlist (integrity.c).  Written here from the standard: the
+ * common/sha256.c - SHA-256 (FIPS 180-4) of an open file, for the
+ * library allowlist (server/worker/integrity.c) and the library versions
+ * of hot reload (server/daemon/libver.c, `mxop load`).  Written here from the standard: the
  * worker links nothing cryptographic, and one digest of a file at load
  * time needs no speed beyond a straightforward implementation.
  */
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "server/worker/worker.h"
+#include "common/sha256.h"
 
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
