@@ -16,6 +16,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "server/daemon/introspect.h"
 #include "server/daemon/log.h"
 #include "server/daemon/session.h"
 #include "shm/region.h"
@@ -350,6 +351,8 @@ void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_
         return;
     case MXOP__REQUEST__BODY_STATS: handle_stats(cl, req); return;
     case MXOP__REQUEST__BODY_SHUTDOWN: handle_shutdown(cl, req); return;
+    case MXOP__REQUEST__BODY_DAEMON_STATUS: mxop__introspect_status(cl, req); return;
+    case MXOP__REQUEST__BODY_DAEMON_STATS: mxop__introspect_stats(cl, req); return;
     case MXOP__REQUEST__BODY_LOAD_LIBRARY:
     case MXOP__REQUEST__BODY_LIST_OPS:
     case MXOP__REQUEST__BODY_REGISTER_REGION:

@@ -32,6 +32,8 @@ const char *mxop__ctl_body_name(int body_case)
     case MXOP__REQUEST__BODY_RELEASE_REGION: return "ReleaseRegion";
     case MXOP__REQUEST__BODY_STATS: return "Stats";
     case MXOP__REQUEST__BODY_SHUTDOWN: return "Shutdown";
+    case MXOP__REQUEST__BODY_DAEMON_STATUS: return "DaemonStatus";
+    case MXOP__REQUEST__BODY_DAEMON_STATS: return "DaemonStats";
     default: return "an empty request";
     }
 }

@@ -238,6 +238,10 @@ typedef struct mxop__config {
     uid_t worker_uid;
     gid_t worker_gid;
     bool warm_spare; /* keep a started spare worker per session */
+
+    /* Introspection (introspect.c, cli): the Prometheus textfile and its period. */
+    const char *metrics_path; /* --metrics-file, borrowed from argv; NULL: none */
+    uint64_t metrics_interval_ms;
 } mxop__config_t;
 
 /* One library that crashed a worker while it was loading (quarantine.c). */
@@ -293,6 +297,10 @@ struct mxop__daemon {
     uint64_t next_session_id;
     uint64_t next_client_id;
     bool shutting_down;
+
+    /* Introspection (introspect.c, cli): the timer that writes --metrics-file. */
+    uv_timer_t metrics_timer;
+    bool metrics_on;
 };
 
 struct mxop__client {
@@ -360,6 +368,27 @@ typedef struct mxop__death {
     char op[MXOP__STATUS_OP_MAX];
     char message[MXOP__MSG_MAX];
 } mxop__death_t;
+
+/* Introspection (introspect.c, cli): how many restart reasons a session keeps. */
+#define MXOP__RECENT_RESTARTS 8
+/* ... and how many ops' crash and timeout counts (further ops count for the session only). */
+#define MXOP__FAULT_OPS 32
+
+/* One restart of a session's worker, as `mxop status` shows it. */
+typedef struct mxop__restart_note {
+    int64_t at_ns;
+    int code;
+    int term_signal;
+    char op[MXOP__STATUS_OP_MAX];
+    char message[MXOP__MSG_MAX];
+} mxop__restart_note_t;
+
+/* The deaths the daemon saw during calls of one op (its own observation, not the client's). */
+typedef struct mxop__op_fault {
+    char op[MXOP__STATUS_OP_MAX];
+    uint64_t crashes;
+    uint64_t timeouts;
+} mxop__op_fault_t;
 
 /*
  * The session's live worker slot (session_fsm.c owns it; the table is at
@@ -436,6 +465,15 @@ struct mxop__session {
     uint64_t cp_killed_id;             /* the last call whose overrun killed a worker */
     uint64_t head_sup_id[2];           /* the supervisor request at each FIFO's head ... */
     int64_t head_since_ns[2];          /* ... and since when (live, spare) */
+
+    /* introspect.c (cli): when it opened, its last restarts, the deaths seen per op. */
+    int64_t opened_ns;
+    mxop__restart_note_t recent[MXOP__RECENT_RESTARTS];
+    uint64_t n_recent; /* restarts noted; the newest is recent[(n_recent - 1) % N] */
+    mxop__op_fault_t faults[MXOP__FAULT_OPS];
+    size_t n_faults;
+    uint64_t crashes;  /* deaths of the live worker other than timeouts, in a call or not */
+    uint64_t timeouts; /* deaths by a deadline the daemon enforced */
 };
 
 /*
