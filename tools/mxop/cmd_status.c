@@ -123,7 +123,7 @@ int mxop__cmd_status(int argc, char **argv)
     const char *sock = NULL;
     int json = 0, ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "+s:jh", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:jh", opts, NULL)) != -1) {
         switch (ch) {
         case 's': sock = optarg; break;
         case 'j': json = 1; break;
