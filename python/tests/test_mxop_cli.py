@@ -430,3 +430,53 @@ def test_log_format_json(env, sess):
     assert isinstance(c["session"], int) and c["worker_pid"] > 0
     assert "input shapes not known to the daemon" in c["msg"]
     assert "MXOP_EWORKER_CRASHED" in c["msg"] and "signal 11" in c["msg"]
+
+
+# ---------------------------------------------------------------------------
+# who sees what
+
+
+NOBODY = 65534
+
+
+def as_nobody():
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+def test_other_users_see_only_their_sessions(tmp_path):
+    """A user allowed by --allow-uid who is not the daemon's sees no one else's sessions."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run mxop as another user")
+    probe = subprocess.run([MXOP, "--help"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           preexec_fn=as_nobody)
+    if probe.returncode != 0:
+        pytest.skip("build/bin/mxop is not reachable by uid %d here" % NOBODY)
+    d = mxop.Daemon(plugin_sources=plugin_sources(), extra_args=["--allow-uid", str(NOBODY)])
+    c = None
+    try:
+        # The private directory and the socket are the daemon user's alone: open them up.
+        os.chmod(d.dir, 0o711)
+        os.chmod(d.socket, 0o666)
+        c = mxop.connect(d, timeout=20)
+        c.load("crash.so")
+        c.op("identity")(X)
+        argv = [MXOP, "status", "--socket", d.socket, "--json"]
+        mine = json.loads(subprocess.run(argv, stdout=subprocess.PIPE, check=True).stdout)
+        assert mine["admin"] is True and len(mine["sessions"]) == 1
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           preexec_fn=as_nobody)
+        assert p.returncode == 0, p.stderr
+        theirs = json.loads(p.stdout)
+        assert theirs["admin"] is False and theirs["sessions"] == []
+        assert theirs["sessions_total"] == 1
+        p = subprocess.run([MXOP, "stats", "--socket", d.socket, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=as_nobody)
+        assert p.returncode == 0, p.stderr
+        st = json.loads(p.stdout)
+        assert st["ops"] == [] and st["sessions"] == []
+    finally:
+        if c is not None:
+            c.close()
+        assert d.stop() == 0
