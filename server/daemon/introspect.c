@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/metrics_text.h"
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
@@ -363,6 +364,7 @@ static int build_stats(mxop__daemon_t *d, bool all, uid_t uid, pool_t *pl,
         }
     }
     out->uptime_ms = (uint64_t)((mxop__now_ns() - d->start_ns) / 1000000);
+    out->sessions_total = d->n_sessions;
     out->sessions = pool_alloc(pl, n_sess, sizeof(Mxop__SessionStats *));
     out->ops = pool_alloc(pl, n_ops, sizeof(Mxop__OpStats *));
     if (out->sessions == NULL || out->ops == NULL)
@@ -380,17 +382,9 @@ void mxop__introspect_stats(mxop__client_t *asker, const Mxop__Request *req)
     mxop__daemon_t *d = asker->d;
     pool_t pl = {0};
     Mxop__DaemonStatsReply st = MXOP__DAEMON_STATS_REPLY__INIT;
-    char *text = NULL;
-    int rc = build_stats(d, is_admin(d, asker->uid), asker->uid, &pl, &st);
-    if (rc == 0 && req->daemon_stats->prometheus) {
-        text = mxop__metrics_format(&st, d->n_sessions);
-        if (text == NULL)
-            rc = MXOP_ENOMEM;
-        st.prometheus = text;
-    }
-    if (rc != 0) {
+    if (build_stats(d, is_admin(d, asker->uid), asker->uid, &pl, &st) != 0) {
         pool_free(&pl);
-        mxop__client_reply_error(asker, req->id, rc, "out of memory for DaemonStats");
+        mxop__client_reply_error(asker, req->id, MXOP_ENOMEM, "out of memory for DaemonStats");
         return;
     }
     Mxop__Reply r = MXOP__REPLY__INIT;
@@ -398,7 +392,6 @@ void mxop__introspect_stats(mxop__client_t *asker, const Mxop__Request *req)
     r.body_case = MXOP__REPLY__BODY_DAEMON_STATS;
     r.daemon_stats = &st;
     mxop__reply_send(asker, &r, -1);
-    free(text);
     pool_free(&pl);
 }
 
@@ -408,7 +401,7 @@ char *mxop__metrics_text(mxop__daemon_t *d)
     Mxop__DaemonStatsReply st = MXOP__DAEMON_STATS_REPLY__INIT;
     char *text = NULL;
     if (build_stats(d, true, 0, &pl, &st) == 0)
-        text = mxop__metrics_format(&st, d->n_sessions);
+        text = mxop__metrics_format(&st);
     pool_free(&pl);
     return text;
 }

@@ -19,11 +19,6 @@ void mxop__introspect_death(mxop__session_t *s, const mxop__worker_t *w,
                             const mxop__worker_exit_t *e);
 
 /*
- * The Prometheus text exposition of `st` (`sessions`: all the daemon
- * serves), malloc'd; NULL when out of memory (metrics.c).
- */
-char *mxop__metrics_format(const Mxop__DaemonStatsReply *st, uint32_t sessions);
-/*
  * The Prometheus text exposition of every session's counters (the
  * administrator's view), malloc'd; NULL when out of memory.
  */

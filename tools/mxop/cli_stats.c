@@ -5,10 +5,9 @@
 
 #include "tools/mxop/commands.h"
 
-int mxop__cli_get_stats(const char *prog, mxop__cli_conn_t *c, int prometheus, Mxop__Reply **out)
+int mxop__cli_get_stats(const char *prog, mxop__cli_conn_t *c, Mxop__Reply **out)
 {
     Mxop__DaemonStats body = MXOP__DAEMON_STATS__INIT;
-    body.prometheus = prometheus != 0;
     Mxop__Request req = MXOP__REQUEST__INIT;
     req.body_case = MXOP__REQUEST__BODY_DAEMON_STATS;
     req.daemon_stats = &body;

@@ -8,10 +8,9 @@
 #include "tools/mxop/cli.h"
 
 /*
- * Sends DaemonStats (with the Prometheus text when `prometheus`) and
- * returns 0 with *out its reply (free with mxop__reply__free_unpacked),
+ * Sends DaemonStats and returns 0 with *out its reply (free with mxop__reply__free_unpacked),
  * or an exit status after a sentence on stderr.
  */
-int mxop__cli_get_stats(const char *prog, mxop__cli_conn_t *c, int prometheus, Mxop__Reply **out);
+int mxop__cli_get_stats(const char *prog, mxop__cli_conn_t *c, Mxop__Reply **out);
 
 #endif /* MXOP_TOOLS_CLI_STATS_H */

@@ -5,7 +5,9 @@
  */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "common/metrics_text.h"
 #include "mxop/client.h"
 #include "tools/mxop/cli_stats.h"
 #include "tools/mxop/commands.h"
@@ -148,13 +150,20 @@ int mxop__cmd_stats(int argc, char **argv)
     if (rc != 0)
         return rc;
     Mxop__Reply *r;
-    rc = mxop__cli_get_stats("stats", &c, prom, &r);
+    rc = mxop__cli_get_stats("stats", &c, &r);
     mxop__cli_close(&c);
     if (rc != 0)
         return rc;
-    if (prom)
-        fputs(r->daemon_stats->prometheus != NULL ? r->daemon_stats->prometheus : "", stdout);
-    else if (json)
+    if (prom) {
+        char *text = mxop__metrics_format(r->daemon_stats);
+        if (text == NULL) {
+            fprintf(stderr, "mxop stats: out of memory\n");
+            mxop__reply__free_unpacked(r, NULL);
+            return MXOP_CLI_EXIT_FAILED;
+        }
+        fputs(text, stdout);
+        free(text);
+    } else if (json)
         print_json(r->daemon_stats);
     else
         print_text(r->daemon_stats);

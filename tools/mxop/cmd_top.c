@@ -222,7 +222,7 @@ int mxop__cmd_top(int argc, char **argv)
             nanosleep(&ts, NULL);
         }
         Mxop__Reply *r;
-        rc = mxop__cli_get_stats("top", &c, 0, &r);
+        rc = mxop__cli_get_stats("top", &c, &r);
         if (rc != 0)
             break;
         int64_t now = mxop__now_ns();
