@@ -480,3 +480,28 @@ def test_other_users_see_only_their_sessions(tmp_path):
         if c is not None:
             c.close()
         assert d.stop() == 0
+
+
+def test_log_json_stays_json_with_hostile_worker_output(env):
+    """A worker's output (escapes, forged daemon lines, a 64 KiB line) is logged as valid JSON."""
+    c = mxop.connect(env["daemon"], timeout=20)
+    try:
+        c.load("hostile_flood.so")
+        c.op("flood")(np.zeros(4, np.float32), mb=1)
+        c.op("flood")(np.zeros(4, np.float32), mb=0)
+    finally:
+        c.close()
+    end = time.monotonic() + 10
+    worker_lines = []
+    while time.monotonic() < end:
+        with open(env["log"], "rb") as f:
+            raw = f.read()
+        assert b"\x1b" not in raw and b"\r" not in raw
+        events = [json.loads(l) for l in raw.decode().splitlines()]
+        worker_lines = [e for e in events if "forged" in e["msg"]]
+        if worker_lines and any("AAAA" in e["msg"] for e in events):
+            break
+        time.sleep(0.1)
+    assert worker_lines, "none of the worker's lines was logged"
+    for e in worker_lines:
+        assert e["level"] == "info" and not e["msg"].startswith("mxop-serverd[1] error")
