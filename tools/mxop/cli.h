@@ -59,4 +59,12 @@ const char *mxop__cli_op_flags(const Mxop__OpInfo *o, char *buf, size_t len);
 void mxop__cli_op_text(FILE *f, const Mxop__OpInfo *o);
 void mxop__cli_op_json(FILE *f, const Mxop__OpInfo *o);
 
+/*
+ * Replaces control characters in every string of `m` (and the messages it
+ * holds) with '?': names and messages come from libraries and workers, and
+ * text output must not carry their terminal escapes.  JSON output escapes
+ * instead.
+ */
+void mxop__cli_sanitize(ProtobufCMessage *m);
+
 #endif /* MXOP_TOOLS_CLI_H */

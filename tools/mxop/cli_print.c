@@ -178,3 +178,45 @@ void mxop__cli_op_json(FILE *f, const Mxop__OpInfo *o)
     }
     fprintf(f, "]}");
 }
+
+static void clean(char *s)
+{
+    for (unsigned char *p = (unsigned char *)s; p != NULL && *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            *p = '?';
+}
+
+void mxop__cli_sanitize(ProtobufCMessage *m)
+{
+    if (m == NULL)
+        return;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        char *base = (char *)m + f->offset;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(size_t *)((char *)m + f->quantifier_offset);
+            void **v = *(void ***)base;
+            for (size_t k = 0; v != NULL && k < n; k++) {
+                if (f->type == PROTOBUF_C_TYPE_STRING)
+                    clean(v[k]);
+                else
+                    mxop__cli_sanitize(v[k]);
+            }
+        } else if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+            /* Only the member the case names is set. */
+            if (*(uint32_t *)((char *)m + f->quantifier_offset) != f->id)
+                continue;
+            if (f->type == PROTOBUF_C_TYPE_STRING)
+                clean(*(char **)base);
+            else
+                mxop__cli_sanitize(*(ProtobufCMessage **)base);
+        } else if (f->type == PROTOBUF_C_TYPE_STRING) {
+            clean(*(char **)base);
+        } else {
+            mxop__cli_sanitize(*(ProtobufCMessage **)base);
+        }
+    }
+}

@@ -81,6 +81,8 @@ static int with_lib(mxop__cli_conn_t *c, const char *lib, int json)
         mxop__reply__free_unpacked(r, NULL);
         return MXOP_CLI_EXIT_FAILED;
     }
+    if (!json)
+        mxop__cli_sanitize(&r->base);
     print(r->ops->ops, r->ops->n_ops, json);
     mxop__reply__free_unpacked(r, NULL);
     return MXOP_CLI_EXIT_OK;
@@ -101,6 +103,8 @@ static int loaded(mxop__cli_conn_t *c, int json)
         mxop__reply__free_unpacked(r, NULL);
         return MXOP_CLI_EXIT_FAILED;
     }
+    if (!json)
+        mxop__cli_sanitize(&r->base);
     size_t n = 0;
     const Mxop__DaemonStatusReply *st = r->daemon_status;
     for (size_t i = 0; i < st->n_sessions; i++)

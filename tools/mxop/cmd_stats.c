@@ -163,10 +163,12 @@ int mxop__cmd_stats(int argc, char **argv)
         }
         fputs(text, stdout);
         free(text);
-    } else if (json)
+    } else if (json) {
         print_json(r->daemon_stats);
-    else
+    } else {
+        mxop__cli_sanitize(&r->base);
         print_text(r->daemon_stats);
+    }
     mxop__reply__free_unpacked(r, NULL);
     return MXOP_CLI_EXIT_OK;
 }

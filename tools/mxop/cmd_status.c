@@ -157,10 +157,12 @@ int mxop__cmd_status(int argc, char **argv)
         mxop__reply__free_unpacked(r, NULL);
         return MXOP_CLI_EXIT_FAILED;
     }
-    if (json)
+    if (json) {
         print_json(r->daemon_status);
-    else
+    } else {
+        mxop__cli_sanitize(&r->base);
         print_text(r->daemon_status);
+    }
     mxop__reply__free_unpacked(r, NULL);
     return MXOP_CLI_EXIT_OK;
 }

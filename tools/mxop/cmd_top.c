@@ -225,6 +225,8 @@ int mxop__cmd_top(int argc, char **argv)
         rc = mxop__cli_get_stats("top", &c, &r);
         if (rc != 0)
             break;
+        if (!json)
+            mxop__cli_sanitize(&r->base);
         int64_t now = mxop__now_ns();
         double secs = last_ns != 0 ? (double)(now - last_ns) / 1e9 : 0;
         last_ns = now;
