@@ -27,8 +27,8 @@ static void sb_put(sbuf_t *b, const char *fmt, ...)
     for (int tries = 0; !b->failed && tries < 2; tries++) {
         va_list ap;
         va_start(ap, fmt);
-        int k = vsnprintf(b->p != NULL ? b->p + b->n : NULL, b->p != NULL ? b->cap - b->n : 0,
-                          fmt, ap);
+        int k =
+            vsnprintf(b->p != NULL ? b->p + b->n : NULL, b->p != NULL ? b->cap - b->n : 0, fmt, ap);
         va_end(ap);
         if (k < 0) {
             b->failed = true;
@@ -191,4 +191,3 @@ char *mxop__metrics_format(const Mxop__DaemonStatsReply *st)
     }
     return b.p;
 }
-

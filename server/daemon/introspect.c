@@ -128,17 +128,14 @@ void mxop__introspect_death(mxop__session_t *s, const mxop__worker_t *w,
      * daemon, so it cannot name their shapes; it says so rather than guess.
      * The message carries the signal and the worker's own note (supervisor.c).
      */
-    mxop__log_ctx_t ctx = {.session = s->id,
-                           .op = e->op,
-                           .library = library_of(s, e->op),
-                           .worker_pid = (int)w->pid};
+    mxop__log_ctx_t ctx = {
+        .session = s->id, .op = e->op, .library = library_of(s, e->op), .worker_pid = (int)w->pid};
     char sig[48] = "";
     if (e->term_signal > 0)
         mxop__fmt(sig, sizeof(sig), "; signal %d (%s)", e->term_signal,
                   mxop__signal_name(e->term_signal));
     mxop__log_ev(MXOP__LOG_WARN, &ctx, "%s [%s%s%s; input shapes not known to the daemon]",
-                 e->message, mxop_err_name(e->code), sig,
-                 e->op[0] ? "" : "; no call in flight");
+                 e->message, mxop_err_name(e->code), sig, e->op[0] ? "" : "; no call in flight");
 }
 
 /* ------------------------------------------------------------------------ */

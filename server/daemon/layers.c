@@ -78,8 +78,7 @@ int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size
     else
         mxop__fmt(uid, sizeof(uid), "the daemon's uid %u (--worker-uid to change it)",
                   (unsigned)geteuid());
-    mxop__fmt(described, sizeof(described),
-              "%s; %s; %s; oom_score_adj 1000; workers run as %s",
+    mxop__fmt(described, sizeof(described), "%s; %s; %s; oom_score_adj 1000; workers run as %s",
               seccomp ? "seccomp filter" : "NO seccomp", landlock, mxop__cgroup_describe(), uid);
     MXOP__LOGI(0, NULL, "sandbox %s layers: %s", sandbox, described);
     if (strict && abi == 0) {

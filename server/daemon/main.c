@@ -253,7 +253,6 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                                             "--allowlist",
                                             "--strict-plugin-dir",
                                             "--sandbox-fallback",
-                                            /* Observability (cli): logs and metrics. */
                                             "--log-format",
                                             "--metrics-file",
                                             "--metrics-interval-ms"};

@@ -42,8 +42,7 @@ void mxop__cli_close(mxop__cli_conn_t *c);
  * non-zero status is a failure.  Returns 0 or an exit status after a
  * sentence on stderr.
  */
-int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req,
-                      Mxop__Reply **out);
+int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req, Mxop__Reply **out);
 
 /* A JSON string literal of `s` (NULL: ""). */
 void mxop__cli_json_str(FILE *f, const char *s);

@@ -78,8 +78,7 @@ void mxop__cli_close(mxop__cli_conn_t *c)
     mxop__framebuf_free(&c->fb);
 }
 
-int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req,
-                      Mxop__Reply **out)
+int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req, Mxop__Reply **out)
 {
     *out = NULL;
     req->id = c->next_id++;

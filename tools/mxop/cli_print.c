@@ -147,8 +147,9 @@ void mxop__cli_op_json(FILE *f, const Mxop__OpInfo *o)
     mxop__cli_json_str(f, o->library);
     fprintf(f, ",\"description\":");
     mxop__cli_json_str(f, o->description);
-    fprintf(f, ",\"index\":%u,\"num_inputs\":%d,\"min_inputs\":%d,\"variadic\":%s,"
-               "\"num_outputs\":%d",
+    fprintf(f,
+            ",\"index\":%u,\"num_inputs\":%d,\"min_inputs\":%d,\"variadic\":%s,"
+            "\"num_outputs\":%d",
             (unsigned)o->index, (int)o->num_inputs, (int)o->min_inputs,
             o->num_inputs < 0 ? "true" : "false", (int)o->num_outputs);
     fprintf(f, ",\"has_backward\":%s,\"stateful\":%s,\"cpu\":%s,\"gpu\":%s,\"strided\":%s",

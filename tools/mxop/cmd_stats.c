@@ -85,7 +85,8 @@ static void print_text(const Mxop__DaemonStatsReply *st)
 {
     char a[32], b[32], c[32], d[32];
     printf("%-8s %-20s %-24s %9s %7s %7s %8s %9s %9s %9s %9s  %s\n", "SESSION", "LIBRARY", "OP",
-           "CALLS", "ERRORS", "CRASHES", "TIMEOUTS", "P50", "P99", "MAX", "STAGED", "ERRORS BY CODE");
+           "CALLS", "ERRORS", "CRASHES", "TIMEOUTS", "P50", "P99", "MAX", "STAGED",
+           "ERRORS BY CODE");
     for (size_t i = 0; i < st->n_ops; i++) {
         const Mxop__OpStats *o = st->ops[i];
         printf("%-8llu %-20s %-24s %9llu %7llu %7llu %8llu %9s %9s %9s %9s  ",
@@ -97,9 +98,9 @@ static void print_text(const Mxop__DaemonStatsReply *st)
         codes_text(o->errors_by_code, o->n_errors_by_code);
         printf("\n");
     }
-    printf("\n%-8s %-8s %-6s %9s %7s %7s %8s %8s %9s %9s %9s %9s  %s\n", "SESSION", "CLIENT",
-           "UID", "CALLS", "ERRORS", "CRASHES", "TIMEOUTS", "RESTARTS", "P50", "P99", "MAX",
-           "STAGED", "ERRORS BY CODE");
+    printf("\n%-8s %-8s %-6s %9s %7s %7s %8s %8s %9s %9s %9s %9s  %s\n", "SESSION", "CLIENT", "UID",
+           "CALLS", "ERRORS", "CRASHES", "TIMEOUTS", "RESTARTS", "P50", "P99", "MAX", "STAGED",
+           "ERRORS BY CODE");
     for (size_t i = 0; i < st->n_sessions; i++) {
         const Mxop__SessionStats *s = st->sessions[i];
         printf("%-8llu %-8u %-6u %9llu %7llu %7llu %8llu %8llu %9s %9s %9s %9s  ",

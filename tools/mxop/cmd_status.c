@@ -38,9 +38,8 @@ static void print_json(const Mxop__DaemonStatusReply *st)
            (unsigned long long)st->clients);
     for (size_t i = 0; i < st->n_sessions; i++) {
         const Mxop__SessionStatus *s = st->sessions[i];
-        printf("%s{\"id\":%llu,\"client_pid\":%u,\"client_uid\":%u,\"client_name\":",
-               i ? "," : "", (unsigned long long)s->id, (unsigned)s->client_pid,
-               (unsigned)s->client_uid);
+        printf("%s{\"id\":%llu,\"client_pid\":%u,\"client_uid\":%u,\"client_name\":", i ? "," : "",
+               (unsigned long long)s->id, (unsigned)s->client_pid, (unsigned)s->client_uid);
         mxop__cli_json_str(stdout, s->client_name);
         printf(",\"state\":");
         mxop__cli_json_str(stdout, s->state);
@@ -85,8 +84,8 @@ static void print_text(const Mxop__DaemonStatusReply *st)
            (unsigned long long)st->clients);
     if (st->n_sessions == 0)
         return;
-    printf("\n%-8s %-8s %-6s %-9s %-8s %-8s %-4s %-8s %-7s %-9s %s\n", "SESSION", "CLIENT",
-           "UID", "STATE", "WORKER", "SPARE", "GEN", "RESTARTS", "REGIONS", "MAPPED", "LIBRARIES");
+    printf("\n%-8s %-8s %-6s %-9s %-8s %-8s %-4s %-8s %-7s %-9s %s\n", "SESSION", "CLIENT", "UID",
+           "STATE", "WORKER", "SPARE", "GEN", "RESTARTS", "REGIONS", "MAPPED", "LIBRARIES");
     for (size_t i = 0; i < st->n_sessions; i++) {
         const Mxop__SessionStatus *s = st->sessions[i];
         printf("%-8llu %-8u %-6u %-9s %-8u %-8s %-4u %-8llu %-7u %-9s ", (unsigned long long)s->id,

@@ -77,8 +77,7 @@ static uint64_t sub(uint64_t a, uint64_t b)
 }
 
 /* The totals now, and this interval's numbers against `prev`. */
-static int collect(const Mxop__DaemonStatsReply *st, const table_t *prev, table_t *cur,
-                   double secs)
+static int collect(const Mxop__DaemonStatsReply *st, const table_t *prev, table_t *cur, double secs)
 {
     cur->n = 0;
     for (size_t i = 0; i < st->n_ops; i++) {
