@@ -505,3 +505,43 @@ def test_log_json_stays_json_with_hostile_worker_output(env):
     assert worker_lines, "none of the worker's lines was logged"
     for e in worker_lines:
         assert e["level"] == "info" and not e["msg"].startswith("mxop-serverd[1] error")
+
+
+# ---------------------------------------------------------------------------
+# the daemon's options
+
+
+SERVERD = os.path.join(BUILD, "bin", "mxop-serverd")
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--log-format", "yaml"], "--log-format must be text or json, not 'yaml'"),
+    (["--metrics-interval-ms", "5"], "--metrics-interval-ms must be a number"),
+    (["--metrics-interval-ms", "-1"], "--metrics-interval-ms must be a number"),
+])
+def test_bad_observability_options(tmp_path, args, words):
+    p = subprocess.run([SERVERD, "--socket", str(tmp_path / "s"), "--plugin-dir", str(tmp_path)]
+                       + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    assert p.returncode == 2 and words in p.stderr.decode(), p.stderr
+    assert not os.path.exists(str(tmp_path / "s"))
+
+
+def test_metrics_file_that_cannot_be_written(tmp_path):
+    """A metrics file in a directory that does not exist: a warning, and the daemon serves."""
+    log = open(str(tmp_path / "log"), "wb")
+    d = mxop.Daemon(plugin_sources=plugin_sources(), log_level="info", stderr=log,
+                    extra_args=["--metrics-file", str(tmp_path / "no" / "such" / "m.prom"),
+                                "--metrics-interval-ms", "100"])
+    try:
+        c = mxop.connect(d, timeout=20)
+        c.load("crash.so")
+        c.op("identity")(X)
+        c.close()
+        _, out, _ = run({"daemon": d}, "status", "--json", check=0)
+        assert json.loads(out)["pid"] == d.pid
+    finally:
+        assert d.stop() == 0
+        log.close()
+    text = open(str(tmp_path / "log")).read()
+    assert text.count("cannot write the metrics file") == 1, text  # once a minute at most
+    assert "no/such/m.prom" in text
