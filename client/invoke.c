@@ -12,6 +12,7 @@
 
 #include "client/client_internal.h"
 #include "common/util.h"
+#include "shm/call_page.h"
 #include "shm/desc.h"
 
 /* Options of one call, read from a caller's mxop_call_t of any size. */
@@ -510,9 +511,15 @@ static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxo
     /* Every forward or backward the engine makes counts, including those
      * refused here, so that errors never exceed calls. */
     c->stats.calls++;
+    uint64_t staged0 = c->stats.staged_bytes;
+    int64_t t0 = mxop__now_ns();
     int rc = run_invoke(c, op, backward, call, in, n_in, out, n_out);
     if (rc < 0)
         c->stats.errors++;
+    /* The per-op counters the daemon reports (shm/call_stats.h): a few relaxed stores. */
+    if (c->call_page != NULL && op != NULL && op->client == c)
+        mxop__stats_record(&c->call_page->stats, op->index, rc, (uint64_t)(mxop__now_ns() - t0),
+                           c->stats.staged_bytes - staged0);
     pthread_mutex_unlock(&c->lock);
     return rc;
 }

@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "shm/call_stats.h"
+
 #define MXOP__CALL_PAGE_MAGIC 0x4D58434Cu /* "MXCL" */
 #define MXOP__CALL_PAGE_NAME 64
 
@@ -45,6 +47,12 @@ typedef struct mxop__call_page {
     uint32_t pad;
     char op[MXOP__CALL_PAGE_NAME];      /* the op's name, or "" */
     char library[MXOP__CALL_PAGE_NAME]; /* its library, or "" */
+    /*
+     * The session's per-op counters (shm/call_stats.h), written by the
+     * client after each call, read by the daemon for `mxop stats`.  Outside
+     * the seqlock: each counter is its own relaxed atomic.
+     */
+    mxop__call_stats_t stats;
 } mxop__call_page_t;
 
 /* The client: publishes call `id` (0 clears the page). */

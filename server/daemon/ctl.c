@@ -16,6 +16,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "server/daemon/introspect.h"
 #include "server/daemon/log.h"
 #include "server/daemon/session.h"
 #include "shm/region.h"
@@ -385,6 +386,8 @@ void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_
     /* Hot reload (reload.c). */
     case MXOP__REQUEST__BODY_RELOAD: mxop__ctl_reload(cl, req); return;
     case MXOP__REQUEST__BODY_SESSION_LIBRARIES: mxop__ctl_session_libraries(cl, req); return;
+    case MXOP__REQUEST__BODY_DAEMON_STATUS: mxop__introspect_status(cl, req); return;
+    case MXOP__REQUEST__BODY_DAEMON_STATS: mxop__introspect_stats(cl, req); return;
     case MXOP__REQUEST__BODY_LOAD_LIBRARY:
     case MXOP__REQUEST__BODY_LIST_OPS:
     case MXOP__REQUEST__BODY_REGISTER_REGION:

@@ -35,6 +35,8 @@ const char *mxop__ctl_body_name(int body_case)
     case MXOP__REQUEST__BODY_REPLACE_WORKER: return "ReplaceWorker";
     case MXOP__REQUEST__BODY_RELOAD: return "Reload";
     case MXOP__REQUEST__BODY_SESSION_LIBRARIES: return "SessionLibraries";
+    case MXOP__REQUEST__BODY_DAEMON_STATUS: return "DaemonStatus";
+    case MXOP__REQUEST__BODY_DAEMON_STATS: return "DaemonStats";
     default: return "an empty request";
     }
 }

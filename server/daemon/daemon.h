@@ -248,6 +248,9 @@ typedef struct mxop__config {
     uid_t admin_uids[MXOP__MAX_ALLOW_UIDS]; /* --admin-uid: may send daemon-wide requests */
     int n_admin_uids;
     bool watch; /* --watch on: reload a loaded library whose file changed (checked each second) */
+    /* Introspection (introspect.c, cli): the Prometheus textfile and its period. */
+    const char *metrics_path; /* --metrics-file, borrowed from argv; NULL: none */
+    uint64_t metrics_interval_ms;
 } mxop__config_t;
 
 /* One library that crashed a worker while it was loading (quarantine.c). */
@@ -307,6 +310,9 @@ struct mxop__daemon {
     /* Hot reload (reload.c): Reload requests waiting for their sessions, the watch's clock. */
     struct mxop__reload_wait *reload_waits;
     int64_t watch_last_ns;
+    /* Introspection (introspect.c, cli): the timer that writes --metrics-file. */
+    uv_timer_t metrics_timer;
+    bool metrics_on;
 };
 
 struct mxop__client {
@@ -396,6 +402,27 @@ typedef struct mxop__death {
     char op[MXOP__STATUS_OP_MAX];
     char message[MXOP__MSG_MAX];
 } mxop__death_t;
+
+/* Introspection (introspect.c, cli): how many restart reasons a session keeps. */
+#define MXOP__RECENT_RESTARTS 8
+/* ... and how many ops' crash and timeout counts (further ops count for the session only). */
+#define MXOP__FAULT_OPS 32
+
+/* One restart of a session's worker, as `mxop status` shows it. */
+typedef struct mxop__restart_note {
+    int64_t at_ns;
+    int code;
+    int term_signal;
+    char op[MXOP__STATUS_OP_MAX];
+    char message[MXOP__MSG_MAX];
+} mxop__restart_note_t;
+
+/* The deaths the daemon saw during calls of one op (its own observation, not the client's). */
+typedef struct mxop__op_fault {
+    char op[MXOP__STATUS_OP_MAX];
+    uint64_t crashes;
+    uint64_t timeouts;
+} mxop__op_fault_t;
 
 /*
  * The session's live worker slot (session_fsm.c owns it; the table is at
@@ -492,6 +519,15 @@ struct mxop__session {
     int64_t probe_quiet_ns; /* since when the probe in flight has had no call beside it */
     uint64_t probe_sup_id;  /* the probe in flight, or 0 */
     pid_t probe_pid;        /* the live worker these are about */
+
+    /* introspect.c (cli): when it opened, its last restarts, the deaths seen per op. */
+    int64_t opened_ns;
+    mxop__restart_note_t recent[MXOP__RECENT_RESTARTS];
+    uint64_t n_recent; /* restarts noted; the newest is recent[(n_recent - 1) % N] */
+    mxop__op_fault_t faults[MXOP__FAULT_OPS];
+    size_t n_faults;
+    uint64_t crashes;  /* deaths of the live worker other than timeouts, in a call or not */
+    uint64_t timeouts; /* deaths by a deadline the daemon enforced */
 };
 
 /*

@@ -49,6 +49,8 @@ int mxop__call_page_create(mxop__session_t *s, int *fd_out, char *err, size_t er
     }
     s->call_page = m;
     s->call_page->magic = MXOP__CALL_PAGE_MAGIC;
+    s->call_page->stats.magic = MXOP__CALL_STATS_MAGIC;
+    s->call_page->stats.n_slots = MXOP__STATS_OPS;
     *fd_out = fd;
     return 0;
 }

@@ -27,6 +27,13 @@
 #include "server/daemon/log.h"
 
 static bool fallback;
+/* What was logged at start, for `mxop status`. */
+static char described[512] = "not checked yet";
+
+const char *mxop__layers_describe(void)
+{
+    return described;
+}
 
 int mxop__layers_option(const char *opt, const char *val, char *err, size_t errlen)
 {
@@ -46,6 +53,7 @@ int mxop__layers_option(const char *opt, const char *val, char *err, size_t errl
 int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size_t errlen)
 {
     if (strcmp(sandbox, "none") == 0) {
+        mxop__fmt(described, sizeof(described), "none: workers are not confined");
         MXOP__LOGW(0, NULL, "sandbox none: workers are not confined (libraries run with the "
                             "daemon's privileges)");
         return 0;
@@ -70,10 +78,9 @@ int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size
     else
         mxop__fmt(uid, sizeof(uid), "the daemon's uid %u (--worker-uid to change it)",
                   (unsigned)geteuid());
-    MXOP__LOGI(0, NULL,
-               "sandbox %s layers: %s; %s; %s; oom_score_adj 1000; workers run as %s", sandbox,
-               seccomp ? "seccomp filter" : "NO seccomp", landlock, mxop__cgroup_describe(),
-               uid);
+    mxop__fmt(described, sizeof(described), "%s; %s; %s; oom_score_adj 1000; workers run as %s",
+              seccomp ? "seccomp filter" : "NO seccomp", landlock, mxop__cgroup_describe(), uid);
+    MXOP__LOGI(0, NULL, "sandbox %s layers: %s", sandbox, described);
     if (strict && abi == 0) {
         if (fallback) {
             MXOP__LOGW(0, NULL, "sandbox strict without Landlock (--sandbox-fallback on): "

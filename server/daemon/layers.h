@@ -22,4 +22,7 @@ int mxop__layers_option(const char *opt, const char *val, char *err, size_t errl
  */
 int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size_t errlen);
 
+/** The layers as mxop__layers_check logged them ("not checked yet" before). */
+const char *mxop__layers_describe(void);
+
 #endif /* MXOP_SERVER_DAEMON_LAYERS_H */

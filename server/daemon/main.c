@@ -24,6 +24,7 @@
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/integrity.h"
+#include "server/daemon/introspect.h"
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
 
@@ -52,6 +53,8 @@ static const char usage_text[] =
     "                    [--allowlist FILE] [--strict-plugin-dir on|off]\n"
     "                    [--sandbox-fallback on|off]\n"
     "                    [--admin-uid UID]... [--watch on|off]\n"
+    "                    [--log-format text|json] [--metrics-file PATH]\n"
+    "                    [--metrics-interval-ms N]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
@@ -92,7 +95,11 @@ static const char usage_text[] =
     "  --admin-uid UID      this user (number or name) may also send daemon-wide requests\n"
     "                       (Shutdown, Reload) and connect; repeatable (docs/security.md)\n"
     "  --watch on|off       reload a loaded library whose file changed, checked each\n"
-    "                       second (default off; docs/operations.md, \"Hot reload\")\n";
+    "                       second (default off; docs/operations.md, \"Hot reload\")\n"
+    "  --log-format FORMAT  text (default) or json: one JSON object per line\n"
+    "  --metrics-file PATH  write the Prometheus text of `mxop stats` to PATH (atomically:\n"
+    "                       a temporary file renamed), for node_exporter's textfile collector\n"
+    "  --metrics-interval-ms N  how often (default 10000, at least 100)\n";
 
 static uv_timer_t shutdown_guard;
 
@@ -283,7 +290,11 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                                             "--session-max-states",
                                             /* Administrators and hot reload (admin.c, reload.c). */
                                             "--admin-uid",
-                                            "--watch"};
+                                            "--watch",
+                                            /* Observability (cli): log format, metrics file. */
+                                            "--log-format",
+                                            "--metrics-file",
+                                            "--metrics-interval-ms"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -397,6 +408,17 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                 cfg->watch = false;
             else
                 return usage_error("--watch must be on or off, not '%s'", val);
+        } else if (strcmp(opt, "--log-format") == 0 || strncmp(opt, "--metrics-", 10) == 0) {
+            /* Observability (cli): the log's format, the metrics file (metrics.c). */
+            char why[256];
+            int fmt;
+            if (strcmp(opt, "--log-format") == 0) {
+                if (mxop__log_parse_format(val, &fmt) != 0)
+                    return usage_error("--log-format must be text or json, not '%s'", val);
+                mxop__log_set_format(fmt);
+            } else if (mxop__metrics_option(cfg, opt, val, why, sizeof(why)) != 0) {
+                return usage_error("%s", why);
+            }
         } else if (strcmp(opt, "--warm-spare") == 0) {
             if (strcmp(val, "on") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
                 cfg->warm_spare = true;
@@ -478,6 +500,7 @@ static void daemon_shutdown(mxop__daemon_t *d, const char *why)
         return;
     d->shutting_down = true;
     MXOP__LOGI(0, NULL, "shutting down: %s", why);
+    mxop__metrics_stop(d); /* a last write, with the sessions still there */
 
     mxop__listener_stop(d);
     for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next)
@@ -571,6 +594,12 @@ int main(int argc, char **argv)
     }
     d.sigterm.data = &d;
     d.sigint.data = &d;
+    if (mxop__metrics_start(&d) != 0) {
+        MXOP__LOGE(0, NULL, "cannot start the metrics file's timer");
+        rc = 1;
+        mxop__listener_stop(&d);
+        goto out_walk;
+    }
     uv_signal_start(&d.sigterm, signal_cb, SIGTERM);
     uv_signal_start(&d.sigint, signal_cb, SIGINT);
 

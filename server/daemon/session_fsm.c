@@ -53,6 +53,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "server/daemon/introspect.h"
 #include "server/daemon/log.h"
 #include "server/daemon/session.h"
 
@@ -447,6 +448,7 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     s->d = d;
     s->id = ++d->next_session_id;
     s->generation = 1;
+    s->opened_ns = mxop__now_ns();
     s->next_region = 1;
     s->next_sup_id = 1;
     s->spare_state = MXOP__SPARE_NONE;
@@ -582,7 +584,7 @@ static void worker_exit(void *owner, mxop__worker_t *w, const mxop__worker_exit_
         if (w->retiring && e->term_signal == 0 && e->exit_status == 0 && e->call_id == 0)
             MXOP__LOGI(s->id, NULL, "worker %d retired for a reload", (int)w->pid);
         else
-            MXOP__LOGW(s->id, e->op[0] ? e->op : NULL, "%s", e->message);
+            mxop__introspect_death(s, w, e); /* notes and logs it */
         transition(s, EV_DIED, e);
     }
 }

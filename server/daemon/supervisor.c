@@ -576,7 +576,8 @@ void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *
     w->timeout_call_id = call_id;
     mxop__fmt(w->timeout_op, sizeof(w->timeout_op), "%s", op != NULL ? op : "");
     mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg), "%s", why);
-    MXOP__LOGW(w->session_id, op != NULL && op[0] ? op : NULL, "watchdog: %s", why);
+    mxop__log_ctx_t ctx = {.session = w->session_id, .op = op, .worker_pid = (int)w->pid};
+    mxop__log_ev(MXOP__LOG_WARN, &ctx, "watchdog: %s", why);
     kill_group(w);
 }
 

@@ -40,6 +40,7 @@ static int op_copy(Mxop__OpInfo *dst, const Mxop__OpInfo *src, const char *libna
     dst->mutated_inputs = src->mutated_inputs;
     dst->has_backward = src->has_backward;
     dst->stateful = src->stateful;
+    dst->devices = src->devices;
     dst->name = xstrdup(src->name);
     dst->description = xstrdup(src->description);
     dst->library =

@@ -100,8 +100,9 @@ static void emit(stream_t *st)
             }
         }
         esc[at] = '\0';
-        MXOP__LOGI(st->owner->session, NULL, "worker %d %s: %s%s", (int)st->owner->pid, st->name,
-                   esc, st->cut ? " [cut]" : "");
+        mxop__log_ctx_t ctx = {.session = st->owner->session, .worker_pid = (int)st->owner->pid};
+        mxop__log_ev(MXOP__LOG_INFO, &ctx, "worker %d %s: %s%s", (int)st->owner->pid, st->name,
+                     esc, st->cut ? " [cut]" : "");
     }
     st->len = 0;
     st->cut = false;

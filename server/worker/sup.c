@@ -39,6 +39,13 @@ static void fill_info(Mxop__OpInfo *info, const mxop__worker_op_t *op)
     info->attrs = op->pb_ptrs;
     info->flags = op->def.flags;
     info->dynamic_outputs = op->def.dynamic_outputs;
+    /* For `mxop ops`: which tensors the op's forward callbacks take. */
+    if (mxop__op_stateful(op))
+        info->devices = (op->def.state_forward != NULL ? 1u : 0u) |
+                        (op->def.state_forward_gpu != NULL ? 2u : 0u);
+    else
+        info->devices =
+            (op->def.forward != NULL ? 1u : 0u) | (op->def.forward_gpu != NULL ? 2u : 0u);
 }
 
 static int load(const Mxop__WorkerLoad *wl, Mxop__SupReply *reply)
