@@ -56,7 +56,7 @@ static const char usage_text[] =
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
     "  --log-level LEVEL    debug, info (default), warn or error\n"
     "  --worker PATH        worker executable (default: mxop-worker beside this program,\n"
-    "                       else " MXOP_LIBEXECDIR "/mxop-worker)\n"
+    "                       else ../libexec/mxop/ from it, else " MXOP_LIBEXECDIR "/mxop-worker)\n"
     "  --allow-uid UID      also accept clients of this user (number or name); repeatable\n"
     "  --max-timeout-ms N   longest any call may run, deadline or not (default 600000)\n"
     "  --init-timeout-ms N  longest a library may take to load (mxop_plugin_init) before\n"
@@ -170,7 +170,10 @@ static uint64_t default_memory_mb(void)
     return mb < 1024 ? 1024 : mb;
 }
 
-/* The worker beside our own executable, else the installed one. */
+/*
+ * The worker beside our own executable, else in ../libexec/mxop beside it
+ * (an installed tree, wherever it was unpacked), else the configured one.
+ */
 static char *default_worker(void)
 {
     char self[PATH_MAX];
@@ -184,6 +187,10 @@ static char *default_worker(void)
             mxop__fmt(cand, sizeof(cand), "%s/mxop-worker", self);
             if (access(cand, X_OK) == 0)
                 return strdup(cand);
+            mxop__fmt(cand, sizeof(cand), "%s/../libexec/mxop/mxop-worker", self);
+            char real[PATH_MAX];
+            if (access(cand, X_OK) == 0 && realpath(cand, real) != NULL)
+                return strdup(real);
         }
     }
     return strdup(MXOP_LIBEXECDIR "/mxop-worker");
