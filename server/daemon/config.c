@@ -200,8 +200,8 @@ int mxop__config_merge(int argc, char **argv, mxop__cfgargs_t *out, char *err, s
         }
         if (i > 0 && strncmp(argv[i], "--config=", 9) == 0) {
             if (path != NULL || argv[i][9] == '\0') {
-                mxop__fmt(err, errlen, path != NULL ? "--config given twice"
-                                                    : "option --config needs a file");
+                mxop__fmt(err, errlen,
+                          path != NULL ? "--config given twice" : "option --config needs a file");
                 rc = MXOP_EINVAL;
                 goto out;
             }
@@ -300,12 +300,19 @@ void mxop__config_each_key(const mxop__cfgargs_t *a, const mxop__cfgargs_t *b,
 }
 
 /* The options SIGHUP applies; every other option's change is logged as ignored. */
-static const char *const reloadable[] = {
-    "--max-connections",       "--handshake-timeout-ms", "--idle-timeout-ms",
-    "--max-buffered-mb",       "--session-max-regions",  "--session-max-region-mb",
-    "--session-max-libraries", "--max-timeout-ms",       "--init-timeout-ms",
-    "--allow-uid",             "--allowlist",            "--log-level",
-    "--drain-timeout-ms"};
+static const char *const reloadable[] = {"--max-connections",
+                                         "--handshake-timeout-ms",
+                                         "--idle-timeout-ms",
+                                         "--max-buffered-mb",
+                                         "--session-max-regions",
+                                         "--session-max-region-mb",
+                                         "--session-max-libraries",
+                                         "--max-timeout-ms",
+                                         "--init-timeout-ms",
+                                         "--allow-uid",
+                                         "--allowlist",
+                                         "--log-level",
+                                         "--drain-timeout-ms"};
 
 /* What log_ignored compares. */
 typedef struct reload_pair {
@@ -377,7 +384,7 @@ void mxop__config_reload(mxop__daemon_t *d, const mxop__cfgargs_t *started, int 
                d->cfg.config_path, (unsigned long long)d->cfg.max_conns,
                (unsigned long long)d->cfg.session_max_regions,
                (unsigned long long)d->cfg.session_max_libs,
-               (unsigned long long)d->cfg.max_timeout_ms, al[0] ? al : "none",
-               d->cfg.n_allow_uids, d->cfg.n_allow_uids == 1 ? "" : "s");
+               (unsigned long long)d->cfg.max_timeout_ms, al[0] ? al : "none", d->cfg.n_allow_uids,
+               d->cfg.n_allow_uids == 1 ? "" : "s");
     mxop__config_free(&na);
 }

@@ -23,9 +23,9 @@
 /* The merged arguments: argv[0], the file's lines, then the command line without --config. */
 typedef struct mxop__cfgargs {
     int argc;
-    char **argv;    /* malloc'd strings */
-    char **origin;  /* per argument: "FILE:LINE" (malloc'd) or NULL for the command line */
-    char *path;     /* the config file (malloc'd), or NULL when none was given */
+    char **argv;   /* malloc'd strings */
+    char **origin; /* per argument: "FILE:LINE" (malloc'd) or NULL for the command line */
+    char *path;    /* the config file (malloc'd), or NULL when none was given */
 } mxop__cfgargs_t;
 
 /*

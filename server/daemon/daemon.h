@@ -300,7 +300,7 @@ struct mxop__daemon {
 
     /* The service (drain.c): SIGHUP and the drain before shutdown. */
     uv_signal_t sighup;
-    bool draining;            /* stopped accepting; waiting for calls in flight */
+    bool draining;             /* stopped accepting; waiting for calls in flight */
     int64_t drain_deadline_ns; /* mxop__now_ns() past which the drain gives up */
     char drain_why[96];        /* what began it, for the final shutdown's log line */
     /* The final shutdown (main.c): kills the workers, closes everything.  Idempotent. */

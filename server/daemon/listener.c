@@ -280,9 +280,8 @@ static int activated_socket(const char *path, char *err, size_t errlen)
     memset(&sa, 0, sizeof(sa));
     if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.sun_path[0] != '\0' &&
         strncmp(sa.sun_path, path, sizeof(sa.sun_path)) != 0)
-        MXOP__LOGW(0, NULL,
-                   "the activated socket is %s, not --socket %s: clients must use %s", sa.sun_path,
-                   path, sa.sun_path);
+        MXOP__LOGW(0, NULL, "the activated socket is %s, not --socket %s: clients must use %s",
+                   sa.sun_path, path, sa.sun_path);
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
         mxop__fmt(err, errlen, "socket activation: cannot set up fd %d: %s", fd, strerror(errno));

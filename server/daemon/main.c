@@ -309,8 +309,7 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                                             "--allowlist",
                                             "--strict-plugin-dir",
                                             "--sandbox-fallback",
-                                            /* The service: the config file, the drain. */
-                                            "--config",
+                                            "--config", /* the service: config file, drain */
                                             "--drain-timeout-ms"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
@@ -399,9 +398,9 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                 return usage_error("--drain-timeout-ms must be a number of milliseconds, not '%s'",
                                    val);
             cfg->drain_timeout_ms = v;
-        } else if (reloading && (strcmp(opt, "--allowlist") == 0 ||
-                                 strcmp(opt, "--strict-plugin-dir") == 0 ||
-                                 strcmp(opt, "--sandbox-fallback") == 0)) {
+        } else if (reloading &&
+                   (strcmp(opt, "--allowlist") == 0 || strcmp(opt, "--strict-plugin-dir") == 0 ||
+                    strcmp(opt, "--sandbox-fallback") == 0)) {
             /* At SIGHUP only the allowlist changes; main applies it once all else is read. */
             if (strcmp(opt, "--allowlist") == 0)
                 reload_allowlist = val;
