@@ -465,3 +465,37 @@ Test(service, socket_activation_refuses_a_socket_that_does_not_listen, .timeout 
     unlink(errp);
     rmdir(dir);
 }
+
+/* A second signal while draining stops the daemon without waiting out the bound. */
+Test(service, a_second_signal_while_draining_stops_at_once, .timeout = 60)
+{
+    mxt_daemon_t d;
+    const char *extra[] = {"--drain-timeout-ms", "60000", NULL};
+    mxt_daemon_start(&d, extra);
+    const char *libs[] = {"crash.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&d, libs);
+    pid_t worker = mxt_worker_pid(c);
+    slow_call_t sc = {.c = c, .ms = "30000"};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, slow_call_thread, &sc), 0);
+    while (!sc.started)
+        mxt_sleep_ms(5);
+    mxt_sleep_ms(500);
+    cr_assert_eq(kill(d.pid, SIGTERM), 0);
+    cr_assert(wait_gone(d.sock, 3000), "the socket is still there while draining");
+    mxt_sleep_ms(300);
+    cr_assert(mxt_daemon_alive(&d), "the daemon did not wait for the call in flight");
+    double t0 = now_ms();
+    cr_assert_eq(kill(d.pid, SIGINT), 0);
+    int st = wait_exit(d.pid, 15000);
+    double took = now_ms() - t0;
+    d.pid = 0;
+    cr_assert(st != -1, "the daemon did not stop after the second signal");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+    cr_assert(took < 10000, "stopping took %.0f ms after the second signal", took);
+    pthread_join(t, NULL);
+    cr_assert_neq(sc.rc, 0, "the 30 s call cannot have finished");
+    cr_assert_eq(mxt_session_procs(worker), 0, "a worker outlived the daemon");
+    mxop_close(c);
+    mxt_daemon_stop(&d);
+}

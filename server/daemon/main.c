@@ -480,6 +480,12 @@ static void signal_cb(uv_signal_t *h, int signum)
     mxop__daemon_t *d = h->data;
     char why[32];
     mxop__fmt(why, sizeof(why), "%s", mxop__signal_name(signum));
+    /* A second signal while draining (Ctrl-C twice) means: do not wait any longer. */
+    if (d->draining) {
+        MXOP__LOGW(0, NULL, "%s while draining: stopping now", why);
+        d->stop_cb(d, why);
+        return;
+    }
     mxop__drain_begin(d, why);
 }
 
