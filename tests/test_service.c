@@ -499,3 +499,53 @@ Test(service, a_second_signal_while_draining_stops_at_once, .timeout = 60)
     mxop_close(c);
     mxt_daemon_stop(&d);
 }
+
+/* Until the file at path contains `needle` or ms pass; 1 if it does. */
+static int wait_text(const char *path, const char *needle, int ms)
+{
+    char text[16384];
+    for (int waited = 0; waited <= ms; waited += 20) {
+        read_text(path, text, sizeof(text));
+        if (strstr(text, needle) != NULL)
+            return 1;
+        mxt_sleep_ms(20);
+    }
+    return 0;
+}
+
+/* What cannot change at run time is named in the log as ignored; the rest is applied. */
+Test(service, sighup_logs_what_cannot_change_as_ignored, .timeout = 60)
+{
+    char dir[] = "/tmp/mxop-svc-XXXXXX";
+    cr_assert(mkdtemp(dir) != NULL);
+    char conf[256], errp[256], sock[256], plugins[256], text[16384];
+    snprintf(conf, sizeof(conf), "%s/mxop.conf", dir);
+    snprintf(errp, sizeof(errp), "%s/err", dir);
+    snprintf(sock, sizeof(sock), "%s/s.sock", dir);
+    snprintf(plugins, sizeof(plugins), "%s/plugins", mxt_build_dir());
+    write_file(conf, "sandbox = strict\nsession-max-regions = 100\nwarm-spare = on\n");
+    const char *args[] = {"--config", conf, "--socket", sock, "--plugin-dir", plugins, NULL};
+    pid_t pid = spawn_daemon(args, -1, errp);
+    for (int waited = 0; waited < 10000 && access(sock, F_OK) != 0; waited += 20)
+        mxt_sleep_ms(20);
+    read_text(errp, text, sizeof(text));
+    cr_assert_eq(access(sock, F_OK), 0, "the daemon did not start: %s", text);
+
+    write_file(conf, "sandbox = basic\nsession-max-regions = 200\nwarm-spare = on\n");
+    cr_assert_eq(kill(pid, SIGHUP), 0);
+    int ok = wait_text(errp, "session-max-regions 200", 10000);
+    read_text(errp, text, sizeof(text));
+    cr_assert(ok, "the new limit was not reported: %s", text);
+    cr_assert(strstr(text, "reload: --sandbox changed") != NULL, "sandbox not named: %s", text);
+    cr_assert(strstr(text, "--warm-spare changed") == NULL, "an unchanged key was named: %s", text);
+    cr_assert(strstr(text, "--session-max-regions changed") == NULL,
+              "a reloadable key was called ignored: %s", text);
+
+    kill(pid, SIGTERM);
+    int st = wait_exit(pid, 15000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+    cr_assert(access(sock, F_OK) != 0, "the socket was left behind");
+    unlink(conf);
+    unlink(errp);
+    rmdir(dir);
+}
