@@ -4,7 +4,8 @@
 #   make demo       the main job: train a small network through mxop
 #   make check      every test (Criterion, then pytest)
 #   make bench      the benchmarks
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (make uninstall removes exactly that)
+#   make deb        Debian packages in build/deb/ (dpkg-deb)
 #
 # User CFLAGS/LDFLAGS are left alone; the project's flags live apart.
 # SANITIZE=address,undefined builds everything with those sanitizers.
@@ -16,6 +17,9 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR     ?= $(PREFIX)/bin
 LIBEXECDIR ?= $(PREFIX)/libexec/mxop
 PLUGINDIR  ?= $(PREFIX)/lib/mxop/plugins
+SYSCONFDIR ?= $(PREFIX)/etc
+DATADIR    ?= $(PREFIX)/share
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DESTDIR    ?=
 PYTHON     ?= /usr/bin/python3
 
@@ -155,7 +159,7 @@ PCS_UNINST := $(B)/mxop-uninstalled.pc $(B)/mxop-plugin-uninstalled.pc
 DEPS_OK  := $(B)/.deps-ok
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
-        format format-check
+        format format-check deb check-packages
 .DEFAULT_GOAL := all
 
 all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
@@ -206,10 +210,14 @@ $(CLI): $(CLI_O) $(LIB_A)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $(CLI_O) $(LIB_A) -o $@ $(PB_LIBS) -lm -pthread
 
-$(LIB_SO): $(CLIENT_O) $(COMMON_O)
+# Only the public API is exported (client/libmxop.map); libmxop.so.0 beside it is
+# the soname link, so that programs linked from the build tree run against it.
+$(LIB_SO): $(CLIENT_O) $(COMMON_O) client/libmxop.map
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libmxop.so.0 $^ -o $@ $(PB_LIBS)
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libmxop.so.0 \
+	    -Wl,--version-script=client/libmxop.map $(filter %.o,$^) -o $@ $(PB_LIBS)
+	$(Q)ln -sfn libmxop.so $(@D)/libmxop.so.0
 
 $(LIB_A): $(CLIENT_O) $(COMMON_O)
 	@mkdir -p $(@D)
@@ -371,7 +379,7 @@ fuzz-seeds: $(COMMON_O)
 demo: all
 	$(Q)sh scripts/demo.sh $(abspath $(B))
 
-check: fuzz-smoke check-c check-python
+check: fuzz-smoke check-c check-python check-packages
 test: check
 
 check-c: all
@@ -383,25 +391,28 @@ check-python: all
 bench: all
 	$(Q)sh scripts/bench.sh $(abspath $(B))
 
-install: $(DAEMON) $(WORKER) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS) $(PCS)
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
-	           $(DESTDIR)$(INCLUDEDIR)/mxop $(DESTDIR)$(PLUGINDIR)
-	install -m 755 $(DAEMON) $(DESTDIR)$(BINDIR)/
-	install -m 755 $(WORKER) $(DESTDIR)$(LIBEXECDIR)/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libmxop.so.0
-	ln -sf libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.so
-	install -m 644 $(LIB_A) $(INPROC_A) $(DESTDIR)$(LIBDIR)/
-	install -m 644 include/mxop/*.h include/mxop/*.hpp $(DESTDIR)$(INCLUDEDIR)/mxop/
-	install -m 644 $(PCS) $(DESTDIR)$(LIBDIR)/pkgconfig/
-	install -m 755 $(PLUGINS) $(CU_PLUGINS) $(DESTDIR)$(PLUGINDIR)/
+# The packages: install/uninstall into a temporary root, the exported symbols,
+# the .pc files, and `make deb`'s packages unpacked and run (scripts/test-packages.sh).
+check-packages: all
+	$(Q)sh scripts/test-packages.sh $(abspath $(B)) $(PYTHON)
+
+# scripts/install.sh records what it installs in $(DATADIR)/mxop/install-manifest;
+# uninstall removes exactly that.
+INSTALL_ENV = DESTDIR='$(DESTDIR)' PREFIX='$(PREFIX)' BINDIR='$(BINDIR)' LIBDIR='$(LIBDIR)' \
+              INCLUDEDIR='$(INCLUDEDIR)' LIBEXECDIR='$(LIBEXECDIR)' PLUGINDIR='$(PLUGINDIR)' \
+              SYSTEMDUNITDIR='$(SYSTEMDUNITDIR)' SYSCONFDIR='$(SYSCONFDIR)' DATADIR='$(DATADIR)' \
+              B='$(B)' VERSION='$(VERSION)'
+
+install: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS)
+	$(Q)$(INSTALL_ENV) sh scripts/install.sh install
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/mxop-serverd $(DESTDIR)$(LIBEXECDIR)/mxop-worker
-	rm -f $(DESTDIR)$(LIBDIR)/libmxop.so $(DESTDIR)$(LIBDIR)/libmxop.so.0 $(DESTDIR)$(LIBDIR)/libmxop.a \
-	      $(DESTDIR)$(LIBDIR)/libmxop-inproc.a
-	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/mxop.pc $(DESTDIR)$(LIBDIR)/pkgconfig/mxop-plugin.pc
-	rm -rf $(DESTDIR)$(INCLUDEDIR)/mxop $(DESTDIR)$(PLUGINDIR)
-	-rmdir $(DESTDIR)$(LIBEXECDIR) 2>/dev/null
+	$(Q)$(INSTALL_ENV) sh scripts/install.sh uninstall
+
+# Debian packages (dpkg-deb): mxop-serverd (daemon, worker, mxop, units, example
+# plugins), libmxop0, libmxop-dev (headers, .pc, static libraries), python3-mxop.
+deb: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS)
+	$(Q)sh scripts/make-deb.sh $(abspath $(B)) $(VERSION)
 
 FORMAT_SRC = $(filter-out $(B)/%,$(shell git ls-files '*.c' '*.h' 2>/dev/null))
 format:

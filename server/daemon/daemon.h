@@ -251,6 +251,9 @@ typedef struct mxop__config {
     /* Introspection (introspect.c, cli): the Prometheus textfile and its period. */
     const char *metrics_path; /* --metrics-file, borrowed from argv; NULL: none */
     uint64_t metrics_interval_ms;
+    /* The service (config.c, drain.c): the config file and the drain at SIGTERM. */
+    const char *config_path;   /* --config FILE, or NULL */
+    uint64_t drain_timeout_ms; /* how long calls in flight may finish after SIGTERM */
 } mxop__config_t;
 
 /* One library that crashed a worker while it was loading (quarantine.c). */
@@ -313,6 +316,14 @@ struct mxop__daemon {
     /* Introspection (introspect.c, cli): the timer that writes --metrics-file. */
     uv_timer_t metrics_timer;
     bool metrics_on;
+    /* The service (drain.c): SIGHUP and the drain before shutdown. */
+    uv_signal_t sighup;
+    bool draining;             /* stopped accepting; waiting for calls in flight */
+    int64_t drain_deadline_ns; /* mxop__now_ns() past which the drain gives up */
+    char drain_why[96];        /* what began it, for the final shutdown's log line */
+    /* The final shutdown (main.c): kills the workers, closes everything.  Idempotent. */
+    void (*stop_cb)(mxop__daemon_t *d, const char *why);
+    bool sock_activated; /* the listening socket came from the service manager (LISTEN_FDS) */
 };
 
 struct mxop__client {
@@ -595,6 +606,21 @@ struct mxop__worker {
 int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen);
 /* Stops accepting, closes the socket and removes its file (if still ours). */
 void mxop__listener_stop(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* drain.c */
+
+/*
+ * Begins the shutdown (SIGTERM, SIGINT, a Shutdown request; set as
+ * d->shutdown_cb): stops accepting, then lets the calls in flight finish
+ * for up to --drain-timeout-ms before d->stop_cb.  Idempotent.
+ */
+void mxop__drain_begin(mxop__daemon_t *d, const char *why);
+/* At each watchdog tick while draining: stops the daemon once no call is in flight, or at the
+ * bound. */
+void mxop__drain_tick(mxop__daemon_t *d);
+/* How many calls and supervisor requests are in flight in all sessions. */
+int mxop__drain_in_flight(mxop__daemon_t *d);
 
 /* ------------------------------------------------------------------------ */
 /* deadline.c */

@@ -119,3 +119,16 @@ int mxop__integrity_check_plugin_dir(const char *dir, char *err, size_t errlen)
     }
     return 0;
 }
+
+int mxop__integrity_reload_allowlist(const char *val, char *err, size_t errlen)
+{
+    char old[PATH_MAX];
+    mxop__fmt(old, sizeof(old), "%s", allowlist_path);
+    allowlist_path[0] = '\0';
+    if (val == NULL)
+        return 0;
+    int rc = mxop__integrity_option("--allowlist", val, err, errlen);
+    if (rc != 0)
+        mxop__fmt(allowlist_path, sizeof(allowlist_path), "%s", old);
+    return rc;
+}

@@ -25,4 +25,12 @@ int mxop__integrity_check_plugin_dir(const char *dir, char *err, size_t errlen);
 /** The allowlist's absolute path for the worker's --allowlist, or "" when none. */
 const char *mxop__integrity_allowlist(void);
 
+/**
+ * SIGHUP (config.c, main.c): replaces the allowlist with `val` (checked as
+ * at start), or drops it when val is NULL.  On an error the old one stays.
+ * Workers started from now on get the new path; each load reads the file
+ * again.  Returns 0 or MXOP_EINVAL with a sentence in err.
+ */
+int mxop__integrity_reload_allowlist(const char *val, char *err, size_t errlen);
+
 #endif /* MXOP_SERVER_DAEMON_INTEGRITY_H */

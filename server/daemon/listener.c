@@ -6,10 +6,16 @@
  * accepts there": tests and engines can simply wait for the path.  The
  * rename also replaces a stale socket atomically, while a live daemon's
  * socket is never taken over.
+ *
+ * Under socket activation (systemd's LISTEN_FDS and LISTEN_PID naming this
+ * process) the service manager made the socket: the daemon takes fd 3,
+ * after checking that it is a listening Unix stream socket, and never
+ * removes its file, which it did not create.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -222,6 +228,68 @@ static void listen_cb(uv_poll_t *h, int status, int events)
     }
 }
 
+/* The first descriptor the service manager passes (sd_listen_fds(3)'s SD_LISTEN_FDS_START). */
+#define LISTEN_FDS_START 3
+
+/*
+ * The socket the service manager passed, when LISTEN_PID names us: its fd
+ * (non-blocking, close-on-exec), or -1 when none was passed, or -2 with a
+ * sentence in err when what was passed is not usable.  The variables are
+ * removed, so that no worker believes they are for it.
+ */
+static int activated_socket(const char *path, char *err, size_t errlen)
+{
+    const char *pid_s = getenv("LISTEN_PID");
+    const char *fds_s = getenv("LISTEN_FDS");
+    if (pid_s == NULL || fds_s == NULL)
+        return -1;
+    char *end;
+    long pid = strtol(pid_s, &end, 10);
+    if (*end != '\0' || pid != (long)getpid())
+        return -1; /* Meant for another process (our parent's, say). */
+    long n = strtol(fds_s, &end, 10);
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    if (*end != '\0' || n != 1) {
+        mxop__fmt(err, errlen,
+                  "socket activation passed LISTEN_FDS=%s; mxop-serverd takes exactly one "
+                  "socket (one ListenStream= in its .socket unit)",
+                  fds_s);
+        return -2;
+    }
+    int fd = LISTEN_FDS_START;
+    int domain = 0, type = 0, acc = 0;
+    socklen_t l1 = sizeof(domain), l2 = sizeof(type), l3 = sizeof(acc);
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l1) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l3) != 0) {
+        mxop__fmt(err, errlen, "socket activation: fd %d is not a socket (%s)", fd,
+                  strerror(errno));
+        return -2;
+    }
+    if (domain != AF_UNIX || type != SOCK_STREAM || !acc) {
+        mxop__fmt(err, errlen,
+                  "socket activation: fd %d must be a listening Unix stream socket "
+                  "(ListenStream=/path in the .socket unit)",
+                  fd);
+        return -2;
+    }
+    struct sockaddr_un sa;
+    socklen_t sl = sizeof(sa);
+    memset(&sa, 0, sizeof(sa));
+    if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.sun_path[0] != '\0' &&
+        strncmp(sa.sun_path, path, sizeof(sa.sun_path)) != 0)
+        MXOP__LOGW(0, NULL, "the activated socket is %s, not --socket %s: clients must use %s",
+                   sa.sun_path, path, sa.sun_path);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+        mxop__fmt(err, errlen, "socket activation: cannot set up fd %d: %s", fd, strerror(errno));
+        return -2;
+    }
+    return fd;
+}
+
 int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen)
 {
     const char *path = d->cfg.socket_path;
@@ -238,6 +306,22 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen)
     rc = fill_addr(&sa, tmp, err, errlen);
     if (rc != 0)
         return rc;
+    int afd = activated_socket(path, err, errlen);
+    if (afd == -2)
+        return MXOP_EINVAL;
+    if (afd >= 0) {
+        d->sock_activated = true;
+        d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (uv_poll_init(d->loop, &d->listen_poll, afd) != 0) {
+            mxop__fmt(err, errlen, "cannot watch the activated socket");
+            return MXOP_EIO;
+        }
+        d->listen_fd = afd;
+        d->listening = true;
+        uv_poll_start(&d->listen_poll, UV_READABLE, listen_cb);
+        MXOP__LOGI(0, NULL, "serving the socket the service manager passed (fd %d)", afd);
+        return 0;
+    }
     rc = check_existing(path, err, errlen);
     if (rc != 0)
         return rc;

@@ -4,8 +4,10 @@
  * The daemon runs in the foreground and logs to stderr (a service manager
  * adds timestamps and keeps the log).  It is ready when its socket path
  * exists.  SIGTERM, SIGINT or a Shutdown request end it cleanly: no new
- * connections, every worker's process group killed and reaped, every fd
- * closed, the socket file removed, exit status 0.
+ * connections, the calls in flight given --drain-timeout-ms to finish
+ * (drain.c), every worker's process group killed and reaped, every fd
+ * closed, the socket file removed, exit status 0.  SIGHUP reads the
+ * --config file again (config.c) and applies what can change at run time.
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +24,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "server/daemon/config.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/integrity.h"
 #include "server/daemon/introspect.h"
@@ -38,6 +41,8 @@
 #define DEFAULT_SESSION_MAX_STATES 4096ull
 /* How long shutdown waits for killed workers to be reaped before giving up. */
 #define SHUTDOWN_GRACE_MS 5000
+/* How long calls in flight may finish after SIGTERM (--drain-timeout-ms). */
+#define DEFAULT_DRAIN_TIMEOUT_MS 5000ull
 
 static const char usage_text[] =
     "usage: mxop-serverd --socket PATH --plugin-dir DIR [--log-level debug|info|warn|error]\n"
@@ -55,12 +60,13 @@ static const char usage_text[] =
     "                    [--admin-uid UID]... [--watch on|off]\n"
     "                    [--log-format text|json] [--metrics-file PATH]\n"
     "                    [--metrics-interval-ms N]\n"
+    "                    [--config FILE] [--drain-timeout-ms N]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
     "  --log-level LEVEL    debug, info (default), warn or error\n"
     "  --worker PATH        worker executable (default: mxop-worker beside this program,\n"
-    "                       else " MXOP_LIBEXECDIR "/mxop-worker)\n"
+    "                       else ../libexec/mxop/ from it, else " MXOP_LIBEXECDIR "/mxop-worker)\n"
     "  --allow-uid UID      also accept clients of this user (number or name); repeatable\n"
     "  --max-timeout-ms N   longest any call may run, deadline or not (default 600000)\n"
     "  --init-timeout-ms N  longest a library may take to load (mxop_plugin_init) before\n"
@@ -99,9 +105,34 @@ static const char usage_text[] =
     "  --log-format FORMAT  text (default) or json: one JSON object per line\n"
     "  --metrics-file PATH  write the Prometheus text of `mxop stats` to PATH (atomically:\n"
     "                       a temporary file renamed), for node_exporter's textfile collector\n"
-    "  --metrics-interval-ms N  how often (default 10000, at least 100)\n";
+    "  --metrics-interval-ms N  how often (default 10000, at least 100)\n"
+    "  --config FILE        read options from FILE, one 'key = value' a line (key: the\n"
+    "                       option without --; '#' comments); the command line overrides\n"
+    "                       it; SIGHUP reads it again (docs/operations.md)\n"
+    "  --drain-timeout-ms N after SIGTERM, how long calls in flight may finish before the\n"
+    "                       workers are stopped (default 5000; 0: stop at once)\n";
 
 static uv_timer_t shutdown_guard;
+
+/*
+ * The config file's part of argument parsing: where each argument came
+ * from ("FILE:LINE", NULL for the command line), so that an error names
+ * it, and whether this is a SIGHUP re-read (then errors are kept in
+ * reload_err instead of printed, and nothing outside the cfg is changed).
+ */
+static char *const *arg_origin;
+static const char *cur_origin;
+static bool reloading;
+static char reload_err[MXOP__MSG_MAX];
+static const char *reload_allowlist;
+/*
+ * The arguments the daemon started with (the file's and the command
+ * line's; the cfg's strings point into them until exit; SIGHUP compares
+ * with them), and the command line itself, which SIGHUP merges again.
+ */
+static mxop__cfgargs_t start_args;
+static int run_argc;
+static char **run_argv;
 
 /* Each watchdog tick: the deadlines of calls and loads, then the connections' timeouts. */
 static void watchdog_tick(mxop__daemon_t *d)
@@ -109,6 +140,7 @@ static void watchdog_tick(mxop__daemon_t *d)
     mxop__deadlines_tick(d);
     mxop__clients_tick(d, mxop__now_ns());
     mxop__reload_tick(d, mxop__now_ns());
+    mxop__drain_tick(d);
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -116,11 +148,21 @@ static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 static int usage_error(const char *fmt, ...)
 {
     va_list ap;
-    fputs("mxop-serverd: ", stderr);
+    char msg[MXOP__MSG_MAX];
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fputs("\n", stderr);
+    if (reloading) {
+        mxop__fmt(reload_err, sizeof(reload_err), "%s%s%s", cur_origin ? cur_origin : "",
+                  cur_origin ? ": " : "", msg);
+        return 2;
+    }
+    if (cur_origin != NULL) {
+        /* A config file's error: the file, line and key say it all; no usage text. */
+        fprintf(stderr, "mxop-serverd: %s: %s\n", cur_origin, msg);
+        return 2;
+    }
+    fprintf(stderr, "mxop-serverd: %s\n", msg);
     fputs(usage_text, stderr);
     return 2;
 }
@@ -152,7 +194,10 @@ static uint64_t default_memory_mb(void)
     return mb < 1024 ? 1024 : mb;
 }
 
-/* The worker beside our own executable, else the installed one. */
+/*
+ * The worker beside our own executable, else in ../libexec/mxop beside it
+ * (an installed tree, wherever it was unpacked), else the configured one.
+ */
 static char *default_worker(void)
 {
     char self[PATH_MAX];
@@ -166,6 +211,10 @@ static char *default_worker(void)
             mxop__fmt(cand, sizeof(cand), "%s/mxop-worker", self);
             if (access(cand, X_OK) == 0)
                 return strdup(cand);
+            mxop__fmt(cand, sizeof(cand), "%s/../libexec/mxop/mxop-worker", self);
+            char real[PATH_MAX];
+            if (access(cand, X_OK) == 0 && realpath(cand, real) != NULL)
+                return strdup(real);
         }
     }
     return strdup(MXOP_LIBEXECDIR "/mxop-worker");
@@ -202,6 +251,7 @@ static uint64_t *supervise_field(mxop__config_t *cfg, const char *opt)
         return &cfg->session_max_states;
     return NULL;
 }
+static uint64_t default_max_conns_now(void);
 
 /*
  * Connections the fd limit leaves room for: each client holds its socket
@@ -209,6 +259,16 @@ static uint64_t *supervise_field(mxop__config_t *cfg, const char *opt)
  * end, besides its regions; 64 are kept for the daemon itself.
  */
 static uint64_t default_max_conns(void)
+{
+    /* Computed once, before main raises the limit, so that SIGHUP keeps the same default. */
+    static uint64_t memo;
+    if (memo != 0)
+        return memo;
+    memo = default_max_conns_now();
+    return memo;
+}
+
+static uint64_t default_max_conns_now(void)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
@@ -236,10 +296,12 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
     cfg->sandbox = "strict";
     cfg->worker_max_fds = DEFAULT_WORKER_MAX_FDS;
     cfg->warm_spare = true;
+    cfg->drain_timeout_ms = DEFAULT_DRAIN_TIMEOUT_MS;
     *done = false;
 
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
+        cur_origin = arg_origin != NULL ? arg_origin[i] : NULL;
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             fputs(usage_text, stdout);
             *done = true;
@@ -294,7 +356,9 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                                             /* Observability (cli): log format, metrics file. */
                                             "--log-format",
                                             "--metrics-file",
-                                            "--metrics-interval-ms"};
+                                            "--metrics-interval-ms",
+                                            "--config", /* the service: config file, drain */
+                                            "--drain-timeout-ms"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -381,6 +445,23 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                 return usage_error("%s must be a %snumber, not '%s'", opt,
                                    zero_ok ? "" : "positive ", val);
             *limit_field(cfg, opt) = v;
+        } else if (strcmp(opt, "--config") == 0) {
+            /* config.c takes the command line's --config: this one is in a file. */
+            return usage_error("--config cannot be given in a config file");
+        } else if (strcmp(opt, "--drain-timeout-ms") == 0) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(val, &end, 10);
+            if (val[0] == '-' || *end != '\0' || errno != 0 || v > (1ull << 40))
+                return usage_error("--drain-timeout-ms must be a number of milliseconds, not '%s'",
+                                   val);
+            cfg->drain_timeout_ms = v;
+        } else if (reloading &&
+                   (strcmp(opt, "--allowlist") == 0 || strcmp(opt, "--strict-plugin-dir") == 0 ||
+                    strcmp(opt, "--sandbox-fallback") == 0)) {
+            /* At SIGHUP only the allowlist changes; main applies it once all else is read. */
+            if (strcmp(opt, "--allowlist") == 0)
+                reload_allowlist = val;
         } else if (strcmp(opt, "--allowlist") == 0 || strcmp(opt, "--strict-plugin-dir") == 0) {
             char why[512];
             if (mxop__integrity_option(opt, val, why, sizeof(why)) != 0)
@@ -415,7 +496,8 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             if (strcmp(opt, "--log-format") == 0) {
                 if (mxop__log_parse_format(val, &fmt) != 0)
                     return usage_error("--log-format must be text or json, not '%s'", val);
-                mxop__log_set_format(fmt);
+                if (!reloading) /* the format is the start's (SIGHUP changes the cfg only) */
+                    mxop__log_set_format(fmt);
             } else if (mxop__metrics_option(cfg, opt, val, why, sizeof(why)) != 0) {
                 return usage_error("%s", why);
             }
@@ -441,6 +523,7 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
         }
     }
 
+    cur_origin = NULL;
     if (!memory_set)
         cfg->worker_memory_mb = default_memory_mb();
     if (cfg->max_conns == 0)
@@ -449,6 +532,8 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
         return usage_error("--socket PATH is required");
     if (plugin_dir == NULL)
         return usage_error("--plugin-dir DIR is required");
+    if (reloading)
+        return 0; /* What follows looks at files only the start may use. */
 
     char real[PATH_MAX];
     struct stat st;
@@ -484,7 +569,40 @@ static void signal_cb(uv_signal_t *h, int signum)
     mxop__daemon_t *d = h->data;
     char why[32];
     mxop__fmt(why, sizeof(why), "%s", mxop__signal_name(signum));
-    daemon_shutdown(d, why);
+    /* A second signal while draining (Ctrl-C twice) means: do not wait any longer. */
+    if (d->draining) {
+        MXOP__LOGW(0, NULL, "%s while draining: stopping now", why);
+        d->stop_cb(d, why);
+        return;
+    }
+    mxop__drain_begin(d, why);
+}
+
+/*
+ * SIGHUP's parse (config.c calls it): the merged arguments into a fresh
+ * cfg, with no effect outside it; the allowlist's value is handed back.
+ */
+static int reparse(const mxop__cfgargs_t *na, mxop__config_t *nc, int *level,
+                   const char **allowlist, char *err, size_t errlen)
+{
+    bool done;
+    reloading = true;
+    reload_allowlist = NULL;
+    reload_err[0] = '\0';
+    arg_origin = na->origin;
+    int rc = parse_args(na->argc, na->argv, nc, level, &done);
+    reloading = false;
+    arg_origin = NULL;
+    cur_origin = NULL;
+    *allowlist = reload_allowlist;
+    mxop__fmt(err, errlen, "%s", reload_err);
+    return rc;
+}
+
+static void sighup_cb(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    mxop__config_reload(h->data, &start_args, run_argc, run_argv, reparse);
 }
 
 static void guard_cb(uv_timer_t *t)
@@ -510,6 +628,7 @@ static void daemon_shutdown(mxop__daemon_t *d, const char *why)
     mxop__watchdog_stop(d);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
 
     /* Unref'd: it fires only if something keeps the loop alive that long. */
     if (uv_timer_init(d->loop, &shutdown_guard) == 0) {
@@ -534,10 +653,24 @@ int main(int argc, char **argv)
     int level = MXOP__LOG_INFO;
     bool done;
 
-    int rc = parse_args(argc, argv, &d.cfg, &level, &done);
+    char cerr[MXOP__MSG_MAX + 256];
+    if (mxop__config_merge(argc, argv, &start_args, cerr, sizeof(cerr)) != 0) {
+        fprintf(stderr, "mxop-serverd: %s\n", cerr);
+        return 2;
+    }
+    run_argc = argc;
+    run_argv = argv;
+    d.cfg.config_path = start_args.path;
+    arg_origin = start_args.origin;
+    /* The first call fixes the default before the descriptor limit is raised below. */
+    (void)default_max_conns();
+    int rc = parse_args(start_args.argc, start_args.argv, &d.cfg, &level, &done);
+    arg_origin = NULL;
+    cur_origin = NULL;
     if (rc != 0 || done) {
         free(d.cfg.plugin_dir);
         free(d.cfg.worker_path);
+        mxop__config_free(&start_args);
         return rc;
     }
     mxop__log_set_level(level);
@@ -584,9 +717,10 @@ int main(int argc, char **argv)
     }
     /* The watchdog reaches the sessions and clients only through this callback. */
     d.tick_cb = watchdog_tick;
-    d.shutdown_cb = daemon_shutdown;
+    d.shutdown_cb = mxop__drain_begin;
+    d.stop_cb = daemon_shutdown;
     if (uv_signal_init(&loop, &d.sigterm) != 0 || uv_signal_init(&loop, &d.sigint) != 0 ||
-        mxop__watchdog_start(&d) != 0) {
+        uv_signal_init(&loop, &d.sighup) != 0 || mxop__watchdog_start(&d) != 0) {
         MXOP__LOGE(0, NULL, "cannot set up signal handling and the watchdog");
         rc = 1;
         mxop__listener_stop(&d);
@@ -600,8 +734,10 @@ int main(int argc, char **argv)
         mxop__listener_stop(&d);
         goto out_walk;
     }
+    d.sighup.data = &d;
     uv_signal_start(&d.sigterm, signal_cb, SIGTERM);
     uv_signal_start(&d.sigint, signal_cb, SIGINT);
+    uv_signal_start(&d.sighup, sighup_cb, SIGHUP);
 
     MXOP__LOGI(0, NULL, "mxop-serverd %s listening on %s (plugins %s, worker %s)",
                MXOP_VERSION_STRING, d.cfg.socket_path, d.cfg.plugin_dir, d.cfg.worker_path);
@@ -637,5 +773,6 @@ out_cfg:
     mxop__reload_free(&d);
     free(d.cfg.plugin_dir);
     free(d.cfg.worker_path);
+    mxop__config_free(&start_args);
     return rc;
 }

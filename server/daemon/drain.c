@@ -1,0 +1,76 @@
+/*
+ * server/daemon/drain.c - the drain before shutdown.
+ *
+ * SIGTERM, SIGINT or a Shutdown request stop the listener at once (the
+ * socket file goes, so new clients are refused), then the daemon waits
+ * until no call is in flight in any session, or --drain-timeout-ms has
+ * passed, before the final shutdown (main.c) kills the workers.
+ *
+ * Calls on the shared-memory path never pass through the daemon: what the
+ * daemon knows of them is each session's call page (shm/call_page.h),
+ * where the client publishes the call in flight before sending it and
+ * clears it when it returns.  That, and the supervisor requests (library
+ * loads, region maps) the daemon itself has in flight, are what "in
+ * flight" means here.
+ */
+#include <stdio.h>
+
+#include "common/util.h"
+#include "server/daemon/daemon.h"
+#include "server/daemon/log.h"
+#include "shm/call_page.h"
+
+int mxop__drain_in_flight(mxop__daemon_t *d)
+{
+    int n = 0;
+    for (mxop__list_t *l = d->clients.next; l != &d->clients; l = l->next) {
+        mxop__client_t *cl = MXOP__CONTAINER_OF(l, mxop__client_t, link);
+        mxop__session_t *s = cl->session;
+        if (s == NULL)
+            continue;
+        if (s->pend_head != NULL)
+            n++;
+        if (s->call_page == NULL)
+            continue;
+        mxop__call_page_t cp;
+        /* A page the client is writing right now is a call about to be in flight. */
+        if (!mxop__call_page_read(s->call_page, &cp) || cp.call_id != 0)
+            n++;
+    }
+    return n;
+}
+
+void mxop__drain_tick(mxop__daemon_t *d)
+{
+    if (!d->draining || d->shutting_down)
+        return;
+    int n = mxop__drain_in_flight(d);
+    if (n == 0) {
+        d->stop_cb(d, d->drain_why);
+        return;
+    }
+    if (mxop__now_ns() >= d->drain_deadline_ns) {
+        MXOP__LOGW(0, NULL,
+                   "%d call%s still in flight after %llu ms of draining (--drain-timeout-ms); "
+                   "stopping anyway",
+                   n, n == 1 ? "" : "s", (unsigned long long)d->cfg.drain_timeout_ms);
+        d->stop_cb(d, d->drain_why);
+    }
+}
+
+void mxop__drain_begin(mxop__daemon_t *d, const char *why)
+{
+    if (d->draining || d->shutting_down)
+        return;
+    d->draining = true;
+    mxop__fmt(d->drain_why, sizeof(d->drain_why), "%s", why);
+    d->drain_deadline_ns = mxop__now_ns() + (int64_t)d->cfg.drain_timeout_ms * 1000000LL;
+    mxop__listener_stop(d);
+    int n = mxop__drain_in_flight(d);
+    if (n > 0)
+        MXOP__LOGI(0, NULL,
+                   "%s: no longer accepting connections; waiting up to %llu ms for %d call%s in "
+                   "flight",
+                   why, (unsigned long long)d->cfg.drain_timeout_ms, n, n == 1 ? "" : "s");
+    mxop__drain_tick(d);
+}
