@@ -310,6 +310,9 @@ static const char *const reloadable[] = {"--max-connections",
                                          "--max-timeout-ms",
                                          "--init-timeout-ms",
                                          "--allow-uid",
+                                         "--admin-uid",
+                                         "--probe-interval-ms",
+                                         "--probe-timeout-ms",
                                          "--allowlist",
                                          "--log-level",
                                          "--drain-timeout-ms"};
@@ -375,6 +378,10 @@ void mxop__config_reload(mxop__daemon_t *d, const mxop__cfgargs_t *started, int 
     d->cfg.drain_timeout_ms = nc.drain_timeout_ms;
     memcpy(d->cfg.allow_uids, nc.allow_uids, sizeof(nc.allow_uids));
     d->cfg.n_allow_uids = nc.n_allow_uids;
+    memcpy(d->cfg.admin_uids, nc.admin_uids, sizeof(nc.admin_uids));
+    d->cfg.n_admin_uids = nc.n_admin_uids;
+    d->cfg.probe_interval_ms = nc.probe_interval_ms;
+    d->cfg.probe_timeout_ms = nc.probe_timeout_ms;
     mxop__log_set_level(level);
     const char *al = mxop__integrity_allowlist();
     MXOP__LOGI(0, NULL,
