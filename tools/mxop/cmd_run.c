@@ -38,28 +38,27 @@ typedef struct run_args {
 
 static void usage(FILE *to)
 {
-    fprintf(to,
-            "usage: mxop run LIB OP [--attr K=V]... [--input SHAPE:DTYPE[=FILE.npy]]...\n"
-            "                [--seed N] [--out DIR] [--socket PATH] [--json]\n\n"
-            "Runs op OP of library LIB forward once and prints, for every input and output,\n"
-            "its shape, dtype and checksums: fnv1a64 (FNV-1a 64 of its bytes, hex) and sum\n"
-            "(its elements added as f64, in index order).\n\n"
-            "  --input SHAPE:DTYPE[=FILE]  one per input, in order. SHAPE is dimensions\n"
-            "                 joined by 'x' (2x3; 0x3 is empty), '' or 'scalar' for 0-d\n"
-            "                 (':f32' or 'scalar:f32'). DTYPE: f32 f64 f16 bf16 i32 i64 u8 i8\n"
-            "                 bool. Without FILE the contents are random from --seed (floats\n"
-            "                 in [-1,1), integers in [-8,8), u8 in [0,16), bool 0/1); a FILE\n"
-            "                 (.npy, C order, little-endian) must have that shape and dtype.\n"
-            "  --attr K=V     an attribute of the call (repeatable)\n"
-            "  --seed N       the random inputs' seed and the call's seed (default 1)\n"
-            "  --out DIR      save inputs and outputs as DIR/inputN.npy, DIR/outputN.npy\n"
-            "                 (bf16 as '<u2', its raw bits)\n"
-            "  --socket PATH  a running daemon (else $MXOP_SOCKET); LIB is then a name in its\n"
-            "                 plugin directory. Without either, a private daemon is started\n"
-            "                 with a copy of LIB (a path, or a name in build/plugins).\n"
-            "  --json         one JSON object instead of lines\n\n"
-            "exit status: 0 done, 1 the op or daemon refused the call, 2 bad arguments,\n"
-            "3 no daemon reachable.\n");
+    fprintf(to, "usage: mxop run LIB OP [--attr K=V]... [--input SHAPE:DTYPE[=FILE.npy]]...\n"
+                "                [--seed N] [--out DIR] [--socket PATH] [--json]\n\n"
+                "Runs op OP of library LIB forward once and prints, for every input and output,\n"
+                "its shape, dtype and checksums: fnv1a64 (FNV-1a 64 of its bytes, hex) and sum\n"
+                "(its elements added as f64, in index order).\n\n"
+                "  --input SHAPE:DTYPE[=FILE]  one per input, in order. SHAPE is dimensions\n"
+                "                 joined by 'x' (2x3; 0x3 is empty), '' or 'scalar' for 0-d\n"
+                "                 (':f32' or 'scalar:f32'). DTYPE: f32 f64 f16 bf16 i32 i64 u8 i8\n"
+                "                 bool. Without FILE the contents are random from --seed (floats\n"
+                "                 in [-1,1), integers in [-8,8), u8 in [0,16), bool 0/1); a FILE\n"
+                "                 (.npy, C order, little-endian) must have that shape and dtype.\n"
+                "  --attr K=V     an attribute of the call (repeatable)\n"
+                "  --seed N       the random inputs' seed and the call's seed (default 1)\n"
+                "  --out DIR      save inputs and outputs as DIR/inputN.npy, DIR/outputN.npy\n"
+                "                 (bf16 as '<u2', its raw bits)\n"
+                "  --socket PATH  a running daemon (else $MXOP_SOCKET); LIB is then a name in its\n"
+                "                 plugin directory. Without either, a private daemon is started\n"
+                "                 with a copy of LIB (a path, or a name in build/plugins).\n"
+                "  --json         one JSON object instead of lines\n\n"
+                "exit status: 0 done, 1 the op or daemon refused the call, 2 bad arguments,\n"
+                "3 no daemon reachable.\n");
 }
 
 static int parse_input(const char *text, input_spec_t *s)
@@ -92,8 +91,8 @@ static int parse_input(const char *text, input_spec_t *s)
     char err[600];
     int32_t dt;
     mxop_shape_t sh;
-    if (mxop__npy_read(file, s->dtype, &dt, &sh, &s->file_data, &s->file_bytes, err,
-                       sizeof(err)) != 0) {
+    if (mxop__npy_read(file, s->dtype, &dt, &sh, &s->file_data, &s->file_bytes, err, sizeof(err)) !=
+        0) {
         fprintf(stderr, "mxop run: --input '%s': %s\n", text, err);
         return -1;
     }
@@ -251,8 +250,8 @@ static int run_op(mxop_client_t *c, run_args_t *a, mxop_array_t *in, mxop_array_
     if (info.stateful) {
         rc = mxop_state_create(c, op, attrs, a->n_in, in_dt, in_sh, &call.state);
         if (rc != 0) {
-            fprintf(stderr, "mxop run: creating the op's state failed: %s: %s\n",
-                    mxop_err_name(rc), mxop_last_error(c));
+            fprintf(stderr, "mxop run: creating the op's state failed: %s: %s\n", mxop_err_name(rc),
+                    mxop_last_error(c));
             return rc;
         }
     }

@@ -17,54 +17,56 @@
 
 /* The checks in the order of their lines. */
 static const char *const check_names[] = {
-    "shapes", "dtypes",       "forward", "infer",   "written",  "inputs", "alias",
-    "determinism", "fresh-worker", "grad", "req-add", "req-null", "attrs",  "state",
+    "shapes",      "dtypes",       "forward", "infer",   "written",  "inputs", "alias",
+    "determinism", "fresh-worker", "grad",    "req-add", "req-null", "attrs",  "state",
 };
 
 static void usage(FILE *to)
 {
-    fprintf(to,
-            "usage: mxop verify LIB [--op NAME] [--attr K=V]... [--seed N] [--socket PATH]\n"
-            "                   [--json]\n\n"
-            "Checks every op of library LIB (or only NAME) on random inputs of several shapes\n"
-            "(3x4, 5, 0-d, 0, 0x3, 2x3x4; 3x4 and 4x2 for two inputs; also empty) and every\n"
-            "dtype inference accepts; a shape or dtype inference refuses is skipped, not a\n"
-            "failure. One line per op and check: STATUS OP CHECK DETAIL, then a summary.\n\n"
-            "checks:\n"
-            "  shapes, dtypes  what inference accepts (SKIP when nothing)\n"
-            "  forward       forward succeeds on every case inference accepts\n"
-            "  infer         forward writes the shapes inference gave, not fewer elements\n"
-            "  written       every output element written (poisoned with 0xA5, then NaN)\n"
-            "  inputs        inputs not declared mutated stay as they were (a write the\n"
-            "                sandbox catches, MXOP_EINPUT_WRITTEN, fails this check)\n"
-            "  alias         no output's memory overlaps an input's\n"
-            "  determinism   same inputs and seed, same outputs: two calls in one worker\n"
-            "  fresh-worker  ... and in a new session's worker\n"
-            "  grad          backward vs central differences in f64 (eps 1e-6, atol 1e-5,\n"
-            "                rtol 1e-3, gradcheck's)\n"
-            "  req-add       req add accumulates onto a pre-filled gradient buffer\n"
-            "  req-null      req null leaves gradient buffers alone\n"
-            "  attrs         declared defaults accepted; wrong types, unknown keys and\n"
-            "                missing required ones refused with MXOP_EATTR\n"
-            "  state         a stateful op's create/use/destroy cycles\n\n"
-            "  --op NAME      only this op\n"
-            "  --attr K=V     an attribute for every call (required attributes without one\n"
-            "                 get an ordinary value of their type)\n"
-            "  --seed N       inputs' and calls' seed (default 1)\n"
-            "  --socket PATH  a running daemon (else $MXOP_SOCKET); LIB is then a name in its\n"
-            "                 plugin directory. Without either, a private daemon is started\n"
-            "                 with a copy of LIB (a path, or a name in build/plugins).\n"
-            "  --json         one JSON object: results [{op, check, status, detail, cases}]\n\n"
-            "exit status: 0 every check passed or was skipped, 1 a check failed (or the\n"
-            "library could not be loaded), 2 bad arguments, 3 no daemon reachable.\n");
+    fprintf(to, "usage: mxop verify LIB [--op NAME] [--attr K=V]... [--seed N] [--socket PATH]\n"
+                "                   [--json]\n\n"
+                "Checks every op of library LIB (or only NAME) on random inputs of several shapes\n"
+                "(3x4, 5, 0-d, 0, 0x3, 2x3x4; 3x4 and 4x2 for two inputs; also empty) and every\n"
+                "dtype inference accepts; a shape or dtype inference refuses is skipped, not a\n"
+                "failure. One line per op and check: STATUS OP CHECK DETAIL, then a summary.\n\n"
+                "checks:\n"
+                "  shapes, dtypes  what inference accepts (SKIP when nothing)\n"
+                "  forward       forward succeeds on every case inference accepts\n"
+                "  infer         forward writes the shapes inference gave, not fewer elements\n"
+                "  written       every output element written (poisoned with 0xA5, then NaN)\n"
+                "  inputs        inputs not declared mutated stay as they were (a write the\n"
+                "                sandbox catches, MXOP_EINPUT_WRITTEN, fails this check)\n"
+                "  alias         no output's memory overlaps an input's\n"
+                "  determinism   same inputs and seed, same outputs: two calls in one worker\n"
+                "  fresh-worker  ... and in a new session's worker\n"
+                "  grad          backward vs central differences in f64 (eps 1e-6, atol 1e-5,\n"
+                "                rtol 1e-3, gradcheck's)\n"
+                "  req-add       req add accumulates onto a pre-filled gradient buffer\n"
+                "  req-null      req null leaves gradient buffers alone\n"
+                "  attrs         declared defaults accepted; wrong types, unknown keys and\n"
+                "                missing required ones refused with MXOP_EATTR\n"
+                "  state         a stateful op's create/use/destroy cycles\n\n"
+                "  --op NAME      only this op\n"
+                "  --attr K=V     an attribute for every call (required attributes without one\n"
+                "                 get an ordinary value of their type)\n"
+                "  --seed N       inputs' and calls' seed (default 1)\n"
+                "  --socket PATH  a running daemon (else $MXOP_SOCKET); LIB is then a name in its\n"
+                "                 plugin directory. Without either, a private daemon is started\n"
+                "                 with a copy of LIB (a path, or a name in build/plugins).\n"
+                "  --json         one JSON object: results [{op, check, status, detail, cases}]\n\n"
+                "exit status: 0 every check passed or was skipped, 1 a check failed (or the\n"
+                "library could not be loaded), 2 bad arguments, 3 no daemon reachable.\n");
 }
 
 int mxop__cmd_verify(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"op", required_argument, NULL, 'o'},     {"attr", required_argument, NULL, 'a'},
-        {"seed", required_argument, NULL, 's'},   {"socket", required_argument, NULL, 'S'},
-        {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
+        {"op", required_argument, NULL, 'o'},
+        {"attr", required_argument, NULL, 'a'},
+        {"seed", required_argument, NULL, 's'},
+        {"socket", required_argument, NULL, 'S'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *only = NULL, *socket = NULL;
@@ -156,8 +158,8 @@ int mxop__cmd_verify(int argc, char **argv)
         status = only ? MXOP_CLI_EXIT_USAGE : MXOP_CLI_EXIT_FAILED;
         goto out;
     }
-    status = mxop__verify_print(rep, stdout, d.library, json) ? MXOP_CLI_EXIT_FAILED
-                                                               : MXOP_CLI_EXIT_OK;
+    status =
+        mxop__verify_print(rep, stdout, d.library, json) ? MXOP_CLI_EXIT_FAILED : MXOP_CLI_EXIT_OK;
 out:
     mxop_close(v.c);
     mxop__verify_report_free(rep);

@@ -129,7 +129,7 @@ static int wait_socket(mxop__run_daemon_t *d, char *err, size_t errlen)
         if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
             d->pid = 0;
             return fail(err, errlen, "mxop-serverd exited at start (status %d); see its log %s",
-                       WIFEXITED(status) ? WEXITSTATUS(status) : -1, d->log);
+                        WIFEXITED(status) ? WEXITSTATUS(status) : -1, d->log);
         }
         nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
@@ -141,12 +141,14 @@ static int start_private(mxop__run_daemon_t *d, const char *lib, char *err, size
     char path[4096], serverd[4096];
     resolve_library(lib, path, sizeof(path));
     if (access(path, R_OK) != 0)
-        return fail(err, errlen, "library %s: %s (give a path to the .so, or --socket for a running daemon)",
-                   path, strerror(errno));
+        return fail(err, errlen,
+                    "library %s: %s (give a path to the .so, or --socket for a running daemon)",
+                    path, strerror(errno));
     if (find_serverd(serverd, sizeof(serverd)) != 0)
-        return fail(err, errlen, "mxop-serverd not found beside this program (%s): set MXOP_SERVERD, or "
-                   "give --socket / $MXOP_SOCKET",
-                   serverd);
+        return fail(err, errlen,
+                    "mxop-serverd not found beside this program (%s): set MXOP_SERVERD, or "
+                    "give --socket / $MXOP_SOCKET",
+                    serverd);
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !*tmp || strlen(tmp) > 60) /* a socket path has at most 107 bytes */
         tmp = "/tmp";
@@ -186,8 +188,8 @@ static int start_private(mxop__run_daemon_t *d, const char *lib, char *err, size
             close(fd);
         }
         const char *worker = getenv("MXOP_WORKER");
-        char *argv[12] = {serverd, "--socket", d->socket, "--plugin-dir", plugins,
-                          "--log-level", "warn", NULL};
+        char *argv[12] = {serverd, "--socket",    d->socket, "--plugin-dir",
+                          plugins, "--log-level", "warn",    NULL};
         if (worker && *worker) {
             argv[7] = "--worker";
             argv[8] = (char *)worker;

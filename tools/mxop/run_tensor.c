@@ -204,9 +204,10 @@ static int parse_header(const char *hdr, int want, int32_t *dtype, mxop_shape_t 
         return fail(err, errlen, "fortran_order is not False (only C order is read)");
     *dtype = descr_dtype(descr, want);
     if (*dtype < 0)
-        return fail(err, errlen, "dtype '%s' is not one of mxop's (little-endian f32 f64 f16 i32 i64 u8 i8 "
-                   "bool; '<u2' for bf16)",
-                   descr);
+        return fail(err, errlen,
+                    "dtype '%s' is not one of mxop's (little-endian f32 f64 f16 i32 i64 u8 i8 "
+                    "bool; '<u2' for bf16)",
+                    descr);
     memset(shape, 0, sizeof(*shape));
     for (s++;;) {
         while (*s == ' ' || *s == ',')
@@ -216,7 +217,8 @@ static int parse_header(const char *hdr, int want, int32_t *dtype, mxop_shape_t 
         char *end;
         long long v = strtoll(s, &end, 10);
         if (end == s || v < 0 || shape->ndim == MXOP_MAX_DIMS)
-            return fail(err, errlen, "the shape is malformed or has more than %d dimensions", MXOP_MAX_DIMS);
+            return fail(err, errlen, "the shape is malformed or has more than %d dimensions",
+                        MXOP_MAX_DIMS);
         shape->dims[shape->ndim++] = v;
         s = end;
         if (*s == 'L') /* Python 2's longs */
@@ -300,8 +302,10 @@ int mxop__npy_write(const char *path, int32_t dtype, int32_t ndim, const int64_t
     if (!fp)
         return fail(err, errlen, "%s: %s", path, strerror(errno));
     size_t hlen = (size_t)n + pad + 1;
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
-                             (unsigned char)(hlen >> 8)};
+    unsigned char pre[10];
+    memcpy(pre, "\x93NUMPY\x01\x00", 8);
+    pre[8] = (unsigned char)(hlen & 0xff);
+    pre[9] = (unsigned char)(hlen >> 8);
     int ok = fwrite(pre, 1, 10, fp) == 10 && fwrite(dict, 1, (size_t)n, fp) == (size_t)n;
     for (size_t i = 0; ok && i < pad; i++)
         ok = fputc(' ', fp) != EOF;

@@ -128,8 +128,8 @@ static int try_case(mxop__verify_t *v, const shape_set_t *s, const int32_t *dt, 
         k->in_dt[i] = dt[i];
         k->in_sh[i] = s->a[s->pair ? i : 0];
     }
-    int rc = mxop_infer(v->c, v->op, v->attrs, n_in, k->in_dt, k->in_sh, k->n_out, k->out_dt,
-                        k->out_sh);
+    int rc =
+        mxop_infer(v->c, v->op, v->attrs, n_in, k->in_dt, k->in_sh, k->n_out, k->out_dt, k->out_sh);
     if (rc == 0)
         label(k);
     return rc;
@@ -230,8 +230,7 @@ static int infer_with(mxop__verify_t *v, const char *const *attrs)
 }
 
 /* v->attrs with `key` set to `value` (value NULL: key left out). */
-static void with_attr(const mxop__verify_t *v, const char *key, const char *value,
-                      const char **out)
+static void with_attr(const mxop__verify_t *v, const char *key, const char *value, const char **out)
 {
     int n = 0, set = 0;
     for (int i = 0; i < v->n_attrs; i++) {

@@ -186,7 +186,7 @@ static int same_shape(const mxop_shape_t *a, const mxop_shape_t *b)
  * element is "written"'s failure.
  */
 static int check_written(mxop__verify_t *v, const mxop__verify_case_t *k, const bufs_t *b,
-                          const snap_t *a, const snap_t *bb)
+                         const snap_t *a, const snap_t *bb)
 {
     int bad_written = 0, bad_infer = 0;
     for (int o = 0; o < b->n_out; o++) {
@@ -234,7 +234,8 @@ static int check_written(mxop__verify_t *v, const mxop__verify_case_t *k, const 
         RESULT(v, "written", PASS, "every output element written (poisoned with 0xA5 and NaN)");
     if (!bad_infer)
         RESULT(v, "infer", PASS, "forward wrote the shapes inference gave%s",
-               v->info.dynamic_outputs ? " (dynamic outputs: within the inferred largest)" : "");    return !bad_written && !bad_infer;
+               v->info.dynamic_outputs ? " (dynamic outputs: within the inferred largest)" : "");
+    return !bad_written && !bad_infer;
 }
 
 static int ranges_overlap(const mxop_array_t *x, const mxop_array_t *y)
@@ -269,8 +270,8 @@ static void check_inputs_alias(mxop__verify_t *v, const mxop__verify_case_t *k, 
     for (int o = 0; o < b->n_out; o++)
         for (int i = 0; i < b->n_in; i++)
             if (ranges_overlap(&b->out[o], &b->in[i]) && !bad) {
-                RESULT(v, "alias", FAIL, "output %d overlaps input %d after forward (case %s)",
-                       o, i, k->label);
+                RESULT(v, "alias", FAIL, "output %d overlaps input %d after forward (case %s)", o,
+                       i, k->label);
                 bad = 1;
             }
     if (!bad)
@@ -301,8 +302,7 @@ static int compare_snaps(const snap_t *a, const snap_t *b, int n_out, int *which
 }
 
 static int report_repeat(mxop__verify_t *v, const char *check, const char *where,
-                          const mxop__verify_case_t *k, const snap_t *a, const snap_t *b,
-                          int n_out)
+                         const mxop__verify_case_t *k, const snap_t *a, const snap_t *b, int n_out)
 {
     int o;
     size_t at;
@@ -343,15 +343,14 @@ static void run_fresh(mxop__verify_t *v, mxop_client_t *fresh, const mxop__verif
     } else {
         snap_t s = {0};
         snap_take(&s, &b);
-        (void)report_repeat(v, "fresh-worker", "in a new session's worker as in the warm one", k,
-                            a, &s, b.n_out);
+        (void)report_repeat(v, "fresh-worker", "in a new session's worker as in the warm one", k, a,
+                            &s, b.n_out);
         snap_free(&s, b.n_out);
     }
     bufs_free(&b);
 }
 
-static void grad_checks(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t *b,
-                        int repeatable);
+static void grad_checks(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t *b, int repeatable);
 
 void mxop__verify_run_cases(mxop__verify_t *v)
 {
@@ -393,8 +392,7 @@ void mxop__verify_run_cases(mxop__verify_t *v)
              * refusing the shapes, means "not accepted", as inference's
              * refusal does: the case is skipped, with what said no.
              */
-            RESULT(v, "forward", SKIP,
-                   "%s refused case %s although inference accepted it: %s: %s",
+            RESULT(v, "forward", SKIP, "%s refused case %s although inference accepted it: %s: %s",
                    state_refused ? "state_create" : "forward", k->label, mxop_err_name(rc),
                    detail(v->c));
             goto next;
@@ -561,8 +559,8 @@ static double add_tolerance(int32_t dt)
     return dt == MXOP_F64 ? 1e-12 : dt == MXOP_F32 ? 1e-5 : 1e-2;
 }
 
-static void check_req(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t *b,
-                      mxop_array_t *dy, mxop_array_t *dx, unsigned char **g, const int32_t *base)
+static void check_req(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t *b, mxop_array_t *dy,
+                      mxop_array_t *dx, unsigned char **g, const int32_t *base)
 {
     int32_t req[MXOP__VERIFY_MAX_IN];
     uint64_t rng = v->seed + 77;
@@ -586,7 +584,8 @@ static void check_req(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t *b
         if (!pre[i])
             continue;
         for (size_t e = 0; e < numel(&dx[i]) && !bad; e++) {
-            double p = mxop__run_get(pre[i], dx[i].dtype, e), w = mxop__run_get(g[i], dx[i].dtype, e),
+            double p = mxop__run_get(pre[i], dx[i].dtype, e),
+                   w = mxop__run_get(g[i], dx[i].dtype, e),
                    got = mxop__run_get(dx[i].data, dx[i].dtype, e);
             if (!(fabs(got - (p + w)) <= add_tolerance(dx[i].dtype) * (1 + fabs(p) + fabs(w)))) {
                 RESULT(v, "req-add", FAIL,
@@ -624,8 +623,7 @@ static void check_req(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t *b
         free(pre[i]);
 }
 
-static void grad_checks(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t *b,
-                        int repeatable)
+static void grad_checks(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t *b, int repeatable)
 {
     static const char *const checks[] = {"grad", "req-add", "req-null"};
     int any_float = 0;
@@ -720,8 +718,8 @@ void mxop__verify_check_state(mxop__verify_t *v)
         uint64_t st = 0;
         rc = mxop_state_create(v->c, v->op, v->attrs, k->n_in, k->in_dt, k->in_sh, &st);
         for (int use = 0; use < 3 && rc == 0; use++) {
-            mxop_call_t call = {.struct_size = sizeof(call), .attrs = v->attrs, .state = st,
-                                .seed = v->seed};
+            mxop_call_t call = {
+                .struct_size = sizeof(call), .attrs = v->attrs, .state = st, .seed = v->seed};
             for (int o = 0; o < b.n_out; o++)
                 b.out[o] = b.out_tmpl[o];
             rc = mxop_forward(v->c, v->op, &call, b.in, b.n_in, b.out, b.n_out);

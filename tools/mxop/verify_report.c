@@ -9,8 +9,8 @@
 
 typedef struct entry {
     char op[64], check[32];
-    int n[3];              /* cases passed, failed, skipped */
-    char detail[3][640];   /* the last pass, the first failure, the first skip */
+    int n[3];            /* cases passed, failed, skipped */
+    char detail[3][640]; /* the last pass, the first failure, the first skip */
 } entry_t;
 
 struct mxop__verify_report {
