@@ -334,3 +334,16 @@ def matches(got, shown):
             return False
         at += len(part)
     return at <= len(got) - len(parts[-1])
+
+
+def test_verify_fails_a_hanging_op_within_its_deadline(tmp_path):
+    t0 = time.monotonic()
+    p = mxop(["verify", os.path.join(FIXTURES, "hang_cb.so"), "--op", "hang_backward",
+              "--timeout-ms", "1000"], tmp_path, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    res, _ = parse_lines(p.stdout)
+    status, detail = res[("hang_backward", "grad")]
+    assert status == "FAIL" and "MXOP_ETIMEOUT" in detail, detail
+    # After the first timeout the op's further cases are not run (each would wait too).
+    assert time.monotonic() - t0 < 60
+    assert leftovers(tmp_path) == []

@@ -23,8 +23,8 @@ static const char *const check_names[] = {
 
 static void usage(FILE *to)
 {
-    fprintf(to, "usage: mxop verify LIB [--op NAME] [--attr K=V]... [--seed N] [--socket PATH]\n"
-                "                   [--json]\n\n"
+    fprintf(to, "usage: mxop verify LIB [--op NAME] [--attr K=V]... [--seed N] [--timeout-ms N]\n"
+                "                   [--socket PATH] [--json]\n\n"
                 "Checks every op of library LIB (or only NAME) on random inputs of several shapes\n"
                 "(3x4, 5, 0-d, 0, 0x3, 2x3x4; 3x4 and 4x2 for two inputs; also empty) and every\n"
                 "dtype inference accepts; a shape or dtype inference refuses is skipped, not a\n"
@@ -50,6 +50,8 @@ static void usage(FILE *to)
                 "  --attr K=V     an attribute for every call (required attributes without one\n"
                 "                 get an ordinary value of their type)\n"
                 "  --seed N       inputs' and calls' seed (default 1)\n"
+                "  --timeout-ms N the deadline of each call (default 10000): a hanging op fails\n"
+                "                 its check with MXOP_ETIMEOUT\n"
                 "  --socket PATH  a running daemon (else $MXOP_SOCKET); LIB is then a name in its\n"
                 "                 plugin directory. Without either, a private daemon is started\n"
                 "                 with a copy of LIB (a path, or a name in build/plugins).\n"
@@ -61,18 +63,16 @@ static void usage(FILE *to)
 int mxop__cmd_verify(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"op", required_argument, NULL, 'o'},
-        {"attr", required_argument, NULL, 'a'},
-        {"seed", required_argument, NULL, 's'},
-        {"socket", required_argument, NULL, 'S'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"op", required_argument, NULL, 'o'},   {"attr", required_argument, NULL, 'a'},
+        {"seed", required_argument, NULL, 's'}, {"socket", required_argument, NULL, 'S'},
+        {"json", no_argument, NULL, 'j'},       {"timeout-ms", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
     };
     const char *only = NULL, *socket = NULL;
     static const char *user_attrs[2 * 64 + 1];
     int n_user = 0, json = 0, c;
     uint64_t seed = 1;
+    long timeout_ms = 10000;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -101,6 +101,15 @@ int mxop__cmd_verify(int argc, char **argv)
         }
         case 'S': socket = optarg; break;
         case 'j': json = 1; break;
+        case 't': {
+            char *end;
+            timeout_ms = strtol(optarg, &end, 10);
+            if (*end || !*optarg || timeout_ms <= 0 || timeout_ms > 3600000) {
+                fprintf(stderr, "mxop verify: --timeout-ms '%s' is not in [1, 3600000]\n", optarg);
+                return MXOP_CLI_EXIT_USAGE;
+            }
+            break;
+        }
         case 'h': usage(stdout); return MXOP_CLI_EXIT_OK;
         default: usage(stderr); return MXOP_CLI_EXIT_USAGE;
         }
@@ -128,6 +137,8 @@ int mxop__cmd_verify(int argc, char **argv)
             status = MXOP_CLI_EXIT_NO_DAEMON;
         goto out;
     }
+    mxop_set_timeout(v.c, (int32_t)timeout_ms);
+    v.timeout_ms = (int32_t)timeout_ms;
     v.daemon = &d;
     v.rep = rep;
     v.seed = seed;
@@ -145,6 +156,7 @@ int mxop__cmd_verify(int argc, char **argv)
             continue;
         found++;
         v.name = v.info.name;
+        v.halted = 0;
         for (size_t j = 0; j < sizeof(check_names) / sizeof(check_names[0]); j++)
             mxop__verify_expect(rep, v.name, check_names[j]);
         mxop__verify_find_cases(&v);

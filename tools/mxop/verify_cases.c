@@ -115,6 +115,16 @@ static void label(mxop__verify_case_t *k)
         snprintf(k->label, sizeof(k->label), "no inputs");
 }
 
+/*
+ * Whether an inference error is the op saying "not this case" (skipped),
+ * rather than a hang, a crash or a lost worker (a failure).
+ */
+static int is_refusal(int rc)
+{
+    return rc == MXOP_ESHAPE || rc == MXOP_EDTYPE || rc == MXOP_EATTR || rc == MXOP_EARITY ||
+           rc == MXOP_EINVAL || rc == MXOP_EOP_FAILED || rc == MXOP_ENOT_SUPPORTED;
+}
+
 /* Inference on one shape set and dtype assignment; 0 when accepted. */
 static int try_case(mxop__verify_t *v, const shape_set_t *s, const int32_t *dt, int n_in,
                     mxop__verify_case_t *k)
@@ -170,7 +180,21 @@ void mxop__verify_find_cases(mxop__verify_t *v)
                 if (shape_sets[s].pair && n_in != 2)
                     continue;
                 set_tried[s] = 1;
-                if (try_case(v, &shape_sets[s], dt, n_in, k) != 0)
+                int rc = try_case(v, &shape_sets[s], dt, n_in, k);
+                if (rc != 0 && !is_refusal(rc)) {
+                    /* A hang or a crash is no answer: stop here, or each would wait. */
+                    label(k);
+                    MXOP__VERIFY_RESULT(v, "infer", MXOP__VERIFY_FAIL,
+                                        "inference on case %s answered %s: %s", k->label,
+                                        mxop_err_name(rc), mxop_last_error(v->c));
+                    v->n_cases = 0;
+                    MXOP__VERIFY_RESULT(v, "shapes", MXOP__VERIFY_SKIP,
+                                        "stopped: inference failed (see infer)");
+                    MXOP__VERIFY_RESULT(v, "dtypes", MXOP__VERIFY_SKIP,
+                                        "stopped: inference failed (see infer)");
+                    return;
+                }
+                if (rc != 0)
                     continue;
                 set_ok[s] = 1;
                 found = 1;

@@ -129,8 +129,10 @@ static int forward(mxop__verify_t *v, bufs_t *b, int poison)
     }
     rc = mxop_forward(b->c, b->op, &call, b->in, b->n_in, b->out, b->n_out);
     keep_error(b->c, rc);
-    if (call.state)
-        mxop_state_destroy(b->c, call.state);
+    if (call.state && mxop_state_destroy(b->c, call.state) == MXOP_ETIMEOUT)
+        v->halted = 1;
+    if (rc == MXOP_ETIMEOUT)
+        v->halted = 1;
     return rc;
 }
 
@@ -359,8 +361,16 @@ void mxop__verify_run_cases(mxop__verify_t *v)
     if (v->n_cases > 0 &&
         mxop__run_session_open(v->daemon, "mxop verify (fresh)", &fresh, err, sizeof(err)) != 0)
         RESULT(v, "fresh-worker", SKIP, "no new session: %s", err);
+    else if (fresh)
+        mxop_set_timeout(fresh, v->timeout_ms);
     for (int ci = 0; ci < v->n_cases; ci++) {
         const mxop__verify_case_t *k = &v->cases[ci];
+        if (v->halted) {
+            /* Every further case would wait out its deadline too. */
+            RESULT(v, "forward", SKIP, "%d case%s not run: a call timed out", v->n_cases - ci,
+                   v->n_cases - ci == 1 ? "" : "s");
+            break;
+        }
         bufs_t b = {.c = v->c, .op = v->op};
         call_err[0] = '\0';
         int rc = bufs_alloc(&b, k, v->seed * 1000003u + (uint64_t)ci);
@@ -401,6 +411,9 @@ void mxop__verify_run_cases(mxop__verify_t *v)
             RESULT(v, "forward", FAIL,
                    "forward failed on a case inference accepts: %s: %s (case %s)",
                    mxop_err_name(rc), detail(v->c), k->label);
+            /* Every further case would wait out its deadline too. */
+            if (rc == MXOP_ETIMEOUT)
+                ci = v->n_cases;
             goto next;
         }
         RESULT(v, "forward", PASS, "forward ran on the cases inference accepts");
@@ -474,8 +487,10 @@ static int backward(mxop__verify_t *v, bufs_t *b, mxop_array_t *dy, mxop_array_t
     if (rc == 0)
         rc = mxop_backward(b->c, b->op, &call, in, n, dx, b->n_in);
     keep_error(b->c, rc);
-    if (call.state)
-        mxop_state_destroy(b->c, call.state);
+    if (call.state && mxop_state_destroy(b->c, call.state) == MXOP_ETIMEOUT)
+        v->halted = 1;
+    if (rc == MXOP_ETIMEOUT)
+        v->halted = 1;
     return rc;
 }
 
@@ -632,6 +647,8 @@ static void grad_checks(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t 
     const char *why = !v->info.has_backward ? "the op has no backward"
                       : !any_float          ? "no float input to differentiate"
                                             : NULL;
+    if (!why && v->halted)
+        why = "a call of this op timed out";
     if (why) {
         for (int j = 0; j < 3; j++)
             RESULT(v, checks[j], SKIP, "%s", why);

@@ -32,6 +32,8 @@ typedef struct mxop__verify {
     mxop_client_t *c; /* the warm session: every op's cases run here */
     mxop__verify_report_t *rep;
     uint64_t seed;
+    int32_t timeout_ms; /* every call's deadline */
+    int halted;         /* a call of this op timed out: its further cases are skipped */
     /* --attr K=V given by the user, NULL-terminated pairs. */
     const char *const *user_attrs;
     int n_user_attrs;
