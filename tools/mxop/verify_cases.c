@@ -8,8 +8,8 @@
 #include "tools/mxop/verify_checks.h"
 
 /*
- * The shapes tried, every input alike: a matrix, a vector, 0-d, an empty
- * one and a 3-d one; then pairs a matrix product accepts (also empty), for
+ * The shapes tried, every input alike: a matrix, a vector, 0-d, two empty
+ * ones and a 3-d one; then pairs a matrix product accepts (also empty), for
  * ops of two inputs.
  */
 typedef struct shape_set {
@@ -21,6 +21,7 @@ static const shape_set_t shape_sets[] = {
     {0, {{2, {3, 4}}}},
     {0, {{1, {5}}}},
     {0, {{0, {0}}}},
+    {0, {{1, {0}}}},
     {0, {{2, {0, 3}}}},
     {0, {{3, {2, 3, 4}}}},
     {1, {{2, {3, 4}}, {2, {4, 2}}}},
