@@ -7,9 +7,12 @@ is a test's tmp_path, so that what it leaves behind is seen.
 import glob
 import json
 import os
+import pathlib
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -32,6 +35,15 @@ FLAWS = {
     "flaw_input_write": {"inputs"},
 }
 LINE = re.compile(r"^(PASS|FAIL|SKIP) (\S+) +(\S+) +(.*)$")
+
+
+@pytest.fixture
+def tmp_path():
+    """A short private directory: mxop's private daemons are made in it ($TMPDIR), and
+    their socket paths must stay short (pytest's own tmp_path can be too long)."""
+    d = tempfile.mkdtemp(prefix="mxvt-", dir="/tmp")
+    yield pathlib.Path(d)
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def mxop(args, tmp_path, timeout=300, env=None):
@@ -164,18 +176,40 @@ def test_verify_bad_arguments_and_missing_library(tmp_path):
     assert p.returncode == 0 and "req-add" in p.stdout
 
 
-def test_verify_interrupted_leaves_nothing(tmp_path):
+def processes_under(path):
+    """Pids whose command line names `path` (a daemon started there)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if str(path).encode() in f.read():
+                    found.append(int(pid))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+@pytest.mark.parametrize("sig,delay", [(signal.SIGTERM, 0), (signal.SIGTERM, 0.3),
+                                       (signal.SIGINT, 0.3)])
+def test_verify_interrupted_leaves_nothing(sig, delay, tmp_path):
     e = dict(os.environ)
     e["TMPDIR"] = str(tmp_path)
     e.pop("MXOP_SOCKET", None)
-    p = subprocess.Popen([MXOP, "verify", os.path.join(BUILD, "plugins", "gemm.so")],
+    # hang_backward's first backward waits out the 20 s deadline: the signal comes mid-run.
+    p = subprocess.Popen([MXOP, "verify", os.path.join(FIXTURES, "hang_cb.so"), "--op",
+                          "hang_backward", "--timeout-ms", "20000"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=e)
     end = time.monotonic() + 20
     while not leftovers(tmp_path) and time.monotonic() < end and p.poll() is None:
         time.sleep(0.005)
-    p.send_signal(signal.SIGTERM)
-    p.wait(timeout=30)
+    time.sleep(delay)
+    p.send_signal(sig)
+    assert p.wait(timeout=30) == -sig
     assert leftovers(tmp_path) == []
+    end = time.monotonic() + 10
+    while processes_under(tmp_path) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert processes_under(tmp_path) == []
 
 
 def fnv1a64(data):

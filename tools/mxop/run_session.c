@@ -56,8 +56,9 @@ static void on_fatal_signal(int sig)
     if (d && d->pid > 0) {
         kill(d->pid, SIGTERM);
         waitpid(d->pid, NULL, 0);
-        remove_files(d);
     }
+    if (d && d->dir[0])
+        remove_files(d);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -150,8 +151,15 @@ static int start_private(mxop__run_daemon_t *d, const char *lib, char *err, size
                     "give --socket / $MXOP_SOCKET",
                     serverd);
     const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp || strlen(tmp) > 60) /* a socket path has at most 107 bytes */
+    /* A socket path has at most 107 bytes: TMPDIR/mxop-run-XXXXXX/mxop.sock. */
+    if (!tmp || !*tmp || strlen(tmp) > 80)
         tmp = "/tmp";
+    /* Before the directory exists, so that no signal can come between. */
+    active = d;
+    struct sigaction sa = {.sa_handler = on_fatal_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     snprintf(d->dir, sizeof(d->dir), "%s/mxop-run-XXXXXX", tmp);
     if (!mkdtemp(d->dir)) {
         int e = errno;
@@ -167,11 +175,6 @@ static int start_private(mxop__run_daemon_t *d, const char *lib, char *err, size
     snprintf(d->lib_copy, sizeof(d->lib_copy), "%s/%s", plugins, base);
     if (mkdir(plugins, 0700) != 0 || copy_file(path, d->lib_copy) != 0)
         return fail(err, errlen, "cannot copy %s into %s: %s", path, plugins, strerror(errno));
-    active = d;
-    struct sigaction sa = {.sa_handler = on_fatal_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
     pid_t parent = getpid();
     d->pid = fork();
     if (d->pid < 0) {
@@ -179,6 +182,10 @@ static int start_private(mxop__run_daemon_t *d, const char *lib, char *err, size
         return fail(err, errlen, "fork: %s", strerror(errno));
     }
     if (d->pid == 0) {
+        /* The cleanup is the parent's; the daemon handles its own signals. */
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent)
             _exit(1);
