@@ -203,6 +203,16 @@ static double beta_of(int32_t req)
     return req == MXOP_REQ_ADD ? 1.0 : 0.0;
 }
 
+/*
+ * A leading dimension as BLAS wants it: at least 1, also for an empty
+ * matrix (k = 0 or n = 0), which gemm otherwise refuses (`mxop verify`
+ * found it on 3x0 times 0x2).
+ */
+static int64_t ld(int64_t cols)
+{
+    return cols > 0 ? cols : 1;
+}
+
 static int matmul_fwd(mxop_ctx_t *ctx, const mxop_tensor_t *in, mxop_tensor_t *out, gemm_fn gemm)
 {
     const mxop_tensor_t *a = &in[0], *b = &in[1];
@@ -210,8 +220,8 @@ static int matmul_fwd(mxop_ctx_t *ctx, const mxop_tensor_t *in, mxop_tensor_t *o
     if (c->req == MXOP_REQ_NULL)
         return 0;
     int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
-    return gemm(ctx, a->dtype, 0, 0, m, n, k, 1.0, a->data, k, b->data, n, beta_of(c->req),
-                c->data, n);
+    return gemm(ctx, a->dtype, 0, 0, m, n, k, 1.0, a->data, ld(k), b->data, ld(n), beta_of(c->req),
+                c->data, ld(n));
 }
 
 /* in = [dC, A, B, C]; out = [dA, dB]: dA = dC B^T, dB = A^T dC. */
@@ -221,11 +231,11 @@ static int matmul_bwd(mxop_ctx_t *ctx, const mxop_tensor_t *in, mxop_tensor_t *o
     int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
     int rc = 0;
     if (out[0].req != MXOP_REQ_NULL)
-        rc = gemm(ctx, a->dtype, 0, 1, m, k, n, 1.0, dc->data, n, b->data, n,
-                  beta_of(out[0].req), out[0].data, k);
+        rc = gemm(ctx, a->dtype, 0, 1, m, k, n, 1.0, dc->data, ld(n), b->data, ld(n),
+                  beta_of(out[0].req), out[0].data, ld(k));
     if (rc == 0 && out[1].req != MXOP_REQ_NULL)
-        rc = gemm(ctx, a->dtype, 1, 0, k, n, m, 1.0, a->data, k, dc->data, n,
-                  beta_of(out[1].req), out[1].data, n);
+        rc = gemm(ctx, a->dtype, 1, 0, k, n, m, 1.0, a->data, ld(k), dc->data, ld(n),
+                  beta_of(out[1].req), out[1].data, ld(n));
     return rc;
 }
 

@@ -1,0 +1,47 @@
+/*
+ * The daemon `mxop run` and `mxop verify` talk to: the one at --socket or
+ * $MXOP_SOCKET, else a private mxop-serverd started for the command, as
+ * the Python package does (python/mxop/_daemon.py): a temporary directory
+ * (mode 0700) with the control socket and a plugin directory holding a copy
+ * of the library (a copy, not a link: the daemon refuses a library whose
+ * real path leaves its plugin directory).  The private daemon is stopped
+ * and its directory removed at exit, also on an error or a fatal signal,
+ * and it ends with this process however that ends (PR_SET_PDEATHSIG).
+ */
+#ifndef MXOP_TOOLS_RUN_SESSION_H
+#define MXOP_TOOLS_RUN_SESSION_H
+
+#include <sys/types.h>
+
+#include "mxop/client.h"
+
+typedef struct mxop__run_daemon {
+    char socket[256];  /* the control socket */
+    char library[512]; /* the name mxop_load_library gets */
+    char dir[128];     /* the private directory; "" when the daemon is not ours */
+    char lib_copy[512];
+    char log[256];
+    pid_t pid; /* the private daemon; 0 when none */
+} mxop__run_daemon_t;
+
+/*
+ * Finds or starts the daemon for library `lib` (a file path, or a bare name
+ * found in the build tree's plugins/ beside this program; with a socket, a
+ * name relative to that daemon's plugin directory).  `socket_opt` may be
+ * NULL.  Returns 0, or -1 with a message in err; nothing is left behind on
+ * failure.
+ */
+int mxop__run_daemon_open(mxop__run_daemon_t *d, const char *lib, const char *socket_opt, char *err,
+                          size_t errlen);
+
+/* Stops a private daemon and removes its directory; nothing for a shared one. */
+void mxop__run_daemon_close(mxop__run_daemon_t *d);
+
+/*
+ * Opens a session with the daemon and loads the library into it.
+ * Returns 0 or the MXOP_E* code, with a message in err.
+ */
+int mxop__run_session_open(const mxop__run_daemon_t *d, const char *name, mxop_client_t **out,
+                           char *err, size_t errlen);
+
+#endif
