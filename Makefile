@@ -230,7 +230,7 @@ $(B)/plugins/%.so: plugins/%.c include/mxop/op.h include/mxop/types.h | $(DEPS_O
 	@$(if $(Q),echo "  PLUGIN  $@")
 	$(Q)$(CC) $(CFLAGS) $(PLUGIN_OPT) -std=c11 -Iinclude $(WARN) -Werror -shared -fPIC $< -o $@ -lm
 
-$(B)/tests/plugins/%.so: tests/plugins/%.c include/mxop/op.h include/mxop/types.h | $(DEPS_OK)
+$(B)/tests/plugins/%.so: tests/plugins/%.c include/mxop/op.h include/mxop/types.h $(wildcard tests/plugins/*.h) | $(DEPS_OK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  PLUGIN  $@")
 	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude $(WARN) -Wno-error -shared -fPIC -pthread $< -o $@ -lm
