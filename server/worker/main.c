@@ -184,6 +184,12 @@ static void start_up(int argc, char **argv)
 
 _Noreturn static void finish(void)
 {
+    /*
+     * A channel that failed because a library closed or replaced it is not
+     * the daemon's hang-up: say so (and exit non-zero) rather than end as
+     * if the session were over, which would leave the daemon to guess.
+     */
+    mxop__transport_check(MXOP__TRANSPORT_ALL, "by the last call or a thread of an op");
     /* The daemon is gone or ends the session: the states' owners get their destroy. */
     mxop__states_destroy_all();
     mxop__ctx_free();
