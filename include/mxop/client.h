@@ -430,6 +430,9 @@ typedef struct mxop_stats_v2 {
     uint64_t staged_bytes;    /* bytes copied to and from heap arrays (and strided gathers) */
     uint64_t regions;         /* regions registered now */
     uint64_t region_bytes;    /* their total size */
+    /* Memory integrity (docs/security.md, "The engine's memory"). */
+    uint64_t scratch_bytes; /* bytes copied through the scratch region in scratch mode */
+    uint32_t confined;      /* 1: the session is in scratch mode (an untrusted library loaded) */
 } mxop_stats_v2_t;
 
 int mxop_stats_v2(mxop_client_t *c, mxop_stats_v2_t *st);

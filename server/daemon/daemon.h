@@ -324,6 +324,8 @@ typedef struct mxop__region {
     bool cuda;      /* a device region: replayed from its IPC handle, not an fd */
     int32_t device; /* its CUDA ordinal */
     uint8_t ipc[MXOP__CUDA_IPC_BYTES];
+    /* Memory integrity (memconfine.c): the client's scratch region, writable in scratch mode. */
+    bool scratch;
 } mxop__region_t;
 
 enum mxop__pending_kind { MXOP__PENDING_LOAD, MXOP__PENDING_MAP, MXOP__PENDING_UNMAP };
@@ -343,6 +345,8 @@ typedef struct mxop__pending {
     bool cuda; /* MAP of a device region: the handle below instead of an fd */
     int32_t device;
     uint8_t ipc[MXOP__CUDA_IPC_BYTES];
+    /* Memory integrity (memconfine.c): MAP of the client's scratch region. */
+    bool scratch;
 } mxop__pending_t;
 
 /* A session's timer, allocated apart so that it can outlive the session until closed. */
@@ -436,6 +440,14 @@ struct mxop__session {
     uint64_t cp_killed_id;             /* the last call whose overrun killed a worker */
     uint64_t head_sup_id[2];           /* the supervisor request at each FIFO's head ... */
     int64_t head_since_ns[2];          /* ... and since when (live, spare) */
+
+    /*
+     * Memory integrity (memconfine.c): set for good when the session loads
+     * a library the operator did not mark trusted under --sandbox strict.
+     * From then on its workers hold engine regions read-only only, and the
+     * client sends outputs through its scratch region.
+     */
+    bool mem_confined;
 };
 
 /*

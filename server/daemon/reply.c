@@ -81,6 +81,7 @@ void mxop__reply_ops(mxop__session_t *s, uint64_t id)
     Mxop__OpList list = MXOP__OP_LIST__INIT;
     list.n_ops = s->n_ops;
     list.ops = ptrs;
+    list.confined = s->mem_confined;
     Mxop__Reply r = MXOP__REPLY__INIT;
     r.id = id;
     r.body_case = MXOP__REPLY__BODY_OPS;

@@ -15,6 +15,8 @@
 #include "common/opinfo_ext.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "server/daemon/log.h"
+#include "server/daemon/memconfine.h"
 #include "server/daemon/session.h"
 
 static char *xstrdup(const char *s)
@@ -218,11 +220,13 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
     Mxop__WorkerLoad load = MXOP__WORKER_LOAD__INIT;
     Mxop__WorkerMap map = MXOP__WORKER_MAP__INIT;
     Mxop__WorkerUnmap unmap = MXOP__WORKER_UNMAP__INIT;
+    int ro_fd = -1;
     req.id = p->sup_id;
     switch (p->kind) {
     case MXOP__PENDING_LOAD:
         load.path = p->path;
         load.name = p->name;
+        load.confine = s->mem_confined;
         req.body_case = MXOP__SUP_REQUEST__BODY_LOAD;
         req.load = &load;
         break;
@@ -234,6 +238,18 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
             map.cuda_ipc_handle.len = sizeof(p->ipc);
             map.device = p->device;
         }
+        map.scratch = p->scratch;
+        if (s->mem_confined && !p->cuda && !p->scratch && fd >= 0) {
+            /* Scratch mode: the worker gets a descriptor it cannot write through. */
+            char why[256];
+            ro_fd = mxop__memconfine_ro_fd(fd, why, sizeof(why));
+            if (ro_fd < 0) {
+                MXOP__LOGW(s->id, NULL, "region %u: %s", (unsigned)p->region, why);
+                return MXOP_ESHM;
+            }
+            fd = ro_fd;
+            map.read_only = true;
+        }
         req.body_case = MXOP__SUP_REQUEST__BODY_MAP;
         req.map = &map;
         break;
@@ -244,6 +260,8 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
         break;
     }
     int rc = mxop__worker_send(q == MXOP__FIFO_SPARE ? s->spare : s->worker, &req, fd);
+    if (ro_fd >= 0)
+        close(ro_fd);
     if (rc == 0)
         fifo_push(fifo_of(s, q), p);
     return rc;
