@@ -135,6 +135,8 @@ class MxopStatsV2(ctypes.Structure):
         ("staged_bytes", ctypes.c_uint64),
         ("regions", ctypes.c_uint64),
         ("region_bytes", ctypes.c_uint64),
+        ("scratch_bytes", ctypes.c_uint64),
+        ("confined", ctypes.c_uint32),
     ]
 
 

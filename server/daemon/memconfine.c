@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -64,27 +65,39 @@ bool mxop__memconfine_trusted(const mxop__daemon_t *d, const char *resolved)
 }
 
 /*
- * Seals a memfd (or other shmem file) against new writable mappings and
- * size changes.  A file that takes no seals at all (EINVAL: not shmem) is
- * left to the read-only reopen and Landlock's view (docs/security.md).
+ * Makes a region's file unwritable through any new descriptor or mapping.
+ * A memfd that takes seals is sealed against new writable mappings and
+ * size changes.  A file that does not (a memfd made without
+ * MFD_ALLOW_SEALING, a /dev/shm file, a regular file) loses its write
+ * permission bits instead, so that a read-write reopen through
+ * /proc/self/fd fails the permission check: strict workers have no
+ * CAP_DAC_OVERRIDE, and their filter refuses chmod and xattr changes (a
+ * worker of the same uid owns the file and could otherwise undo it).
+ * Descriptors already open read-write (the client's) keep working.
  */
 static int seal(int fd, char *err, size_t errlen)
 {
     int have = fcntl(fd, F_GET_SEALS);
-    if (have < 0)
-        return 0; /* not a file that takes seals */
     int want = F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW;
-    if ((have & want) == want)
+    if (have >= 0 && (have & want) == want)
         return 0;
     /* F_SEAL_SEAL too: nothing may change the seals afterwards. */
-    want |= F_SEAL_SEAL;
-    if (fcntl(fd, F_ADD_SEALS, want) == 0)
+    if (have >= 0 && fcntl(fd, F_ADD_SEALS, want | F_SEAL_SEAL) == 0)
+        return 0;
+    int seal_errno = have >= 0 ? errno : 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        mxop__fmt(err, errlen, "a region's file cannot be inspected: %s", strerror(errno));
+        return MXOP_ESHM;
+    }
+    if ((st.st_mode & 0222) == 0 || fchmod(fd, st.st_mode & 07555) == 0)
         return 0;
     mxop__fmt(err, errlen,
-              "a region's memfd cannot be sealed read-only (%s%s); a session running an untrusted "
-              "library needs regions created by mxop_region_create, or memfds made with "
-              "MFD_ALLOW_SEALING",
-              strerror(errno), (have & F_SEAL_SEAL) ? ": it was made without MFD_ALLOW_SEALING" : "");
+              "a region's file can be made read-only neither by seals (%s) nor by its mode (%s); "
+              "a session running an untrusted library needs regions created by "
+              "mxop_region_create, memfds made with MFD_ALLOW_SEALING, or files the daemon may "
+              "chmod",
+              seal_errno != 0 ? strerror(seal_errno) : "it takes none", strerror(errno));
     return MXOP_ESHM;
 }
 

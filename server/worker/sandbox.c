@@ -376,6 +376,14 @@ static const char *const strict_denied[] = {
     "setgid",         "setreuid",          "setregid",  "setresuid", "setresgid",
     "setfsuid",       "setfsgid",          "setgroups", "capset",    "io_uring_setup",
     "io_uring_enter", "io_uring_register",
+    /*
+     * Memory integrity (server/daemon/memconfine.c): a region's file that
+     * takes no seals is made read-only by its mode; a worker of the same
+     * uid owns it and must not be able to give the write bits (or an ACL)
+     * back.
+     */
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "setxattr", "lsetxattr", "fsetxattr",
+    "setxattrat",
 };
 
 /*
