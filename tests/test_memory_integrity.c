@@ -400,3 +400,37 @@ Test(memint_trusted, untrusted_library_switches_the_session_for_good)
     cr_assert_eq(mxt_get(&y, 0), 1.0, "the output is not in the scratch region");
     mxop_close(c);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The transport's descriptors: fcntl and shutdown (strict) */
+
+Test(memint, fcntl_and_shutdown_of_the_channels_refused)
+{
+    struct baseline base = take_baseline();
+    const char *libs[] = {"hostile_fcntl.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    int64_t s[] = {16};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 5, &x);
+    mxt_array(c, MXOP_F32, 1, s, 6, &y);
+    int rc = mxop_forward(c, mxt_op(c, "fcntl_transport"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s: %s", mxop_err_name(rc), mxop_last_error(c));
+    static const char *const what[] = {"F_SETFL of fd 3", "F_SETFD of fd 3", "F_SETOWN of fd 3",
+                                       "F_SETSIG of fd 3", "F_SETFL of fd 4", "F_SETFD of fd 4",
+                                       "F_SETOWN of fd 4", "F_SETSIG of fd 4", "shutdown of fd 3"};
+    for (size_t i = 0; i < 9; i++)
+        cr_assert_eq(mxt_get(&y, i), -(double)EPERM, "%s: %g, not EPERM", what[i],
+                     mxt_get(&y, i));
+    /* The channels work as before: more calls, and a library load over the supervisor channel. */
+    cr_assert_eq(mxop_forward(c, mxt_op(c, "fcntl_transport"), NULL, &x, 1, &y, 1), 0, "%s",
+                 mxop_last_error(c));
+    cr_assert_eq(mxop_load_library(c, "relu.so"), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_forward(c, mxt_op(c, "relu"), NULL, &x, 1, &y, 1), 0, "%s",
+                 mxop_last_error(c));
+    mxop_stats_t st;
+    cr_assert_eq(mxop_stats(c, &st), 0);
+    cr_assert_eq(st.worker_restarts, 0, "the worker was replaced");
+    other_session_correct();
+    mxop_close(c);
+    expect_back_to(&base);
+}
