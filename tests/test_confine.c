@@ -552,6 +552,8 @@ Test(confine_output, flood_of_forged_lines_is_escaped_prefixed_and_rate_limited)
             forged_seen++;
             cr_assert(strncmp(line, real, strlen(real)) == 0 && strstr(line, worker_out) != NULL,
                       "a forged line passes for the daemon's: %.160s", line);
+            cr_assert(strstr(line, " [hostile_flood.so]: ") != NULL,
+                      "the worker's line does not name the session's library: %.160s", line);
         }
         if (strstr(line, "lines dropped") != NULL)
             dropped_seen++;

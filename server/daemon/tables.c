@@ -7,6 +7,7 @@
  * records which client request a SupReply completes, or that it was a
  * replay nobody waits for.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -18,6 +19,7 @@
 #include "server/daemon/log.h"
 #include "server/daemon/memconfine.h"
 #include "server/daemon/session.h"
+#include "server/daemon/worker_output.h"
 
 static char *xstrdup(const char *s)
 {
@@ -77,6 +79,18 @@ const mxop__lib_t *mxop__session_find_lib(const mxop__session_t *s, const char *
     return NULL;
 }
 
+/* The session's library names for the prefix of its workers' output (worker_output.c). */
+static void note_libs(const mxop__session_t *s)
+{
+    char names[1024];
+    size_t at = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < s->n_libs && at + 1 < sizeof(names); i++)
+        at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? "," : "",
+                               s->libs[i].name);
+    (void)mxop__worker_output_set_libs(s->id, names);
+}
+
 int mxop__session_add_lib(mxop__session_t *s, const char *path, const char *name,
                           const Mxop__SupReply *r)
 {
@@ -92,6 +106,7 @@ int mxop__session_add_lib(mxop__session_t *s, const char *path, const char *name
             goto err_ops;
     s->n_ops += r->n_ops;
     s->libs[s->n_libs++] = lib;
+    note_libs(s);
     return 0;
 
 err_ops:
@@ -269,6 +284,7 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
 
 void mxop__session_free(mxop__session_t *s)
 {
+    (void)mxop__worker_output_set_libs(s->id, NULL);
     mxop__fifo_free(s, MXOP__FIFO_LIVE);
     mxop__fifo_free(s, MXOP__FIFO_SPARE);
     for (size_t i = 0; i < s->n_regions; i++)
