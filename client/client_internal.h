@@ -67,6 +67,7 @@ typedef struct mxop__region {
      * copied into place (base, or a mapping of its own for a region registered without one). */
     uint8_t *cmap;
     int cmap_owned; /* 1: cmap is a mapping of its own, unmapped at release */
+    int read_only;  /* mxop_region_set_read_only: no call may write it */
 } mxop__region_t;
 
 /* One piece of an arena chunk: the pieces tile the chunk in offset order. */

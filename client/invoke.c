@@ -255,6 +255,18 @@ static int check_array(mxop_client_t *c, const char *what, int i, const mxop_arr
     return 0;
 }
 
+/* An array the call would write, in a region the engine marked read-only: refused by name. */
+static int check_writable(mxop_client_t *c, const char *what, int i, const mxop_array_t *a)
+{
+    const mxop__region_t *r = mxop__region_find(c, a->region);
+    if (r == NULL || !r->read_only)
+        return 0;
+    return mxop__fail(c, MXOP_EREAD_ONLY,
+                      "%s[%d]: region %u is marked read-only (mxop_region_set_read_only), and the "
+                      "call would write it",
+                      what, i, a->region);
+}
+
 /* Makes the staging region at least `need` bytes (kept across calls). */
 static int stage_ensure(mxop_client_t *c, uint64_t need)
 {
@@ -436,6 +448,9 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
         if (rc < 0)
             return rc;
         in_path[i] = choose_path(&in[i], in_st[i], strided_op);
+        if (!backward && i < 64 && ((op->mutated_inputs >> i) & 1) &&
+            (rc = check_writable(c, "in", i, &in[i])) < 0)
+            return rc;
         in_at[i] = in[i].data;
         in_scr[i] = 0;
         if (c->confined && !backward && i < 64 && ((op->mutated_inputs >> i) & 1)) {
@@ -462,6 +477,8 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
         if (rc < 0)
             return rc;
         out_path[i] = choose_path(&out[i], out_st[i], strided_op);
+        if (out[i].req != MXOP_REQ_NULL && (rc = check_writable(c, "out", i, &out[i])) < 0)
+            return rc;
         out_at[i] = out[i].data;
         out_scr[i] = 0;
         if (c->confined) {

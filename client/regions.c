@@ -285,6 +285,22 @@ int mxop_region_release(mxop_client_t *c, uint32_t region)
     return rc;
 }
 
+int mxop_region_set_read_only(mxop_client_t *c, uint32_t region, int read_only)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc = 0;
+    mxop__region_t *e = mxop__region_find(c, region);
+    if (e == NULL)
+        rc = mxop__fail(c, MXOP_EUNKNOWN_REGION, "mxop_region_set_read_only: no region %u in this "
+                                                 "session", region);
+    else
+        e->read_only = read_only != 0;
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
 int mxop_array_view(mxop_client_t *c, uint32_t region, uint64_t offset, int32_t dtype, int32_t ndim,
                     const int64_t *shape, mxop_array_t *out)
 {

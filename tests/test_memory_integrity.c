@@ -434,3 +434,48 @@ Test(memint, fcntl_and_shutdown_of_the_channels_refused)
     mxop_close(c);
     expect_back_to(&base);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The engine's own read-only mark (mxop_region_set_read_only) */
+
+Test(memint, region_marked_read_only_is_refused_as_output_and_mutated_input)
+{
+    const char *libs[] = {"relu.so", "opkit_inplace.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    uint32_t region;
+    void *basep;
+    cr_assert_eq(mxop_region_create(c, 1 << 16, &region, &basep), 0, "%s", mxop_last_error(c));
+    int64_t s[] = {64};
+    mxop_array_t w, y;
+    cr_assert_eq(mxop_array_view(c, region, 0, MXOP_F32, 1, s, &w), 0, "%s", mxop_last_error(c));
+    mxt_array(c, MXOP_F32, 1, s, 3, &y);
+    for (size_t i = 0; i < 64; i++)
+        mxt_set(&w, i, (double)i - 30.0);
+    cr_assert_eq(mxop_region_set_read_only(c, region, 1), 0);
+    cr_assert_eq(mxop_region_set_read_only(c, 999999, 1), MXOP_EUNKNOWN_REGION);
+    const mxop_op_t *relu = mxt_op(c, "relu");
+    /* As an input it is fine; as an output it is refused, naming the argument. */
+    cr_assert_eq(mxop_forward(c, relu, NULL, &w, 1, &y, 1), 0, "%s", mxop_last_error(c));
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    int rc = mxop_forward(c, relu, NULL, &y, 1, &w, 1);
+    cr_assert_eq(rc, MXOP_EREAD_ONLY, "%s: %s", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "out[0]") != NULL, "%s", mxop_last_error(c));
+    /* As an input the op declares mutated: refused too. */
+    mxop_array_t wd;
+    cr_assert_eq(mxop_array_view(c, region, 4096, MXOP_F64, 1, s, &wd), 0, "%s",
+                 mxop_last_error(c));
+    mxop_array_t yd;
+    mxt_array(c, MXOP_F64, 1, s, 4, &yd);
+    rc = mxop_forward(c, mxt_op(c, "double_inplace"), NULL, &wd, 1, &yd, 1);
+    cr_assert_eq(rc, MXOP_EREAD_ONLY, "%s: %s", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "in[0]") != NULL, "%s", mxop_last_error(c));
+    for (size_t i = 0; i < 64; i++)
+        cr_assert_eq(mxt_get(&w, i), (double)i - 30.0, "the read-only region changed at %zu", i);
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts);
+    /* Cleared, it is an output like any other. */
+    cr_assert_eq(mxop_region_set_read_only(c, region, 0), 0);
+    cr_assert_eq(mxop_forward(c, relu, NULL, &y, 1, &w, 1), 0, "%s", mxop_last_error(c));
+    mxop_close(c);
+}
