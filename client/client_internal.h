@@ -188,6 +188,8 @@ struct mxop_client {
      * session's scratch region, and are copied into place after a successful call. */
     int confined;
     uint64_t scratch_bytes; /* copied through the scratch region (mxop_stats_v2) */
+    /* WorkerEvent.idle_cpu: why the worker was replaced between calls, for the next call. */
+    char idle_note[MXOP__ERR_MAX];
 
     mxop_stats_t stats;
     uint64_t session;

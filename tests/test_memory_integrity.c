@@ -19,6 +19,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -478,4 +479,40 @@ Test(memint, region_marked_read_only_is_refused_as_output_and_mutated_input)
     cr_assert_eq(mxop_region_set_read_only(c, region, 0), 0);
     cr_assert_eq(mxop_forward(c, relu, NULL, &y, 1, &w, 1), 0, "%s", mxop_last_error(c));
     mxop_close(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* CPU burnt between calls: the next call is told why its worker was replaced */
+
+static int pid_gone(void *arg)
+{
+    return kill(*(pid_t *)arg, 0) != 0;
+}
+
+Test(memint, idle_cpu_kill_reason_given_to_the_next_call)
+{
+    struct baseline base = take_baseline();
+    const char *libs[] = {"hostile_spin.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    pid_t w = mxt_worker_pid(c);
+    int64_t s[] = {8};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    int rc = mxop_forward(c, mxt_op(c, "spin_after"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    /* No request of this client in between: the call itself finds the worker gone. */
+    cr_assert(mxt_wait_until(pid_gone, &w, 20000), "the spinning worker was not killed");
+    mxt_sleep_ms(200);
+    rc = mxop_forward(c, mxt_op(c, "spin_after"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, MXOP_EWORKER_CRASHED, "%s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "with no call in flight") != NULL, "%s",
+              mxop_last_error(c));
+    /* Told once: the next call runs on the new worker. */
+    cr_assert_eq(mxop_load_library(c, "relu.so"), 0, "%s", mxop_last_error(c));
+    rc = mxop_forward(c, mxt_op(c, "relu"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    other_session_correct();
+    mxop_close(c);
+    expect_back_to(&base);
 }

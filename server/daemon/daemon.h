@@ -448,6 +448,9 @@ struct mxop__session {
      * client sends outputs through its scratch region.
      */
     bool mem_confined;
+    /* deadline.c: the live worker was killed for CPU used with no call in flight (issue 10);
+     * the next WorkerEvent says so, and the client fails its next call with the reason. */
+    bool idle_cpu_killed;
 };
 
 /*
