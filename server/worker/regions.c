@@ -6,6 +6,7 @@
  * syscall and no allocation.  Removal shifts the following entries back,
  * so the table needs no tombstones.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,9 +162,20 @@ int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags, c
         return MXOP_ESHM;
     }
     if (writable && mxop__region_map(fd, (size_t)size, 1, &rw) != 0) {
-        mxop__fmt(msg, msglen, "region %u: cannot map %llu bytes read-write", id,
-                  (unsigned long long)size);
-        goto err_ro;
+        /*
+         * A memory sealed against new writable mappings (its session went to
+         * scratch mode while this request was on its way, or the engine
+         * registered sealed memory): the worker holds it read-only, and an
+         * output into it is refused by name (checks.c).  Only the scratch
+         * region must be writable.
+         */
+        if (!scratch && errno == EPERM) {
+            rw = NULL;
+        } else {
+            mxop__fmt(msg, msglen, "region %u: cannot map %llu bytes read-write", id,
+                      (unsigned long long)size);
+            goto err_ro;
+        }
     }
     mxop__region_prefault(ro, (size_t)size, 0);
     if (rw != NULL)
