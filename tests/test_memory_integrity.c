@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -213,6 +214,36 @@ Test(memint, region_registered_before_the_untrusted_load_is_made_read_only)
         mxt_set(&x, i, (double)i - 500.0);
     cr_assert_eq(mxop_load_library(c, "hostile_alias.so"), 0, "%s", mxop_last_error(c));
     cr_assert_eq(confined(c), 1);
+    alias_routes_refused(c, &x, &y);
+    cr_assert_eq(mxop_region_release(c, region), 0);
+    other_session_correct();
+    mxop_close(c);
+    expect_back_to(&base);
+}
+
+Test(memint, replacement_worker_gets_the_regions_read_only)
+{
+    struct baseline base = take_baseline();
+    mxop_client_t *c = mxt_connect(&daemon_);
+    uint32_t region;
+    void *basep;
+    cr_assert_eq(mxop_region_create(c, 1 << 16, &region, &basep), 0, "%s", mxop_last_error(c));
+    int64_t s[] = {1024};
+    mxop_array_t x, y;
+    cr_assert_eq(mxop_array_view(c, region, 0, MXOP_F32, 1, s, &x), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_array_view(c, region, 8192, MXOP_F32, 1, s, &y), 0, "%s",
+                 mxop_last_error(c));
+    for (size_t i = 0; i < 1024; i++)
+        mxt_set(&x, i, (double)i + 0.5);
+    cr_assert_eq(mxop_load_library(c, "hostile_alias.so"), 0, "%s", mxop_last_error(c));
+    mxt_sleep_ms(1500); /* the warm spare has started and been given the session */
+    /* The worker dies; the spare (or a new worker) serves: it too holds the regions read-only. */
+    pid_t w = mxt_worker_pid(c);
+    cr_assert_eq(kill(w, SIGKILL), 0);
+    double t0 = (double)time(NULL);
+    while (mxt_worker_pid(c) == w && (double)time(NULL) - t0 < 10)
+        mxt_sleep_ms(50);
+    cr_assert_neq(mxt_worker_pid(c), w, "the killed worker was not replaced");
     alias_routes_refused(c, &x, &y);
     cr_assert_eq(mxop_region_release(c, region), 0);
     other_session_correct();
