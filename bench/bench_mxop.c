@@ -19,7 +19,11 @@
  *      both data paths (aggregate calls/s against one process's, and the
  *      shared-memory path against the socket path);
  *   7. two threads of one process calling relu 4 MiB (about 100 us) through
- *      one client vs one thread.
+ *      one client vs one thread;
+ *   8. memory integrity: the null op and relu 1 MiB and 64 MiB in a session
+ *      in scratch mode (it loaded an untrusted library: outputs go through
+ *      the scratch region and are copied into place) vs the same calls in a
+ *      session whose libraries are all trusted (zero-copy).
  *
  * Every result is checked (bit-equal for relu, close for gemm) before its
  * time counts.  The table goes to stdout and to BUILD/bench/results.csv and
@@ -393,6 +397,113 @@ static void bench_relu(bench_t *b, size_t bytes, const char *label, int rounds, 
     mxop_array_free(b->c, &rcase.ay);
     free(rcase.y_inproc);
     free(rcase.y_heap);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 8. Memory integrity: scratch mode vs trusted (zero-copy). */
+
+static void integrity_relu(mxop_client_t *c, const mxop_op_t *relu, const mxop_array_t *x,
+                           mxop_array_t *y, const float *ref, size_t n, mxb_samples_t *s)
+{
+    int64_t t0 = mxb_now_ns();
+    int rc = mxop_forward(c, relu, NULL, x, 1, y, 1);
+    int64_t t1 = mxb_now_ns();
+    check(c, rc, "relu forward");
+    relu_check(y->data, ref, n, "relu (memory integrity)");
+    if (s != NULL)
+        mxb_samples_add(s, t1 - t0);
+}
+
+static void bench_integrity(bench_t *b)
+{
+    /* A session that loads an untrusted library (softmax.so, never called) besides noop and relu. */
+    mxop_client_t *u = connect_client(b, "bench-untrusted");
+    static const char *const libs[] = {"noop.so", "relu.so", "softmax.so"};
+    for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]); i++)
+        check(u, mxop_load_library(u, libs[i]), libs[i]);
+    mxop_stats_v2_t st;
+    memset(&st, 0, sizeof(st));
+    st.struct_size = sizeof(st);
+    check(u, mxop_stats_v2(u, &st), "mxop_stats_v2");
+    if (!st.confined)
+        die("the session with softmax.so is not in scratch mode");
+    memset(&st, 0, sizeof(st));
+    st.struct_size = sizeof(st);
+    check(b->c, mxop_stats_v2(b->c, &st), "mxop_stats_v2");
+    if (st.confined)
+        die("the session of trusted libraries is in scratch mode");
+    const mxop_op_t *unoop = find_op(u, "noop"), *urelu = find_op(u, "relu");
+
+    int rounds = 20, per = iters(b, 250, 25);
+    mxb_samples_t nt, nu;
+    if (mxb_samples_init(&nt, (size_t)rounds * per) != 0 ||
+        mxb_samples_init(&nu, (size_t)rounds * per) != 0)
+        die("out of memory");
+    noop_calls(b->c, b->noop, 200, NULL);
+    noop_calls(u, unoop, 200, NULL);
+    for (int r = 0; r < rounds; r++) {
+        noop_calls(r & 1 ? b->c : u, r & 1 ? b->noop : unoop, per, r & 1 ? &nt : &nu);
+        noop_calls(r & 1 ? u : b->c, r & 1 ? unoop : b->noop, per, r & 1 ? &nu : &nt);
+    }
+    mxb_row_t *row = mxb_report_add("8", "null op, scratch mode (untrusted library loaded)", &nu,
+                                    "null op, trusted (zero-copy)", &nt);
+    mxb_row_note(row, "a call without outputs copies nothing");
+    mxb_samples_free(&nt);
+    mxb_samples_free(&nu);
+
+    static const size_t sizes[] = {1 * MIB, 64 * MIB};
+    for (size_t z = 0; z < 2; z++) {
+        size_t bytes = sizes[z], n = bytes / sizeof(float);
+        int64_t shape[1] = {(int64_t)n};
+        float *x = xalloc(bytes), *ref = xalloc(bytes);
+        fill_random(x, n, bytes + 8);
+        relu_ref(x, ref, n);
+        mxop_array_t tx, ty, ux, uy;
+        alloc_array(b->c, 1, shape, &tx);
+        alloc_array(b->c, 1, shape, &ty);
+        alloc_array(u, 1, shape, &ux);
+        alloc_array(u, 1, shape, &uy);
+        memcpy(tx.data, x, bytes);
+        memcpy(ux.data, x, bytes);
+        memset(ty.data, 0, bytes);
+        memset(uy.data, 0, bytes);
+        int zr = z == 0 ? 20 : 10, zp = z == 0 ? iters(b, 50, 5) : iters(b, 2, 1);
+        mxb_samples_t rt, ru;
+        if (mxb_samples_init(&rt, (size_t)zr * zp) != 0 ||
+            mxb_samples_init(&ru, (size_t)zr * zp) != 0)
+            die("out of memory");
+        /* Warm-up: the scratch region is made (and grown) by the first calls. */
+        for (int i = 0; i < 3; i++) {
+            integrity_relu(b->c, b->relu, &tx, &ty, ref, n, NULL);
+            integrity_relu(u, urelu, &ux, &uy, ref, n, NULL);
+        }
+        for (int r = 0; r < zr; r++)
+            for (int h = 0; h < 2; h++) {
+                int untrusted = (h ^ (r & 1)) == 0;
+                for (int i = 0; i < zp; i++) {
+                    if (untrusted)
+                        integrity_relu(u, urelu, &ux, &uy, ref, n, &ru);
+                    else
+                        integrity_relu(b->c, b->relu, &tx, &ty, ref, n, &rt);
+                }
+            }
+        char name[96], base[64];
+        snprintf(name, sizeof(name), "relu f32 %s, scratch mode (untrusted library loaded)",
+                 z == 0 ? "1 MiB" : "64 MiB");
+        snprintf(base, sizeof(base), "relu f32 %s, trusted (zero-copy)",
+                 z == 0 ? "1 MiB" : "64 MiB");
+        row = mxb_report_add("8", name, &ru, base, &rt);
+        mxb_row_note(row, "the output is written into scratch and copied into place");
+        mxb_samples_free(&rt);
+        mxb_samples_free(&ru);
+        mxop_array_free(b->c, &tx);
+        mxop_array_free(b->c, &ty);
+        mxop_array_free(u, &ux);
+        mxop_array_free(u, &uy);
+        free(x);
+        free(ref);
+    }
+    mxop_close(u);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1075,6 +1186,10 @@ int main(int argc, char **argv)
     if (want(b, '7')) {
         printf("7/7 2 threads sharing one client\n");
         bench_threads(b);
+    }
+    if (want(b, '8')) {
+        printf("8 memory integrity: scratch mode vs trusted (zero-copy)\n");
+        bench_integrity(b);
     }
 
     mxb_inproc_close(b->relu_lib);

@@ -47,6 +47,14 @@ static int event_result(mxop_client_t *c, const mxop_op_t *op)
     return mxop__fail(c, c->ev_code, "op '%s' (%s): %s", op->name, op->library, c->ev_msg);
 }
 
+/* The reason the daemon replaced the worker between calls (WorkerEvent.idle_cpu), given once. */
+static int idle_note_result(mxop_client_t *c)
+{
+    int rc = mxop__fail(c, MXOP_EWORKER_CRASHED, "%s", c->idle_note);
+    c->idle_note[0] = '\0';
+    return rc;
+}
+
 /*
  * The data channel closed: the worker is dead.  The daemon tells why on the
  * control socket (with the replacement's channel); wait for that.  Returns
@@ -85,6 +93,8 @@ static int worker_died(mxop_client_t *c, const mxop_op_t *op, uint64_t id)
     int rc = await_event(c);
     if (rc != MXOP__CTL_EVENT)
         return rc;
+    if (c->ev_call_id != id && c->idle_note[0] != '\0')
+        return idle_note_result(c);
     if (c->ev_call_id != id && c->data_fd >= 0)
         return CALL_RETRY;
     return event_result(c, op);
@@ -113,6 +123,8 @@ int mxop__call_ready(mxop_client_t *c)
     if (c->data_fd < 0)
         return mxop__fail(c, c->worker_gone ? c->worker_gone : MXOP_EDISCONNECTED, "%s",
                           c->worker_gone_msg[0] ? c->worker_gone_msg : "the session has no worker");
+    if (c->idle_note[0] != '\0')
+        return idle_note_result(c);
     return 0;
 }
 

@@ -63,6 +63,11 @@ typedef struct mxop__region {
     int cuda;
     int32_t device;
     uint8_t ipc[64];
+    /* Scratch mode (docs/security.md): the client's writable mapping, through which outputs are
+     * copied into place (base, or a mapping of its own for a region registered without one). */
+    uint8_t *cmap;
+    int cmap_owned; /* 1: cmap is a mapping of its own, unmapped at release */
+    int read_only;  /* mxop_region_set_read_only: no call may write it */
 } mxop__region_t;
 
 /* One piece of an arena chunk: the pieces tile the chunk in offset order. */
@@ -177,6 +182,14 @@ struct mxop_client {
     uint32_t stage_region;
     uint8_t *stage_base;
     size_t stage_size;
+
+    /* Scratch mode (OpenSessionReply/OpList.confined): the worker holds the session's regions
+     * read-only; outputs and mutated inputs go through the staging region, registered as the
+     * session's scratch region, and are copied into place after a successful call. */
+    int confined;
+    uint64_t scratch_bytes; /* copied through the scratch region (mxop_stats_v2) */
+    /* WorkerEvent.idle_cpu: why the worker was replaced between calls, for the next call. */
+    char idle_note[MXOP__ERR_MAX];
 
     mxop_stats_t stats;
     uint64_t session;

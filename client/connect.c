@@ -169,6 +169,7 @@ static int open_session(mxop_client_t *c)
     c->session = r->open_session->session;
     c->worker_pid = r->open_session->worker_pid;
     c->generation = r->open_session->generation;
+    c->confined = r->open_session->confined;
     return 0;
 }
 

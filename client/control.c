@@ -57,6 +57,11 @@ static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
         mxop__fmt(c->ev_msg, sizeof c->ev_msg, "worker exited with status %d",
                   (int)ev->exit_status);
 
+    /* Killed between calls for the CPU a library burnt: the next call says so (call.c). */
+    if (ev->idle_cpu)
+        mxop__fmt(c->idle_note, sizeof c->idle_note,
+                  "the session's worker was replaced before this call, which did not run: %s",
+                  c->ev_msg);
     if (ev->restarted && fd >= 0) {
         mxop__data_open(c, fd);
         c->generation = ev->generation;

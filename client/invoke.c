@@ -31,6 +31,7 @@ enum array_path {
     PATH_HEAP = 1,   /* a contiguous heap array, memcpy'd through staging */
     PATH_STRIDED = 2, /* its region, offset and strides: the op is MXOP_OP_STRIDED */
     PATH_GATHER = 3, /* non-contiguous, gathered into staging (and scattered back) */
+    PATH_SCRATCH = 4, /* scratch mode: a region array the op writes, copied through staging */
 };
 
 #define CALL_HAS(o, field) ((o)->struct_size >= offsetof(mxop_call_t, field) + sizeof((o)->field))
@@ -255,6 +256,18 @@ static int check_array(mxop_client_t *c, const char *what, int i, const mxop_arr
     return 0;
 }
 
+/* An array the call would write, in a region the engine marked read-only: refused by name. */
+static int check_writable(mxop_client_t *c, const char *what, int i, const mxop_array_t *a)
+{
+    const mxop__region_t *r = mxop__region_find(c, a->region);
+    if (r == NULL || !r->read_only)
+        return 0;
+    return mxop__fail(c, MXOP_EREAD_ONLY,
+                      "%s[%d]: region %u is marked read-only (mxop_region_set_read_only), and the "
+                      "call would write it",
+                      what, i, a->region);
+}
+
 /* Makes the staging region at least `need` bytes (kept across calls). */
 static int stage_ensure(mxop_client_t *c, uint64_t need)
 {
@@ -294,20 +307,59 @@ static int choose_path(const mxop_array_t *a, const int64_t *st, int strided_op)
     return PATH_STRIDED;
 }
 
-/* After the call: a staged output or mutated input goes back to the caller's memory. */
-static void copy_back(mxop_client_t *c, const mxop_array_t *a, int path, const int64_t *st,
-                      uint64_t stage_at, uint64_t span)
+/*
+ * Copies between the caller's array (its elements at `ptr`: the heap
+ * pointer, or the client's own mapping of its region) and its staging
+ * slot: in before the call (to_slot), back after it.  `span` bytes of a
+ * contiguous array; a strided one element by element.
+ */
+static void stage_copy(mxop_client_t *c, const mxop_array_t *a, void *ptr, int path,
+                       const int64_t *st, uint64_t stage_at, uint64_t span, int to_slot,
+                       int scratch)
 {
     void *slot = c->stage_base + stage_at;
-    if (path == PATH_HEAP) {
+    if (path == PATH_HEAP || path == PATH_SCRATCH) {
         if (span > 0)
-            memcpy(a->data, slot, span);
+            memcpy(to_slot ? slot : ptr, to_slot ? ptr : slot, span);
     } else if (path == PATH_GATHER) {
-        strided_copy(a, st, slot, 0);
+        mxop_array_t at = *a;
+        at.data = ptr;
+        strided_copy(&at, st, slot, to_slot);
     } else {
         return;
     }
-    c->stats.staged_bytes += span;
+    if (scratch)
+        c->scratch_bytes += span;
+    else
+        c->stats.staged_bytes += span;
+}
+
+/*
+ * Scratch mode (docs/security.md, "The engine's memory"): the worker holds
+ * the session's regions read-only, so an array in a region that the op
+ * writes (an output, a declared-mutated input) goes through the staging
+ * region, the session's scratch region, and is copied into place after a
+ * successful call.  Device regions keep their path (GPU memory has no
+ * read-only view).  Gives the array's new path and, in *ptr, where the
+ * client reads and writes its elements.
+ */
+static int scratch_path(mxop_client_t *c, const char *what, int i, const mxop_array_t *a,
+                        int path, void **ptr)
+{
+    *ptr = a->data;
+    if (a->region == MXOP_REGION_HEAP)
+        return path;
+    const mxop__region_t *r = mxop__region_find(c, a->region);
+    if (r == NULL || r->cuda)
+        return path;
+    if (r->cmap == NULL)
+        return mxop__fail(c, MXOP_EREAD_ONLY,
+                          "%s[%d]: region %u has no writable mapping in this process, and the "
+                          "session runs an untrusted library (scratch mode): its outputs are "
+                          "copied into place by the client",
+                          what, i, a->region);
+    *ptr = r->cmap + a->offset;
+    return path == PATH_DIRECT ? PATH_SCRATCH : PATH_GATHER;
 }
 
 static void fill_desc(Mxop__TensorDesc *d, const mxop_array_t *a, uint32_t region, uint64_t offset,
@@ -387,6 +439,8 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     int strided_op = (op->decls.flags & MXOP_OP_STRIDED) != 0;
     const int64_t *in_st[MXOP_MAX_TENSORS], *out_st[MXOP_MAX_TENSORS];
     unsigned char in_path[MXOP_MAX_TENSORS], out_path[MXOP_MAX_TENSORS];
+    void *in_at[MXOP_MAX_TENSORS], *out_at[MXOP_MAX_TENSORS];
+    unsigned char in_scr[MXOP_MAX_TENSORS], out_scr[MXOP_MAX_TENSORS]; /* staged for scratch mode */
     uint64_t stage = 0;
     int heap = 0;
     for (int i = 0; i < n_in; i++) {
@@ -395,7 +449,19 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
         if (rc < 0)
             return rc;
         in_path[i] = choose_path(&in[i], in_st[i], strided_op);
-        if (in_path[i] == PATH_HEAP || in_path[i] == PATH_GATHER) {
+        if (!backward && i < 64 && ((op->mutated_inputs >> i) & 1) &&
+            (rc = check_writable(c, "in", i, &in[i])) < 0)
+            return rc;
+        in_at[i] = in[i].data;
+        in_scr[i] = 0;
+        if (c->confined && !backward && i < 64 && ((op->mutated_inputs >> i) & 1)) {
+            rc = scratch_path(c, "in", i, &in[i], in_path[i], &in_at[i]);
+            if (rc < 0)
+                return rc;
+            in_scr[i] = rc != in_path[i];
+            in_path[i] = (unsigned char)rc;
+        }
+        if (in_path[i] == PATH_HEAP || in_path[i] == PATH_GATHER || in_path[i] == PATH_SCRATCH) {
             heap = 1;
             b->in_stage[i] = round_up(stage, MXOP__ARENA_ALIGN);
             stage = b->in_stage[i] + b->in_span[i];
@@ -412,7 +478,19 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
         if (rc < 0)
             return rc;
         out_path[i] = choose_path(&out[i], out_st[i], strided_op);
-        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER) {
+        if (out[i].req != MXOP_REQ_NULL && (rc = check_writable(c, "out", i, &out[i])) < 0)
+            return rc;
+        out_at[i] = out[i].data;
+        out_scr[i] = 0;
+        if (c->confined) {
+            rc = scratch_path(c, "out", i, &out[i], out_path[i], &out_at[i]);
+            if (rc < 0)
+                return rc;
+            out_scr[i] = rc != out_path[i];
+            out_path[i] = (unsigned char)rc;
+        }
+        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER ||
+            out_path[i] == PATH_SCRATCH) {
             heap = 1;
             b->out_stage[i] = round_up(stage, MXOP__ARENA_ALIGN);
             stage = b->out_stage[i] + b->out_span[i];
@@ -429,17 +507,12 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     }
 
     for (int i = 0; i < n_in; i++) {
-        void *slot = c->stage_base + b->in_stage[i];
         switch (in_path[i]) {
         case PATH_HEAP:
-            if (b->in_span[i] > 0)
-                memcpy(slot, in[i].data, b->in_span[i]);
-            c->stats.staged_bytes += b->in_span[i];
-            fill_desc(&b->in_desc[i], &in[i], c->stage_region, b->in_stage[i], 0, NULL);
-            break;
         case PATH_GATHER:
-            strided_copy(&in[i], in_st[i], slot, 1);
-            c->stats.staged_bytes += b->in_span[i];
+        case PATH_SCRATCH:
+            stage_copy(c, &in[i], in_at[i], in_path[i], in_st[i], b->in_stage[i], b->in_span[i],
+                       1, in_scr[i]);
             fill_desc(&b->in_desc[i], &in[i], c->stage_region, b->in_stage[i], 0, NULL);
             break;
         default:
@@ -447,16 +520,12 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
         }
     }
     for (int i = 0; i < n_out; i++) {
-        void *slot = c->stage_base + b->out_stage[i];
-        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER) {
+        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER ||
+            out_path[i] == PATH_SCRATCH) {
             /* An output that accumulates needs what is there now. */
-            if (out[i].req == MXOP_REQ_ADD) {
-                if (out_path[i] == PATH_GATHER)
-                    strided_copy(&out[i], out_st[i], slot, 1);
-                else if (b->out_span[i] > 0)
-                    memcpy(slot, out[i].data, b->out_span[i]);
-                c->stats.staged_bytes += b->out_span[i];
-            }
+            if (out[i].req == MXOP_REQ_ADD)
+                stage_copy(c, &out[i], out_at[i], out_path[i], out_st[i], b->out_stage[i],
+                           b->out_span[i], 1, out_scr[i]);
             fill_desc(&b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req,
                       NULL);
         } else {
@@ -485,20 +554,30 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     if (rc < 0)
         return rc;
 
+    /* A dynamic output's real size is known first, so that only its bytes are copied. */
+    int dynamic = !backward && op->decls.dynamic_outputs != 0;
+    if (dynamic) {
+        rc = set_dynamic_shapes(c, op, r, out, n_out);
+        if (rc < 0)
+            return rc;
+    }
     if (heap) {
         for (int i = 0; i < n_out; i++) {
             if (out[i].req == MXOP_REQ_NULL)
                 continue;
-            copy_back(c, &out[i], out_path[i], out_st[i], b->out_stage[i], b->out_span[i]);
+            uint64_t n = dynamic && i < 64 && ((op->decls.dynamic_outputs >> i) & 1u)
+                             ? out[i].nbytes
+                             : b->out_span[i];
+            stage_copy(c, &out[i], out_at[i], out_path[i], out_st[i], b->out_stage[i], n, 0,
+                       out_scr[i]);
         }
         /* Inputs the op declares it mutates come back too (forward only:
          * the mask is about the forward inputs). */
         for (int i = 0; !backward && i < n_in && i < 64; i++)
             if ((op->mutated_inputs >> i) & 1)
-                copy_back(c, &in[i], in_path[i], in_st[i], b->in_stage[i], b->in_span[i]);
+                stage_copy(c, &in[i], in_at[i], in_path[i], in_st[i], b->in_stage[i],
+                           b->in_span[i], 0, in_scr[i]);
     }
-    if (!backward && op->decls.dynamic_outputs != 0)
-        return set_dynamic_shapes(c, op, r, out, n_out);
     return 0;
 }
 

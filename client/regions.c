@@ -39,11 +39,13 @@ int mxop__region_reserve(mxop_client_t *c)
     return table_reserve(c);
 }
 
-/* Sends RegisterRegion with `fd` attached; *id gets the daemon's id. */
-static int register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *id)
+/* Sends RegisterRegion with `fd` attached; *id gets the daemon's id.  `scratch`: the staging
+ * region, which the worker may write in scratch mode too. */
+static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, uint32_t *id)
 {
     Mxop__RegisterRegion body = MXOP__REGISTER_REGION__INIT;
     body.size = bytes;
+    body.scratch = scratch != 0;
     Mxop__Request req = MXOP__REQUEST__INIT;
     req.body_case = MXOP__REQUEST__BODY_REGISTER_REGION;
     req.register_region = &body;
@@ -73,6 +75,8 @@ static int release_id(mxop_client_t *c, uint32_t id)
 
 static void entry_free(mxop__region_t *e)
 {
+    if (e->cmap_owned)
+        mxop__region_unmap(e->cmap, e->size);
     if (e->owned)
         mxop__region_unmap(e->base, e->size);
     if (e->fd >= 0)
@@ -88,10 +92,10 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     rc = table_reserve(c);
     if (rc < 0)
         return rc;
-    rc = mxop__region_create_fd(kind == MXOP__REGION_USER    ? "mxop-region"
-                                : kind == MXOP__REGION_ARENA ? "mxop-arena"
-                                                             : "mxop-stage",
-                                bytes, &fd);
+    rc = mxop__region_create_fd_sealable(kind == MXOP__REGION_USER    ? "mxop-region"
+                                         : kind == MXOP__REGION_ARENA ? "mxop-arena"
+                                                                      : "mxop-stage",
+                                         bytes, 1, &fd);
     if (rc < 0)
         return mxop__fail(c, rc, "cannot create a shared memory region of %zu bytes", bytes);
     rc = mxop__region_map(fd, bytes, 1, &base);
@@ -99,11 +103,12 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
         mxop__fail(c, rc, "cannot map a shared memory region of %zu bytes", bytes);
         goto err_fd;
     }
-    rc = register_fd(c, fd, bytes, &id);
+    rc = register_fd(c, fd, bytes, kind == MXOP__REGION_STAGE, &id);
     if (rc < 0)
         goto err_map;
 
     mxop__region_t *e = &c->regions[c->nregions++];
+    memset(e, 0, sizeof(*e));
     e->id = id;
     e->fd = fd;
     e->base = base;
@@ -112,6 +117,7 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     e->kind = kind;
     e->cuda = 0;
     e->device = -1;
+    e->cmap = base;
     *out = e;
     return 0;
 
@@ -218,13 +224,26 @@ int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *re
             goto out;
         }
     }
+    /*
+     * In scratch mode the client copies outputs into the region, so it needs a writable
+     * mapping of its own, made now: once the session runs an untrusted library the daemon
+     * seals a memfd against new writable mappings.  A descriptor that cannot be mapped
+     * writable gets none (outputs into it are then refused in scratch mode).
+     */
+    void *cmap = map;
+    if (cmap == NULL && mxop__region_map(fd, bytes, 1, &cmap) < 0)
+        cmap = NULL;
     /* The fd stays the caller's: SCM_RIGHTS gives the daemon its own copy. */
     uint32_t id;
-    rc = register_fd(c, fd, bytes, &id);
-    if (rc < 0)
+    rc = register_fd(c, fd, bytes, 0, &id);
+    if (rc < 0) {
+        if (cmap != map)
+            mxop__region_unmap(cmap, bytes);
         goto err_map;
+    }
 
     mxop__region_t *e = &c->regions[c->nregions++];
+    memset(e, 0, sizeof(*e));
     e->id = id;
     e->fd = -1;
     e->base = map;
@@ -233,6 +252,8 @@ int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *re
     e->kind = MXOP__REGION_USER;
     e->cuda = 0;
     e->device = -1;
+    e->cmap = cmap;
+    e->cmap_owned = cmap != NULL && cmap != map;
     *region = id;
     if (base != NULL)
         *base = map;
@@ -260,6 +281,22 @@ int mxop_region_release(mxop_client_t *c, uint32_t region)
                         region);
     else
         rc = mxop__region_drop(c, region);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_region_set_read_only(mxop_client_t *c, uint32_t region, int read_only)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc = 0;
+    mxop__region_t *e = mxop__region_find(c, region);
+    if (e == NULL)
+        rc = mxop__fail(c, MXOP_EUNKNOWN_REGION, "mxop_region_set_read_only: no region %u in this "
+                                                 "session", region);
+    else
+        e->read_only = read_only != 0;
     pthread_mutex_unlock(&c->lock);
     return rc;
 }

@@ -109,6 +109,10 @@ int mxop_stats_v2(mxop_client_t *c, mxop_stats_v2_t *st)
     v.staged_bytes = old.staged_bytes;
     v.regions = old.regions;
     v.region_bytes = old.region_bytes;
+    pthread_mutex_lock(&c->lock);
+    v.scratch_bytes = c->scratch_bytes;
+    v.confined = (uint32_t)c->confined;
+    pthread_mutex_unlock(&c->lock);
     /* Write only what the caller's struct has room for. */
     memcpy(st, &v, v.struct_size);
     return rc;

@@ -22,6 +22,11 @@
 
 int mxop__region_create_fd(const char *name, size_t size, int *fd_out)
 {
+    return mxop__region_create_fd_sealable(name, size, 0, fd_out);
+}
+
+int mxop__region_create_fd_sealable(const char *name, size_t size, int sealable, int *fd_out)
+{
     if (size == 0)
         return MXOP_EINVAL;
     int fd = memfd_create(name ? name : "mxop-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -38,8 +43,12 @@ int mxop__region_create_fd(const char *name, size_t size, int *fd_out)
         errno = err;
         goto err_fd;
     }
-    /* Nobody may shrink a region under a mapping (that too would SIGBUS). */
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    /*
+     * Nobody may shrink a region under a mapping (that too would SIGBUS).  A
+     * sealable one stays open to more seals: the daemon seals it read-only
+     * for good when its session runs an untrusted library (memconfine.c).
+     */
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | (sealable ? 0 : F_SEAL_SEAL)) != 0)
         goto err_fd;
     *fd_out = fd;
     return 0;

@@ -21,6 +21,13 @@
 int mxop__region_create_fd(const char *name, size_t size, int *fd_out);
 
 /**
+ * The same; with `sealable` the memfd is not sealed against further seals
+ * (no F_SEAL_SEAL), so that the daemon can seal it read-only when its
+ * session goes to scratch mode (server/daemon/memconfine.c).
+ */
+int mxop__region_create_fd_sealable(const char *name, size_t size, int sealable, int *fd_out);
+
+/**
  * Checks that `fd` can back a region of `size` bytes: a regular file (or
  * memfd) at least that large.  Writes a reason into err[errlen] on failure.
  * Returns 0 or MXOP_EINVAL.

@@ -552,6 +552,8 @@ Test(confine_output, flood_of_forged_lines_is_escaped_prefixed_and_rate_limited)
             forged_seen++;
             cr_assert(strncmp(line, real, strlen(real)) == 0 && strstr(line, worker_out) != NULL,
                       "a forged line passes for the daemon's: %.160s", line);
+            cr_assert(strstr(line, " [hostile_flood.so]: ") != NULL,
+                      "the worker's line does not name the session's library: %.160s", line);
         }
         if (strstr(line, "lines dropped") != NULL)
             dropped_seen++;
@@ -593,6 +595,12 @@ Test(confine, cpu_burnt_after_returning_gets_the_worker_replaced)
     /* 2 s of CPU, read every 250 ms: replaced within a few seconds even on a loaded machine. */
     cr_assert(mxt_wait_until(restarted, c, 20000), "the spinning worker was not replaced");
     cr_assert_neq(mxt_worker_pid(c), w);
+    /* The next call is told why (and does not run); the one after runs. */
+    rc = mxop_forward(c, mxt_op(c, "spin_after"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, MXOP_EWORKER_CRASHED, "%s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "with no call in flight") != NULL &&
+                  strstr(mxop_last_error(c), "replaced before this call") != NULL,
+              "%s", mxop_last_error(c));
     next_call_succeeds(c);
     other_session_correct();
     mxop_close(c);

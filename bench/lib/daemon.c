@@ -207,8 +207,28 @@ int mxb_daemon_start(mxb_daemon_t *d, const char *build, char *err, size_t errle
     if (copy_plugins(path, d->plugins, "crash.so", err, errlen) != 0)
         goto err_files;
 
-    const char *argv[] = {daemon,     "--socket",    d->sock, "--plugin-dir",
-                          d->plugins, "--log-level", "error", NULL};
+    /*
+     * The libraries of sections 1 to 7 are trusted (--trusted-library), so
+     * those rows measure the zero-copy path as before; section 8 measures the
+     * scratch mode of a session that loads an untrusted library too
+     * (softmax.so, never called).
+     */
+    const char *argv[] = {daemon,
+                          "--socket",
+                          d->sock,
+                          "--plugin-dir",
+                          d->plugins,
+                          "--log-level",
+                          "error",
+                          "--trusted-library",
+                          "noop.so",
+                          "--trusted-library",
+                          "relu.so",
+                          "--trusted-library",
+                          "gemm.so",
+                          "--trusted-library",
+                          "crash.so",
+                          NULL};
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {

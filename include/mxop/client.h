@@ -262,6 +262,17 @@ int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *re
 /** Unregisters a region (the worker unmaps it).  MXOP_EUNKNOWN_REGION if unknown. */
 int mxop_region_release(mxop_client_t *c, uint32_t region);
 
+/**
+ * Marks a region (read_only 1) as memory no call may write, or clears the
+ * mark (0): from then on a call that passes an array of the region as an
+ * output (other than req null) or as an input its op declares mutated is
+ * refused before anything is sent, with MXOP_EREAD_ONLY naming the
+ * argument and the region.  A guard against the engine's own mistakes
+ * (model weights passed as an output); what an op library can write is
+ * confined separately (docs/security.md).  Returns 0, MXOP_EUNKNOWN_REGION.
+ */
+int mxop_region_set_read_only(mxop_client_t *c, uint32_t region, int read_only);
+
 /*
  * GPU memory: device regions.
  *
@@ -430,6 +441,9 @@ typedef struct mxop_stats_v2 {
     uint64_t staged_bytes;    /* bytes copied to and from heap arrays (and strided gathers) */
     uint64_t regions;         /* regions registered now */
     uint64_t region_bytes;    /* their total size */
+    /* Memory integrity (docs/security.md, "The engine's memory"). */
+    uint64_t scratch_bytes; /* bytes copied through the scratch region in scratch mode */
+    uint32_t confined;      /* 1: the session is in scratch mode (an untrusted library loaded) */
 } mxop_stats_v2_t;
 
 int mxop_stats_v2(mxop_client_t *c, mxop_stats_v2_t *st);

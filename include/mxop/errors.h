@@ -48,7 +48,8 @@
     XX(WORKER_OOM, -1032, "worker ran out of memory")                                              \
     XX(QUARANTINED, -1033, "library quarantined after repeated crashes")                           \
     XX(DUPLICATE, -1034, "name already registered")                                                \
-    XX(CUDA, -1035, "CUDA error")
+    XX(CUDA, -1035, "CUDA error")                                                                  \
+    XX(READ_ONLY, -1040, "memory is read-only to this call")
 
 /** Error codes.  0 is success; every failure is negative. */
 enum mxop_error {

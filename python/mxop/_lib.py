@@ -135,6 +135,8 @@ class MxopStatsV2(ctypes.Structure):
         ("staged_bytes", ctypes.c_uint64),
         ("regions", ctypes.c_uint64),
         ("region_bytes", ctypes.c_uint64),
+        ("scratch_bytes", ctypes.c_uint64),
+        ("confined", ctypes.c_uint32),
     ]
 
 
@@ -226,6 +228,7 @@ _PROTOTYPES = {
     "mxop_region_create": (_INT, [_P, ctypes.c_size_t, _P, _P]),
     "mxop_region_register_fd": (_INT, [_P, _INT, ctypes.c_size_t, _P, _P]),
     "mxop_region_release": (_INT, [_P, ctypes.c_uint32]),
+    "mxop_region_set_read_only": (_INT, [_P, ctypes.c_uint32, _INT]),
     "mxop_array_view": (_INT, [_P, ctypes.c_uint32, ctypes.c_uint64, _I32, _I32, _P, _P]),
     "mxop_forward": (_INT, [_P, _P, _P, _P, _INT, _P, _INT]),
     "mxop_backward": (_INT, [_P, _P, _P, _P, _INT, _P, _INT]),

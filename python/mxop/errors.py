@@ -44,6 +44,7 @@ _TABLE = (
     ("QUARANTINED", -1033, "Quarantined", None),
     ("DUPLICATE", -1034, "Duplicate", None),
     ("CUDA", -1035, "CudaError", None),
+    ("READ_ONLY", -1040, "ReadOnly", PermissionError),
 )
 
 

@@ -18,6 +18,7 @@
 #include "mxop/errors.h"
 #include "server/daemon/introspect.h"
 #include "server/daemon/log.h"
+#include "server/daemon/memconfine.h"
 #include "server/daemon/session.h"
 #include "shm/region.h"
 
@@ -101,6 +102,14 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
     if (rc != 0) {
         mxop__client_reply_error(cl, req->id, rc, err);
         return;
+    }
+    /* An untrusted library under strict: the session's regions become read-only to it first. */
+    if (!mxop__memconfine_trusted(s->d, resolved)) {
+        rc = mxop__memconfine_session(s, err, sizeof(err));
+        if (rc != 0) {
+            mxop__reply_errorf(cl, req->id, rc, "LoadLibrary of '%s' refused: %s", name, err);
+            return;
+        }
     }
     mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_LOAD, req->id, false);
     if (p == NULL || (p->path = strdup(resolved)) == NULL || (p->name = strdup(name)) == NULL) {
@@ -219,6 +228,11 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
     }
     if (region_quota(cl, s, req->id, size) != 0)
         goto err_fd;
+    rc = mxop__memconfine_check_region(s, fd, req->register_region->scratch, err, sizeof(err));
+    if (rc != 0) {
+        mxop__reply_errorf(cl, req->id, rc, "region refused: %s", err);
+        goto err_fd;
+    }
     rc = mxop__session_need_worker(s, err, sizeof(err));
     if (rc != 0) {
         mxop__client_reply_error(cl, req->id, rc, err);
@@ -232,6 +246,7 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
     /* Ids are never 0 (that is MXOP_REGION_HEAP) and never reused while held. */
     p->region = mxop__session_new_region_id(s);
     p->size = size;
+    p->scratch = req->register_region->scratch;
     rc = mxop__pending_send(s, p, fd, MXOP__FIFO_LIVE);
     if (rc != 0) {
         mxop__pending_free(p);

@@ -371,6 +371,8 @@ typedef struct mxop__region {
     bool cuda;      /* a device region: replayed from its IPC handle, not an fd */
     int32_t device; /* its CUDA ordinal */
     uint8_t ipc[MXOP__CUDA_IPC_BYTES];
+    /* Memory integrity (memconfine.c): the client's scratch region, writable in scratch mode. */
+    bool scratch;
 } mxop__region_t;
 
 enum mxop__pending_kind {
@@ -396,6 +398,8 @@ typedef struct mxop__pending {
     int32_t device;
     uint8_t ipc[MXOP__CUDA_IPC_BYTES];
     mxop__libver_t ver; /* LOAD: the version read for this load (libver.c) */
+    /* Memory integrity (memconfine.c): MAP of the client's scratch region. */
+    bool scratch;
 } mxop__pending_t;
 
 /* A session's timer, allocated apart so that it can outlive the session until closed. */
@@ -539,6 +543,17 @@ struct mxop__session {
     size_t n_faults;
     uint64_t crashes;  /* deaths of the live worker other than timeouts, in a call or not */
     uint64_t timeouts; /* deaths by a deadline the daemon enforced */
+
+    /*
+     * Memory integrity (memconfine.c): set for good when the session loads
+     * a library the operator did not mark trusted under --sandbox strict.
+     * From then on its workers hold engine regions read-only only, and the
+     * client sends outputs through its scratch region.
+     */
+    bool mem_confined;
+    /* deadline.c: the live worker was killed for CPU used with no call in flight (issue 10);
+     * the next WorkerEvent says so, and the client fails its next call with the reason. */
+    bool idle_cpu_killed;
 };
 
 /*

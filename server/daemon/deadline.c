@@ -219,6 +219,8 @@ static void check_idle(mxop__session_t *s, mxop__worker_t *w, bool busy, uint64_
     char why[MXOP__MSG_MAX];
     if (mxop__idle_cpu_over(w->pid, busy, call_id, why, sizeof(why))) {
         MXOP__LOGW(s->id, NULL, "watchdog: worker %d: %s", (int)w->pid, why);
+        if (w == s->worker)
+            s->idle_cpu_killed = true;
         mxop__worker_kill(w, why);
     }
 }

@@ -30,6 +30,7 @@
 #include "server/daemon/introspect.h"
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
+#include "server/daemon/memconfine.h"
 
 #define DEFAULT_MAX_TIMEOUT_MS 600000ull
 #define DEFAULT_WORKER_MAX_FDS 1024ull
@@ -56,6 +57,7 @@ static const char usage_text[] =
     "                    [--probe-interval-ms N] [--probe-timeout-ms N]\n"
     "                    [--session-max-states N]\n"
     "                    [--allowlist FILE] [--strict-plugin-dir on|off]\n"
+    "                    [--trusted-library NAME]...\n"
     "                    [--sandbox-fallback on|off]\n"
     "                    [--admin-uid UID]... [--watch on|off]\n"
     "                    [--log-format text|json] [--metrics-file PATH]\n"
@@ -96,6 +98,9 @@ static const char usage_text[] =
     "                       in it is writable by others than its owner (default off: warn)\n"
     "  --sandbox-fallback on|off  run strict workers even where the kernel lacks a layer\n"
     "                       strict promises (Landlock's filesystem view); default off\n"
+    "  --trusted-library NAME  (repeatable) a library that keeps the zero-copy path under\n"
+    "                       strict; a session loading any other runs in scratch mode: its\n"
+    "                       worker gets regions read-only (docs/security.md)\n"
     "  --warm-spare on|off  keep one started spare worker per session, so that the call\n"
     "                       after a crash does not wait for a new worker (default on)\n"
     "  --admin-uid UID      this user (number or name) may also send daemon-wide requests\n"
@@ -358,7 +363,9 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                                             "--metrics-file",
                                             "--metrics-interval-ms",
                                             "--config", /* the service: config file, drain */
-                                            "--drain-timeout-ms"};
+                                            "--drain-timeout-ms",
+                                            /* Memory integrity (memconfine.c). */
+                                            "--trusted-library"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -465,6 +472,12 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
         } else if (strcmp(opt, "--allowlist") == 0 || strcmp(opt, "--strict-plugin-dir") == 0) {
             char why[512];
             if (mxop__integrity_option(opt, val, why, sizeof(why)) != 0)
+                return usage_error("%s", why);
+        } else if (strcmp(opt, "--trusted-library") == 0) {
+            /* Memory integrity (memconfine.c): libraries that keep the zero-copy path. */
+            /* Fixed at start: SIGHUP logs a change as ignored (config.c). */
+            char why[256];
+            if (!reloading && mxop__memconfine_option(opt, val, why, sizeof(why)) != 0)
                 return usage_error("%s", why);
         } else if (strcmp(opt, "--sandbox-fallback") == 0) {
             char why[256];

@@ -62,6 +62,7 @@ void mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r)
         p->cuda = r->cuda;
         p->device = r->device;
         memcpy(p->ipc, r->ipc, sizeof(p->ipc));
+        p->scratch = r->scratch;
     }
     if (p == NULL || mxop__pending_send(s, p, r->fd, MXOP__FIFO_SPARE) != 0) {
         mxop__pending_free(p);
@@ -109,6 +110,7 @@ bool mxop__replay_to(mxop__session_t *s, enum mxop__pending_fifo q)
         p->cuda = s->regions[i].cuda;
         p->device = s->regions[i].device;
         memcpy(p->ipc, s->regions[i].ipc, sizeof(p->ipc));
+        p->scratch = s->regions[i].scratch;
         if (mxop__pending_send(s, p, s->regions[i].fd, q) != 0) {
             MXOP__LOGD(s->id, NULL, "cannot re-map region %u into the new worker",
                        (unsigned)p->region);
@@ -246,8 +248,12 @@ static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Sup
         mxop__client_reply_error(s->client, p->req_id, r->status, msg);
         return;
     }
-    mxop__region_t nr = {
-        .id = p->region, .fd = p->fd, .size = p->size, .cuda = p->cuda, .device = p->device};
+    mxop__region_t nr = {.id = p->region,
+                         .fd = p->fd,
+                         .size = p->size,
+                         .cuda = p->cuda,
+                         .device = p->device,
+                         .scratch = p->scratch};
     if (p->cuda)
         memcpy(nr.ipc, p->ipc, sizeof(nr.ipc));
     if (mxop__session_add_region(s, &nr) != 0) {

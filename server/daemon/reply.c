@@ -81,6 +81,7 @@ void mxop__reply_ops(mxop__session_t *s, uint64_t id)
     Mxop__OpList list = MXOP__OP_LIST__INIT;
     list.n_ops = s->n_ops;
     list.ops = ptrs;
+    list.confined = s->mem_confined;
     Mxop__Reply r = MXOP__REPLY__INIT;
     r.id = id;
     r.body_case = MXOP__REPLY__BODY_OPS;
@@ -103,6 +104,8 @@ void mxop__reply_event(mxop__session_t *s, const mxop__death_t *e, const char *m
     ev.generation = s->generation;
     ev.worker_pid = s->worker != NULL ? (uint32_t)s->worker->pid : 0;
     ev.restarted = restarted;
+    ev.idle_cpu = s->idle_cpu_killed;
+    s->idle_cpu_killed = false;
     Mxop__Reply r = MXOP__REPLY__INIT;
     r.id = 0;
     r.status = e->code;

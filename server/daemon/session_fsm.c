@@ -483,6 +483,7 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     osr.session = s->id;
     osr.worker_pid = (uint32_t)w->pid;
     osr.generation = s->generation;
+    osr.confined = s->mem_confined;
     Mxop__Reply r = MXOP__REPLY__INIT;
     r.id = req_id;
     r.body_case = MXOP__REPLY__BODY_OPEN_SESSION;

@@ -7,6 +7,7 @@
  * records which client request a SupReply completes, or that it was a
  * replay nobody waits for.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -15,7 +16,10 @@
 #include "common/opinfo_ext.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "server/daemon/log.h"
+#include "server/daemon/memconfine.h"
 #include "server/daemon/session.h"
+#include "server/daemon/worker_output.h"
 
 static char *xstrdup(const char *s)
 {
@@ -76,6 +80,18 @@ const mxop__lib_t *mxop__session_find_lib(const mxop__session_t *s, const char *
     return NULL;
 }
 
+/* The session's library names for the prefix of its workers' output (worker_output.c). */
+static void note_libs(const mxop__session_t *s)
+{
+    char names[1024];
+    size_t at = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < s->n_libs && at + 1 < sizeof(names); i++)
+        at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? "," : "",
+                               s->libs[i].name);
+    (void)mxop__worker_output_set_libs(s->id, names);
+}
+
 int mxop__session_add_lib(mxop__session_t *s, const char *path, const char *name,
                           const Mxop__SupReply *r)
 {
@@ -91,6 +107,7 @@ int mxop__session_add_lib(mxop__session_t *s, const char *path, const char *name
             goto err_ops;
     s->n_ops += r->n_ops;
     s->libs[s->n_libs++] = lib;
+    note_libs(s);
     return 0;
 
 err_ops:
@@ -220,11 +237,13 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
     Mxop__WorkerMap map = MXOP__WORKER_MAP__INIT;
     Mxop__WorkerUnmap unmap = MXOP__WORKER_UNMAP__INIT;
     Mxop__WorkerPing ping = MXOP__WORKER_PING__INIT;
+    int ro_fd = -1;
     req.id = p->sup_id;
     switch (p->kind) {
     case MXOP__PENDING_LOAD:
         load.path = p->path;
         load.name = p->name;
+        load.confine = s->mem_confined;
         req.body_case = MXOP__SUP_REQUEST__BODY_LOAD;
         req.load = &load;
         break;
@@ -235,6 +254,18 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
             map.cuda_ipc_handle.data = p->ipc;
             map.cuda_ipc_handle.len = sizeof(p->ipc);
             map.device = p->device;
+        }
+        map.scratch = p->scratch;
+        if (s->mem_confined && !p->cuda && !p->scratch && fd >= 0) {
+            /* Scratch mode: the worker gets a descriptor it cannot write through. */
+            char why[256];
+            ro_fd = mxop__memconfine_ro_fd(fd, why, sizeof(why));
+            if (ro_fd < 0) {
+                MXOP__LOGW(s->id, NULL, "region %u: %s", (unsigned)p->region, why);
+                return MXOP_ESHM;
+            }
+            fd = ro_fd;
+            map.read_only = true;
         }
         req.body_case = MXOP__SUP_REQUEST__BODY_MAP;
         req.map = &map;
@@ -250,6 +281,8 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
         break;
     }
     int rc = mxop__worker_send(q == MXOP__FIFO_SPARE ? s->spare : s->worker, &req, fd);
+    if (ro_fd >= 0)
+        close(ro_fd);
     if (rc == 0)
         fifo_push(fifo_of(s, q), p);
     return rc;
@@ -257,6 +290,7 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
 
 void mxop__session_free(mxop__session_t *s)
 {
+    (void)mxop__worker_output_set_libs(s->id, NULL);
     mxop__fifo_free(s, MXOP__FIFO_LIVE);
     mxop__fifo_free(s, MXOP__FIFO_SPARE);
     for (size_t i = 0; i < s->n_regions; i++)

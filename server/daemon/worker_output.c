@@ -9,8 +9,10 @@
  * pipe per stream, read here, and every line it writes becomes one log
  * line of the daemon's:
  *
- *     mxop-serverd[PID] info session=N: worker 1234 stdout: <line>
+ *     mxop-serverd[PID] info session=N: worker 1234 stdout [lib.so,...]: <line>
  *
+ * (the libraries the session has loaded: the daemon cannot tell which of
+ * them wrote the line, since they share the worker),
  * with every byte outside printable ASCII, and the backslash, written as
  * \xHH: a line cannot start a line of its own, move the cursor or pass for
  * anything but a worker's output.  Each stream may log
@@ -54,6 +56,80 @@ struct mxop__worker_output {
     stream_t s[2];
 };
 
+/*
+ * The libraries of each session that has loaded any, kept here by session
+ * id (the daemon's loop is its only thread), so that a reader, which may
+ * outlive its worker, never points into a session.
+ */
+typedef struct libnote {
+    struct libnote *next;
+    uint64_t session;
+    char *libs;
+} libnote_t;
+
+static libnote_t *notes;
+
+int mxop__worker_output_set_libs(uint64_t session, const char *libs)
+{
+    libnote_t **pp = &notes;
+    while (*pp != NULL && (*pp)->session != session)
+        pp = &(*pp)->next;
+    if (libs == NULL || libs[0] == '\0') {
+        if (*pp != NULL) {
+            libnote_t *n = *pp;
+            *pp = n->next;
+            free(n->libs);
+            free(n);
+        }
+        return 0;
+    }
+    char *copy = strdup(libs);
+    if (copy == NULL)
+        return MXOP_ENOMEM;
+    if (*pp == NULL) {
+        libnote_t *n = calloc(1, sizeof(*n));
+        if (n == NULL) {
+            free(copy);
+            return MXOP_ENOMEM;
+        }
+        n->session = session;
+        n->next = notes;
+        notes = n;
+        pp = &notes;
+    }
+    free((*pp)->libs);
+    (*pp)->libs = copy;
+    return 0;
+}
+
+static const char *libs_of(uint64_t session)
+{
+    for (const libnote_t *n = notes; n != NULL; n = n->next)
+        if (n->session == session)
+            return n->libs;
+    return NULL;
+}
+
+/* Writes `n` bytes of `in` with every byte outside printable ASCII, and the backslash, as \xHH. */
+static size_t escape(char *out, const char *in, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)in[i];
+        if (ch < 0x20 || ch >= 0x7f || ch == '\\') {
+            out[at++] = '\\';
+            out[at++] = 'x';
+            out[at++] = hex[ch >> 4];
+            out[at++] = hex[ch & 15];
+        } else {
+            out[at++] = (char)ch;
+        }
+    }
+    out[at] = '\0';
+    return at;
+}
+
 void mxop__worker_output_set_pid(mxop__worker_output_t *o, pid_t pid)
 {
     if (o != NULL)
@@ -86,23 +162,21 @@ static void emit(stream_t *st)
         st->tokens -= 1;
         say_dropped(st);
         char esc[MXOP__WORKER_OUTPUT_LINE_MAX * 4 + 1];
-        size_t at = 0;
-        for (size_t i = 0; i < st->len; i++) {
-            unsigned char ch = (unsigned char)st->line[i];
-            if (ch < 0x20 || ch >= 0x7f || ch == '\\') {
-                static const char hex[] = "0123456789abcdef";
-                esc[at++] = '\\';
-                esc[at++] = 'x';
-                esc[at++] = hex[ch >> 4];
-                esc[at++] = hex[ch & 15];
-            } else {
-                esc[at++] = (char)ch;
-            }
+        escape(esc, st->line, st->len);
+        /* The session's libraries, escaped too (their names are the client's), at most 255 bytes. */
+        char lib_esc[256 * 4 + 4] = "";
+        const char *libs = libs_of(st->owner->session);
+        if (libs != NULL) {
+            size_t n = strlen(libs);
+            lib_esc[0] = ' ';
+            lib_esc[1] = '[';
+            size_t at = 2 + escape(lib_esc + 2, libs, n < 255 ? n : 255);
+            lib_esc[at++] = ']';
+            lib_esc[at] = '\0';
         }
-        esc[at] = '\0';
         mxop__log_ctx_t ctx = {.session = st->owner->session, .worker_pid = (int)st->owner->pid};
-        mxop__log_ev(MXOP__LOG_INFO, &ctx, "worker %d %s: %s%s", (int)st->owner->pid, st->name,
-                     esc, st->cut ? " [cut]" : "");
+        mxop__log_ev(MXOP__LOG_INFO, &ctx, "worker %d %s%s: %s%s", (int)st->owner->pid, st->name,
+                     lib_esc, esc, st->cut ? " [cut]" : "");
     }
     st->len = 0;
     st->cut = false;

@@ -153,6 +153,14 @@ int mxop__check_desc(const Mxop__TensorDesc *d, const char *role, int index,
         mxop__fmt(msg, msglen, "%s %d: region %u is not registered", role, index, d->region);
         return MXOP_EUNKNOWN_REGION;
     }
+    if (writable && r->rw == NULL) {
+        /* Scratch mode: the worker holds no writable view of the engine's regions. */
+        mxop__fmt(msg, msglen,
+                  "%s %d: region %u is read-only to this session's worker (it runs an untrusted "
+                  "library: outputs must go through the client's scratch region)",
+                  role, index, d->region);
+        return MXOP_EREAD_ONLY;
+    }
     if (d->dtype < 0 || d->dtype >= MXOP_DTYPE_COUNT) {
         mxop__fmt(msg, msglen, "%s %d: %s is not a known dtype", role, index,
                   mxop__dtype_name(d->dtype, nb, sizeof(nb)));

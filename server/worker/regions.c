@@ -6,10 +6,12 @@
  * syscall and no allocation.  Removal shifts the following entries back,
  * so the table needs no tombstones.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -20,6 +22,8 @@
 static mxop__region_t *slots;
 static uint32_t cap; /* a power of two, or 0 */
 static uint32_t count;
+/* Scratch mode (mxop__regions_confine): no writable view of engine regions from now on. */
+static int confined;
 
 /*
  * The read-only view of a region comes from a read-only file description:
@@ -41,6 +45,22 @@ static int map_read_only(int fd, size_t size, void **ro)
     int rc = mxop__region_map(rfd, size, 0, ro);
     close(rfd);
     return rc;
+}
+
+/* A read-only region's descriptor (a read-only reopen): a file that holds `size` bytes. */
+static int check_ro_fd(int fd, uint64_t size, char *why, size_t whylen)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        mxop__fmt(why, whylen, "region fd is not a memfd or shared memory file");
+        return -1;
+    }
+    if ((uint64_t)st.st_size < size) {
+        mxop__fmt(why, whylen, "region fd holds %lld bytes, fewer than the %llu declared",
+                  (long long)st.st_size, (unsigned long long)size);
+        return -1;
+    }
+    return 0;
 }
 
 static inline uint32_t hash(uint32_t id)
@@ -90,6 +110,26 @@ static int grow(void)
 
 int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msglen)
 {
+    return mxop__region_add_flags(id, size, fd, 0, msg, msglen);
+}
+
+void mxop__regions_confine(void)
+{
+    confined = 1;
+    for (uint32_t i = 0; i < cap; i++) {
+        mxop__region_t *r = &slots[i];
+        if (r->id == 0 || r->cuda || r->scratch || r->rw == NULL)
+            continue;
+        mxop__region_unmap(r->rw, r->size);
+        r->rw = NULL;
+    }
+}
+
+int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags, char *msg,
+                           size_t msglen)
+{
+    int scratch = (flags & MXOP__MAP_SCRATCH) != 0;
+    int writable = scratch || (!confined && !(flags & MXOP__MAP_READ_ONLY));
     if (id == 0) {
         mxop__fmt(msg, msglen, "region id 0 is reserved (it never names a region)");
         return MXOP_EINVAL;
@@ -105,7 +145,8 @@ int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msgle
     }
     /* A file shorter than the region would SIGBUS on the first touch: refuse it now. */
     char why[256];
-    if (mxop__region_check_fd(fd, size, why, sizeof(why)) != 0) {
+    if (writable ? mxop__region_check_fd(fd, size, why, sizeof(why)) != 0
+                 : check_ro_fd(fd, size, why, sizeof(why)) != 0) {
         mxop__fmt(msg, msglen, "region %u: %s", id, why);
         return MXOP_ESHM;
     }
@@ -120,16 +161,33 @@ int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msgle
                   (unsigned long long)size);
         return MXOP_ESHM;
     }
-    if (mxop__region_map(fd, (size_t)size, 1, &rw) != 0) {
-        mxop__fmt(msg, msglen, "region %u: cannot map %llu bytes read-write", id,
-                  (unsigned long long)size);
-        goto err_ro;
+    if (writable && mxop__region_map(fd, (size_t)size, 1, &rw) != 0) {
+        /*
+         * A memory sealed against new writable mappings (its session went to
+         * scratch mode while this request was on its way, or the engine
+         * registered sealed memory): the worker holds it read-only, and an
+         * output into it is refused by name (checks.c).  Only the scratch
+         * region must be writable.
+         */
+        if (!scratch && errno == EPERM) {
+            rw = NULL;
+        } else {
+            mxop__fmt(msg, msglen, "region %u: cannot map %llu bytes read-write", id,
+                      (unsigned long long)size);
+            goto err_ro;
+        }
     }
     mxop__region_prefault(ro, (size_t)size, 0);
-    mxop__region_prefault(rw, (size_t)size, 1);
+    if (rw != NULL)
+        mxop__region_prefault(rw, (size_t)size, 1);
 
-    mxop__region_t r = {
-        .id = id, .ro = ro, .rw = rw, .size = (size_t)size, .cuda = 0, .device = -1};
+    mxop__region_t r = {.id = id,
+                        .ro = ro,
+                        .rw = rw,
+                        .size = (size_t)size,
+                        .cuda = 0,
+                        .device = -1,
+                        .scratch = scratch};
     insert(slots, cap, &r);
     count++;
     return 0;
@@ -189,7 +247,8 @@ int mxop__region_remove(uint32_t id, char *msg, size_t msglen)
         mxop__cuda_close_ipc(r->device, r->rw);
     } else {
         mxop__region_unmap(r->ro, r->size);
-        mxop__region_unmap(r->rw, r->size);
+        if (r->rw != NULL)
+            mxop__region_unmap(r->rw, r->size);
     }
 
     /* Backward-shift deletion: pull later members of the probe run into the hole. */

@@ -376,6 +376,14 @@ static const char *const strict_denied[] = {
     "setgid",         "setreuid",          "setregid",  "setresuid", "setresgid",
     "setfsuid",       "setfsgid",          "setgroups", "capset",    "io_uring_setup",
     "io_uring_enter", "io_uring_register",
+    /*
+     * Memory integrity (server/daemon/memconfine.c): a region's file that
+     * takes no seals is made read-only by its mode; a worker of the same
+     * uid owns it and must not be able to give the write bits (or an ACL)
+     * back.
+     */
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "setxattr", "lsetxattr", "fsetxattr",
+    "setxattrat",
 };
 
 /*
@@ -402,6 +410,27 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
             if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), fd1[i], 1, &a1, err, errlen)) != 0)
                 return rc;
     }
+    /*
+     * fcntl commands that change the channels (flags such as O_NONBLOCK or
+     * O_ASYNC, close-on-exec, the owner and signal of SIGIO, leases), and
+     * shutdown() of the supervisor channel.  The worker sets close-on-exec
+     * before the filter and never changes them afterwards.  shutdown() of the
+     * data channel stays allowed: the worker itself uses it to tell the client
+     * that the channel lost its framing (datachan.c).
+     */
+    static const int fcntl_cmds[] = {F_SETFD,     F_SETFL,  F_SETOWN, F_SETSIG,
+                                     F_SETOWN_EX, F_SETLEASE, F_NOTIFY, F_SETPIPE_SZ};
+    for (size_t k = 0; k < COUNT(fds); k++)
+        for (size_t i = 0; i < COUNT(fcntl_cmds); i++) {
+            struct scmp_arg_cmp fc[2] = {
+                SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fds[k]),
+                SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fcntl_cmds[i])};
+            if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "fcntl", 2, fc, err, errlen)) != 0)
+                return rc;
+        }
+    struct scmp_arg_cmp sd = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)SUP_FD);
+    if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "shutdown", 1, &sd, err, errlen)) != 0)
+        return rc;
     /* close_range(first, last, flags) covering 3 or 4. */
     struct scmp_arg_cmp cr[2] = {SCMP_A0(SCMP_CMP_LE, DATA_FD), SCMP_A1(SCMP_CMP_GE, SUP_FD)};
     return rule(f, SCMP_ACT_ERRNO(EPERM), "close_range", 2, cr, err, errlen);

@@ -51,6 +51,9 @@ static void fill_info(Mxop__OpInfo *info, const mxop__worker_op_t *op)
 static int load(const Mxop__WorkerLoad *wl, Mxop__SupReply *reply)
 {
     uint32_t li;
+    /* Before any code of an untrusted library runs, the engine's regions become read-only. */
+    if (wl->confine)
+        mxop__regions_confine();
     int rc = mxop__plugin_load(wl->path, wl->name, &li, msg, sizeof(msg));
     if (rc != 0)
         return rc;
@@ -94,7 +97,9 @@ static int map(const Mxop__WorkerMap *wm, int *fds, int nfds)
                   wm->region, nfds);
         return MXOP_EINVAL;
     }
-    int rc = mxop__region_add(wm->region, wm->size, fds[0], msg, sizeof(msg));
+    unsigned flags = (wm->read_only ? MXOP__MAP_READ_ONLY : 0u) |
+                     (wm->scratch ? MXOP__MAP_SCRATCH : 0u);
+    int rc = mxop__region_add_flags(wm->region, wm->size, fds[0], flags, msg, sizeof(msg));
     /* The mappings keep the memory; the descriptor is no longer needed. */
     close(fds[0]);
     fds[0] = -1;

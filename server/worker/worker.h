@@ -241,10 +241,11 @@ int mxop__register_op(mxop_ctx_t *ctx, const mxop_op_def_t *def);
 typedef struct mxop__region {
     uint32_t id; /* 0: free slot */
     uint8_t *ro; /* read-only mapping (a device region: its device pointer) */
-    uint8_t *rw; /* read-write mapping (a device region: the same pointer) */
+    uint8_t *rw; /* read-write mapping (a device region: the same pointer); NULL: read-only */
     size_t size;
     int cuda;       /* 1: a device region, opened through CUDA IPC (cuda.c) */
     int32_t device; /* a device region's CUDA ordinal */
+    int scratch;    /* 1: the client's scratch region, writable in scratch mode too */
 } mxop__region_t;
 
 /** The region with id `id`, or NULL.  No syscalls. */
@@ -256,6 +257,22 @@ const mxop__region_t *mxop__region_find(uint32_t id);
  * MXOP_ENOMEM, with the reason in msg.
  */
 int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msglen);
+
+/* Flags of mxop__region_add_flags (WorkerMap.read_only, WorkerMap.scratch). */
+#define MXOP__MAP_READ_ONLY 1u /* map the read-only view only (fd is a read-only reopen) */
+#define MXOP__MAP_SCRATCH 2u   /* the client's scratch region */
+
+/** mxop__region_add with MXOP__MAP_* flags. */
+int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags, char *msg,
+                           size_t msglen);
+
+/**
+ * Scratch mode, for good (WorkerLoad.confine): unmaps the writable view of
+ * every region but the scratch regions and device regions, and maps every
+ * later region read-only only unless it is a scratch region.  Called
+ * before an untrusted library is loaded.
+ */
+void mxop__regions_confine(void);
 
 /** Unmaps region `id`.  Returns 0 or MXOP_EUNKNOWN_REGION. */
 int mxop__region_remove(uint32_t id, char *msg, size_t msglen);
