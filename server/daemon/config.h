@@ -10,7 +10,7 @@
  *
  * A key is the long option's name without "--"; a repeatable option is
  * repeated.  Each line becomes the argument "--key=value", placed before
- * the command line's own arguments, so that the one parser (main.c)
+ * the command line's own arguments, so that the one parser (options.c)
  * checks both; an option the command line gives replaces every line of the
  * file with that key.  Each argument remembers where it came from, so that
  * an error names the file, the line and the key.
