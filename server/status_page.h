@@ -21,6 +21,9 @@
 #define MXOP__STATUS_MSG_MAX 256
 #define MXOP__STATUS_CB_MAX 24
 #define MXOP__STATUS_BT_MAX 384
+/* The inputs a crash's log line quotes: the first 4, with up to 6 dimensions each. */
+#define MXOP__STATUS_IN_MAX 4
+#define MXOP__STATUS_DIMS_MAX 6
 /*
  * The worker's exit status when its data channel lost its framing (bad
  * magic, a frame over the maximum, a frame that never completed): the
@@ -51,6 +54,16 @@ typedef struct mxop__status_page {
      * worker dies; "" when there is none.  The worker's account, quoted.
      */
     char backtrace[MXOP__STATUS_BT_MAX];
+    /*
+     * The inputs of the call begun last, as the worker received them (dtype,
+     * rank, dimensions; in_count of them in all): the worker's account, which
+     * the daemon quotes in a crash's log line, since a call's descriptors
+     * travel from the client to the worker without it.
+     */
+    uint32_t in_count;
+    int32_t in_dtype[MXOP__STATUS_IN_MAX];
+    int32_t in_ndim[MXOP__STATUS_IN_MAX];
+    int64_t in_dims[MXOP__STATUS_IN_MAX][MXOP__STATUS_DIMS_MAX];
 } mxop__status_page_t;
 
 #endif /* MXOP_SERVER_STATUS_PAGE_H */

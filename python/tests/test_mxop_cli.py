@@ -436,7 +436,8 @@ def test_log_format_json(env, sess):
     c = crash[-1]
     assert c["level"] == "warn" and c["library"] == "crash.so"
     assert isinstance(c["session"], int) and c["worker_pid"] > 0
-    assert "input shapes not known to the daemon" in c["msg"]
+    # The inputs as the worker received them, quoted as its account.
+    assert "inputs (the worker's account): [%s] %s" % (",".join(map(str, X.shape)), X.dtype.name.replace("float", "f")) in c["msg"], c["msg"]
     assert "MXOP_EWORKER_CRASHED" in c["msg"] and "signal 11" in c["msg"]
 
 

@@ -690,6 +690,8 @@ void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *
                                const char *why);
 /* worker_note.c: appends the backtrace a worker's fault handler left in its page to `msg`. */
 void mxop__note_add_backtrace(const mxop__status_page_t *page, char *msg, size_t msglen);
+/* The inputs of the call the worker began last, its account ("[2,3] f32, [4] f32"), or "". */
+void mxop__note_inputs(const mxop__status_page_t *page, char *out, size_t outlen);
 /* True if the worker's process is stopped (SIGSTOP, traced): it cannot serve. */
 bool mxop__worker_is_stopped(const mxop__worker_t *w);
 /* True if some live worker is `pid` or shares its session (an op's child). */

@@ -127,8 +127,9 @@ void mxop__introspect_death(mxop__session_t *s, const mxop__worker_t *w,
 
     /*
      * The call's inputs travel from the client to the worker without the
-     * daemon, so it cannot name their shapes; it says so rather than guess.
-     * The message carries the signal and the worker's own note (supervisor.c).
+     * daemon: their shapes are the worker's account (its status page),
+     * quoted as such.  The message carries the signal and the worker's own
+     * note (supervisor.c).
      */
     mxop__log_ctx_t ctx = {
         .session = s->id, .op = e->op, .library = library_of(s, e->op), .worker_pid = (int)w->pid};
@@ -136,8 +137,12 @@ void mxop__introspect_death(mxop__session_t *s, const mxop__worker_t *w,
     if (e->term_signal > 0)
         mxop__fmt(sig, sizeof(sig), "; signal %d (%s)", e->term_signal,
                   mxop__signal_name(e->term_signal));
-    mxop__log_ev(MXOP__LOG_WARN, &ctx, "%s [%s%s%s; input shapes not known to the daemon]",
-                 e->message, mxop_err_name(e->code), sig, e->op[0] ? "" : "; no call in flight");
+    char shapes[256] = "";
+    if (e->op[0] != '\0')
+        mxop__note_inputs(w->page, shapes, sizeof(shapes));
+    mxop__log_ev(MXOP__LOG_WARN, &ctx, "%s [%s%s%s%s%s]", e->message, mxop_err_name(e->code), sig,
+                 e->op[0] ? "" : "; no call in flight",
+                 shapes[0] ? "; inputs (the worker's account): " : "", shapes);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -243,6 +243,7 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *re
     if (rc != 0)
         goto out_ctx;
     mxop__status_begin(call_id, op->name, iv->deadline_ms);
+    mxop__status_inputs(n_in, in_t);
     mxop__status_callback("check_attrs");
     if (d->check_attrs != NULL && (rc = d->check_attrs(&mxop__ctx)) != 0) {
         rc = mxop__op_error(op, rc, "check_attrs", res_msg, sizeof(res_msg));

@@ -65,6 +65,20 @@ void mxop__status_callback(const char *name)
     memset(page->callback + n, 0, MXOP__STATUS_CB_MAX - n);
 }
 
+void mxop__status_inputs(int n, const mxop_tensor_t *t)
+{
+    if (page == NULL)
+        return;
+    /* Plain stores, a few dozen bytes a call: only quoted after a crash, each field checked. */
+    page->in_count = n > 0 ? (uint32_t)n : 0;
+    for (int i = 0; i < n && i < MXOP__STATUS_IN_MAX; i++) {
+        page->in_dtype[i] = t[i].dtype;
+        page->in_ndim[i] = t[i].ndim;
+        for (int k = 0; k < t[i].ndim && k < MXOP__STATUS_DIMS_MAX; k++)
+            page->in_dims[i][k] = t[i].shape[k];
+    }
+}
+
 void mxop__status_end(void)
 {
     if (page == NULL)

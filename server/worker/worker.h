@@ -318,6 +318,8 @@ void mxop__status_begin(uint64_t call_id, const char *op, uint32_t deadline_ms);
 void mxop__status_end(void);
 /* Names the library callback about to run (for a timeout's message), "" after. */
 void mxop__status_callback(const char *name);
+/* Notes the call's inputs (dtype, rank, first dimensions) for a crash's log line. */
+void mxop__status_inputs(int n, const mxop_tensor_t *t);
 
 /** The status page, for the fault handler (NULL before start-up). */
 mxop__status_page_t *mxop__status_page(void);
