@@ -166,6 +166,10 @@ def _python_layer_only(c, relu, x, tx, n):
     addr = ctypes.addressof(ib)
     rows["stub_ctypes_call"] = _time(lambda: stub(c._h, relu._p, ent.addr, addr, 1, addr, 1), n)
     lib.mxop_forward = stub
+    from mxop import client as _cl
+
+    fc = _cl._fc
+    old = fc.set_forward(ctypes.cast(stub, ctypes.c_void_p).value) if fc else None
     try:
         rows["stub_numpy_op_call"] = _time(lambda: relu(x), n)
         if tx is not None:
@@ -179,6 +183,8 @@ def _python_layer_only(c, relu, x, tx, n):
             rows["stub_torch_ops_nograd"] = _time(lambda: top(tx), n)
     finally:
         lib.mxop_forward = real
+        if fc:
+            fc.set_forward(old)
     return rows
 
 
