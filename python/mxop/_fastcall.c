@@ -847,6 +847,20 @@ static PyObject *fc_set_forward(PyObject *self, PyObject *arg)
     return old;
 }
 
+/* set_backward(address) -> the previous address (for the bench's stub). */
+static PyObject *fc_set_backward(PyObject *self, PyObject *arg)
+{
+    void *p = PyLong_AsVoidPtr(arg);
+    if (p == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "set_backward: NULL");
+        return NULL;
+    }
+    PyObject *old = PyLong_FromVoidPtr((void *)fn_backward);
+    fn_backward = (call_fn)p;
+    return old;
+}
+
 /* init_torch(Tensor, from_numpy, strided, codes, settle, inflight,
  *            is_grad_enabled, tracing_state). */
 static PyObject *fc_init_torch(PyObject *self, PyObject *args)
@@ -879,6 +893,7 @@ static PyMethodDef fc_methods[] = {
      "init_torch(Tensor, from_numpy, strided, codes, settle, inflight, is_grad_enabled, "
      "tracing_state)"},
     {"set_forward", fc_set_forward, METH_O, "set_forward(address) -> previous address"},
+    {"set_backward", fc_set_backward, METH_O, "set_backward(address) -> previous address"},
     {NULL, NULL, 0, NULL},
 };
 
