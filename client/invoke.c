@@ -506,7 +506,16 @@ static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxo
 {
     if (c == NULL)
         return MXOP_EINVAL;
-    pthread_mutex_lock(&c->lock);
+    if (c->pool == NULL) {
+        pthread_mutex_lock(&c->lock);
+    } else if (pthread_mutex_trylock(&c->lock) != 0) {
+        /* Another thread's call has the session: a sibling takes this one. */
+        int rc;
+        if (mxop__pool_try(c, op, backward, call, in, n_in, out, n_out, &rc))
+            return rc;
+        pthread_mutex_lock(&c->lock);
+    }
+    mxop__pool_forget_error();
     /* Every forward or backward the engine makes counts, including those
      * refused here, so that errors never exceed calls. */
     c->stats.calls++;

@@ -120,6 +120,8 @@ int mxop_load_library(mxop_client_t *c, const char *name)
         goto out;
     }
     rc = mxop__ops_update(c, r->ops);
+    if (rc == 0)
+        mxop__pool_note_library(c, name);
 out:
     pthread_mutex_unlock(&c->lock);
     return rc;

@@ -26,11 +26,15 @@ static int table_reserve(mxop_client_t *c)
     if (c->nregions < c->capregions)
         return 0;
     size_t cap = c->capregions ? c->capregions * 2 : 16;
+    pthread_mutex_lock(&c->regions_lock);
     mxop__region_t *r = realloc(c->regions, cap * sizeof *r);
+    if (r != NULL) {
+        c->regions = r;
+        c->capregions = cap;
+    }
+    pthread_mutex_unlock(&c->regions_lock);
     if (r == NULL)
         return mxop__fail(c, MXOP_ENOMEM, "out of memory growing the region table");
-    c->regions = r;
-    c->capregions = cap;
     return 0;
 }
 
@@ -103,7 +107,8 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     if (rc < 0)
         goto err_map;
 
-    mxop__region_t *e = &c->regions[c->nregions++];
+    pthread_mutex_lock(&c->regions_lock);
+    mxop__region_t *e = &c->regions[c->nregions];
     e->id = id;
     e->fd = fd;
     e->base = base;
@@ -112,6 +117,8 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     e->kind = kind;
     e->cuda = 0;
     e->device = -1;
+    c->nregions++;
+    pthread_mutex_unlock(&c->regions_lock);
     *out = e;
     return 0;
 
@@ -131,21 +138,26 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
     /* A daemon that is gone has dropped the region with the session. */
     if (rc < 0 && rc != MXOP_EDISCONNECTED)
         return rc;
+    mxop__pool_region_dropped(c, id);
+    pthread_mutex_lock(&c->regions_lock);
     e = mxop__region_find(c, id); /* the table is unchanged, but be plain */
     entry_free(e);
     size_t i = (size_t)(e - c->regions);
     memmove(&c->regions[i], &c->regions[i + 1], (c->nregions - i - 1) * sizeof *e);
     c->nregions--;
+    pthread_mutex_unlock(&c->regions_lock);
     return 0;
 }
 
 void mxop__regions_free(mxop_client_t *c)
 {
+    pthread_mutex_lock(&c->regions_lock);
     for (size_t i = 0; i < c->nregions; i++)
         entry_free(&c->regions[i]);
     free(c->regions);
     c->regions = NULL;
     c->nregions = c->capregions = 0;
+    pthread_mutex_unlock(&c->regions_lock);
 }
 
 int mxop_region_create(mxop_client_t *c, size_t bytes, uint32_t *region, void **base)
@@ -224,15 +236,21 @@ int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *re
     if (rc < 0)
         goto err_map;
 
-    mxop__region_t *e = &c->regions[c->nregions++];
+    /* With a pool, a copy of the fd is kept (closed at release): the
+     * siblings register the region from it when a call there uses it. */
+    int keep = c->pool != NULL ? dup(fd) : -1;
+    pthread_mutex_lock(&c->regions_lock);
+    mxop__region_t *e = &c->regions[c->nregions];
     e->id = id;
-    e->fd = -1;
+    e->fd = keep;
     e->base = map;
     e->size = bytes;
     e->owned = map != NULL;
     e->kind = MXOP__REGION_USER;
     e->cuda = 0;
     e->device = -1;
+    c->nregions++;
+    pthread_mutex_unlock(&c->regions_lock);
     *region = id;
     if (base != NULL)
         *base = map;

@@ -28,7 +28,8 @@ const char *mxop_last_error(const mxop_client_t *c)
 {
     if (c == NULL)
         return "no client (NULL)";
-    return c->err;
+    const char *pool_err = mxop__pool_last_error(c);
+    return pool_err != NULL ? pool_err : c->err;
 }
 
 int mxop_set_timeout(mxop_client_t *c, int32_t timeout_ms)
@@ -79,6 +80,10 @@ int mxop_stats(mxop_client_t *c, mxop_stats_t *st)
     c->stats.worker_pid = c->worker_pid;
     c->stats.daemon_sessions = sessions;
     *st = c->stats;
+    uint64_t pcalls, perrors;
+    mxop__pool_stats(c, &pcalls, &perrors);
+    st->calls += pcalls;
+    st->errors += perrors;
 out:
     pthread_mutex_unlock(&c->lock);
     return rc;
