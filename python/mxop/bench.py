@@ -18,6 +18,8 @@ Rows (microseconds per call, median of 5 runs of N calls):
                   torch_fwd_bwd_vs_pyfunction_ratio (target <= 1.5)
   stub_torch_ops_nograd  the Python layer's own cost through torch.ops
   stub_*_fwd_bwd  forward + backward with both calls stubbed
+  threads_relu_4MiB_*  calls/s of relu on 4 MiB from 1 and 2 threads sharing
+                  one client (its pool of sessions, issue 15; target 2 vs 1 >= 1.6)
   fastcall        1 when the C call path (mxop._fastcall) made the calls, else 0
   ctypes_stub_*   the stub rows again through the ctypes path (the fallback,
                   what MXOP_NO_FASTCALL=1 gives), in the same run
@@ -152,6 +154,7 @@ def run(socket=None, n=20000, gemm_n=256):
         rows["gemm_mxop_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: tg(a, b), m)
         rows["gemm_torch_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: torch.mm(a, b), m)
     rows["python_layer_overhead"] = rows["numpy_relu"] - rows["c_forward"]
+    rows.update(_threads(c, relu))
     rows.update(_python_layer_only(c, relu, x, tx if torch is not None else None, n))
     # The same stub rows through the ctypes path (what MXOP_NO_FASTCALL=1 gives),
     # in the same run, for the comparison.
@@ -168,6 +171,46 @@ def run(socket=None, n=20000, gemm_n=256):
         rows.update({"ctypes_" + k: v for k, v in slow.items() if k != "stub_ctypes_call"})
     c.close()
     return rows
+
+
+def _threads(c, relu, seconds=0.5, rounds=3):
+    """Calls/s of relu on 4 MiB (about 100 us a call) from 1 and from 2
+    threads sharing client `c` (its pool of sessions lets both calls be in
+    flight at once, issue 15)."""
+    import threading
+
+    xs = [c.asarray(np.random.default_rng(i).standard_normal(1 << 20, dtype=np.float32))
+          for i in range(2)]
+
+    def rate(k):
+        counts = [0] * k
+        end = time.perf_counter() + seconds
+
+        def loop(i):
+            x = xs[i]
+            n = 0
+            while time.perf_counter() < end:
+                relu(x)
+                n += 1
+            counts[i] = n
+
+        t0 = time.perf_counter()
+        ts = [threading.Thread(target=loop, args=(i,)) for i in range(k)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return sum(counts) / (time.perf_counter() - t0)
+
+    rate(2)  # warm-up: opens the sibling session
+    one = two = 0.0
+    for _ in range(rounds):
+        one += rate(1) / rounds
+        two += rate(2) / rounds
+    for x in xs:
+        np.testing.assert_array_equal(relu(x), np.maximum(x, 0))
+    return {"threads_relu_4MiB_1_per_s": one, "threads_relu_4MiB_2_per_s": two,
+            "threads_relu_4MiB_2_vs_1_ratio": two / one}
 
 
 def torch_ops_relu():
@@ -246,7 +289,9 @@ def main(argv=None):
         print()
     else:
         for k, v in rows.items():
-            unit = "x" if k.endswith("_ratio") else ("" if k == "fastcall" else "us/call")
+            unit = "x" if k.endswith("_ratio") else ("" if k == "fastcall" else
+                                                     "calls/s" if k.endswith("_per_s") else
+                                                     "us/call")
             print("%-24s %9.2f %s" % (k, v, unit))
 
 
