@@ -21,6 +21,8 @@ int mxop__fail(mxop_client_t *c, int code, const char *fmt, ...)
     if (n < 0)
         tmp[0] = '\0';
     memcpy(c->err, tmp, sizeof tmp);
+    /* This thread's latest failure is now this one, not a sibling call's. */
+    mxop__pool_forget_error();
     return code;
 }
 

@@ -217,6 +217,10 @@ Test(pool, a_failed_call_on_a_sibling_names_its_error_in_the_calling_thread)
     cr_assert_eq(mxop_stats(c, &st), 0);
     cr_assert_eq(st.calls, 2);
     cr_assert_eq(st.errors, 1);
+    /* A later failure on the client itself is what this thread sees next. */
+    cr_assert_neq(mxop_load_library(c, "no_such_library.so"), 0);
+    cr_assert(strstr(mxop_last_error(c), "no_such_library") != NULL, "detail: '%s'",
+              mxop_last_error(c));
     mxop_close(c);
 }
 
