@@ -18,8 +18,9 @@ Rows (microseconds per call, median of 5 runs of N calls):
                   torch_fwd_bwd_vs_pyfunction_ratio (target <= 1.5)
   stub_torch_ops_nograd  the Python layer's own cost through torch.ops
   stub_*_fwd_bwd  forward + backward with both calls stubbed
-  threads_relu_4MiB_*  calls/s of relu on 4 MiB from 1 and 2 threads sharing
-                  one client (its pool of sessions, issue 15; target 2 vs 1 >= 1.6)
+  threads_relu_4MiB_* / threads_gemm_96_*  calls/s of relu on 4 MiB and of gemm
+                  96x96 from 1 and 2 threads sharing one client (its pool of
+                  sessions, issue 15; target 2 vs 1 >= 1.6)
   fastcall        1 when the C call path (mxop._fastcall) made the calls, else 0
   ctypes_stub_*   the stub rows again through the ctypes path (the fallback,
                   what MXOP_NO_FASTCALL=1 gives), in the same run
@@ -154,7 +155,7 @@ def run(socket=None, n=20000, gemm_n=256):
         rows["gemm_mxop_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: tg(a, b), m)
         rows["gemm_torch_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: torch.mm(a, b), m)
     rows["python_layer_overhead"] = rows["numpy_relu"] - rows["c_forward"]
-    rows.update(_threads(c, relu))
+    rows.update(_threads(c, relu, gemm))
     rows.update(_python_layer_only(c, relu, x, tx if torch is not None else None, n))
     # The same stub rows through the ctypes path (what MXOP_NO_FASTCALL=1 gives),
     # in the same run, for the comparison.
@@ -173,24 +174,40 @@ def run(socket=None, n=20000, gemm_n=256):
     return rows
 
 
-def _threads(c, relu, seconds=0.5, rounds=3):
-    """Calls/s of relu on 4 MiB (about 100 us a call) from 1 and from 2
+def _threads(c, relu, gemm, seconds=0.5, rounds=3):
+    """Calls/s of relu on 4 MiB and of gemm 96x96 (each about 100 us a call;
+    relu bound by memory bandwidth, gemm by arithmetic) from 1 and from 2
     threads sharing client `c` (its pool of sessions lets both calls be in
     flight at once, issue 15)."""
-    import threading
+    rows = {}
+    rng = np.random.default_rng(1)
+    relu_args = [(c.asarray(rng.standard_normal(1 << 20, dtype=np.float32)),) for _ in range(2)]
+    gemm_args = [tuple(c.asarray(rng.standard_normal((96, 96), dtype=np.float32))
+                       for _ in range(2)) for _ in range(2)]
+    for name, op, args in (("relu_4MiB", relu, relu_args), ("gemm_96", gemm, gemm_args)):
+        one, two = _thread_rates(op, args, seconds, rounds)
+        rows["threads_%s_1_per_s" % name] = one
+        rows["threads_%s_2_per_s" % name] = two
+        rows["threads_%s_2_vs_1_ratio" % name] = two / one
+    for (x,) in relu_args:
+        np.testing.assert_array_equal(relu(x), np.maximum(x, 0))
+    for a, b in gemm_args:
+        np.testing.assert_allclose(gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
+    return rows
 
-    xs = [c.asarray(np.random.default_rng(i).standard_normal(1 << 20, dtype=np.float32))
-          for i in range(2)]
+
+def _thread_rates(op, args, seconds, rounds):
+    import threading
 
     def rate(k):
         counts = [0] * k
         end = time.perf_counter() + seconds
 
         def loop(i):
-            x = xs[i]
+            a = args[i]
             n = 0
             while time.perf_counter() < end:
-                relu(x)
+                op(*a)
                 n += 1
             counts[i] = n
 
@@ -207,10 +224,7 @@ def _threads(c, relu, seconds=0.5, rounds=3):
     for _ in range(rounds):
         one += rate(1) / rounds
         two += rate(2) / rounds
-    for x in xs:
-        np.testing.assert_array_equal(relu(x), np.maximum(x, 0))
-    return {"threads_relu_4MiB_1_per_s": one, "threads_relu_4MiB_2_per_s": two,
-            "threads_relu_4MiB_2_vs_1_ratio": two / one}
+    return one, two
 
 
 def torch_ops_relu():
