@@ -79,8 +79,13 @@ static void block_dealloc(PyObject *self)
         PyObject *h = PyObject_GetAttr(c, s_h);
         if (h != NULL && PyObject_IsTrue(h) == 1) {
             void *hp = PyLong_AsVoidPtr(h);
-            if (hp != NULL)
+            /* Without the GIL, as ctypes calls: libmxop may wait for the
+             * client's lock while another thread's call holds it. */
+            if (hp != NULL) {
+                Py_BEGIN_ALLOW_THREADS
                 fn_free(hp, &b->a);
+                Py_END_ALLOW_THREADS
+            }
         }
         Py_XDECREF(h);
         PyObject *live = PyObject_GetAttr(c, s_live);
@@ -699,7 +704,10 @@ static PyObject *fc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         b->client = NULL;
         memset(&b->a, 0, sizeof b->a);
         blocks[i] = b;
-        int rc = fn_alloc(h, sp[i].dtype, sp[i].ndim, sp[i].shape, &b->a);
+        int rc;
+        Py_BEGIN_ALLOW_THREADS /* it may wait for the client's lock (see block_dealloc) */
+        rc = fn_alloc(h, sp[i].dtype, sp[i].ndim, sp[i].shape, &b->a);
+        Py_END_ALLOW_THREADS
         if (rc < 0) {
             raise_rc(client, rc, MODE_NUMPY);
             goto done;
