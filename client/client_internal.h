@@ -257,8 +257,7 @@ void mxop__regions_free(mxop_client_t *c);
 /* ---- the pool of sibling sessions (pool.c) ---- */
 
 /** Sets up the pool of a client just connected (nothing when max_sessions <= 1). */
-int mxop__pool_init(mxop_client_t *c, const char *path, const mxop_connect_opts_t *opts,
-                    int max_sessions);
+int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions);
 
 /** Closes the siblings and frees the pool. */
 void mxop__pool_free(mxop_client_t *c);
@@ -284,11 +283,11 @@ const char *mxop__pool_last_error(const mxop_client_t *c);
 /** Forgets this thread's sibling error (a call on the client itself). */
 void mxop__pool_forget_error(void);
 
+/** Gives the siblings (and those opened later) the client's new default deadline. */
+void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms);
+
 /** Calls and errors of the siblings. */
 void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors);
-
-/** Sessions open now: the client's and its siblings'. */
-int mxop__pool_sessions(mxop_client_t *c);
 
 /* ---- arena (arena.c) ---- */
 

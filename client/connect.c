@@ -336,7 +336,7 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     /* The mailbox is set up now rather than at the first call, so that the
      * session's path is known from here on (mxop_data_path). */
     mxop__data_attach_now(c);
-    rc = mxop__pool_init(c, path, opts, max_sessions);
+    rc = mxop__pool_init(c, path, name, max_sessions);
     if (rc < 0) {
         mxop__fmt(connect_err, sizeof connect_err, "out of memory setting up the session pool");
         goto err_msg_set;

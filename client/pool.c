@@ -64,8 +64,7 @@ void mxop__pool_forget_error(void)
     err_client = NULL;
 }
 
-int mxop__pool_init(mxop_client_t *c, const char *path, const mxop_connect_opts_t *opts,
-                    int max_sessions)
+int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions)
 {
     if (max_sessions <= 1)
         return 0;
@@ -77,8 +76,8 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const mxop_connect_opts_
         return MXOP_ENOMEM;
     }
     p->path = strdup(path);
-    p->name = opts != NULL && opts->client_name != NULL ? strdup(opts->client_name) : NULL;
-    if (p->path == NULL || (opts != NULL && opts->client_name != NULL && p->name == NULL)) {
+    p->name = name != NULL ? strdup(name) : NULL;
+    if (p->path == NULL || (name != NULL && p->name == NULL)) {
         free(p->path);
         free(p->name);
         pthread_mutex_destroy(&p->lock);
@@ -378,15 +377,20 @@ int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward,
     return 1;
 }
 
-int mxop__pool_sessions(mxop_client_t *c)
+void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms)
 {
     struct mxop__pool *p = c->pool;
     if (p == NULL)
-        return 1;
+        return;
+    mxop_client_t *sibs[MXOP__POOL_MAX];
+    int n = 0;
     pthread_mutex_lock(&p->lock);
-    int n = 1;
+    p->opts.timeout_ms = timeout_ms; /* for siblings opened later */
     for (int i = 0; i < p->nsibs; i++)
-        n += p->sibs[i].c != NULL;
+        if (p->sibs[i].c != NULL)
+            sibs[n++] = p->sibs[i].c;
     pthread_mutex_unlock(&p->lock);
-    return n;
+    /* Outside the pool's lock: a sibling busy with a call is waited for. */
+    for (int i = 0; i < n; i++)
+        (void)mxop_set_timeout(sibs[i], timeout_ms);
 }

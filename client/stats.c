@@ -45,6 +45,8 @@ int mxop_set_timeout(mxop_client_t *c, int32_t timeout_ms)
     else
         c->timeout_ms = timeout_ms;
     pthread_mutex_unlock(&c->lock);
+    if (rc == 0)
+        mxop__pool_set_timeout(c, timeout_ms);
     return rc;
 }
 

@@ -47,6 +47,7 @@ static mxop_client_t *connect_pool(int sessions)
 typedef struct slow {
     mxop_client_t *c;
     int ms;
+    int timeout_ms; /* the call's own deadline (0: the client's) */
     mxop_array_t x, y;
     atomic_int started, done;
     int rc;
@@ -63,17 +64,19 @@ static void *slow_main(void *p)
     memset(&call, 0, sizeof call);
     call.struct_size = sizeof call;
     call.attrs = attrs;
+    call.timeout_ms = s->timeout_ms;
     atomic_store(&s->started, 1);
     s->rc = mxop_forward(s->c, op, &call, &s->x, 1, &s->y, 1);
     atomic_store(&s->done, 1);
     return NULL;
 }
 
-static void slow_start(slow_t *s, mxop_client_t *c, int ms, pthread_t *t)
+static void slow_start_with(slow_t *s, mxop_client_t *c, int ms, int timeout_ms, pthread_t *t)
 {
     memset(s, 0, sizeof *s);
     s->c = c;
     s->ms = ms;
+    s->timeout_ms = timeout_ms;
     int64_t shape[] = {64};
     cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &s->x), 0);
     cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &s->y), 0);
@@ -83,6 +86,11 @@ static void slow_start(slow_t *s, mxop_client_t *c, int ms, pthread_t *t)
     while (!atomic_load(&s->started))
         mxt_sleep_ms(1);
     mxt_sleep_ms(300); /* well inside its call by now */
+}
+
+static void slow_start(slow_t *s, mxop_client_t *c, int ms, pthread_t *t)
+{
+    slow_start_with(s, c, ms, 0, t);
 }
 
 static void slow_finish(slow_t *s, pthread_t t)
@@ -221,6 +229,34 @@ Test(pool, a_failed_call_on_a_sibling_names_its_error_in_the_calling_thread)
     cr_assert_neq(mxop_load_library(c, "no_such_library.so"), 0);
     cr_assert(strstr(mxop_last_error(c), "no_such_library") != NULL, "detail: '%s'",
               mxop_last_error(c));
+    mxop_close(c);
+}
+
+Test(pool, the_clients_deadline_applies_on_siblings)
+{
+    mxop_client_t *c = connect_pool(2);
+    const mxop_op_t *sleep_op = mxt_op(c, "sleep");
+    int64_t shape[] = {4};
+    mxop_array_t x, y;
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &x), 0);
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &y), 0);
+    cr_assert_eq(mxop_set_timeout(c, 1500), 0);
+    slow_t s;
+    pthread_t t;
+    slow_start_with(&s, c, 12000, 60000, &t);
+    /* On the sibling, with the client's default deadline of 1.5 s. */
+    const char *attrs[] = {"ms", "8000", NULL};
+    mxop_call_t call;
+    memset(&call, 0, sizeof call);
+    call.struct_size = sizeof call;
+    call.attrs = attrs;
+    int rc = mxop_forward(c, sleep_op, &call, &x, 1, &y, 1);
+    cr_assert_eq(rc, MXOP_ETIMEOUT, "an 8 s call under a 1.5 s deadline: %s: %s",
+                 mxop_err_name(rc), mxop_last_error(c));
+    cr_assert_eq(atomic_load(&s.done), 0, "it waited for the sleeping call");
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    slow_finish(&s, t);
     mxop_close(c);
 }
 
