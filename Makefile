@@ -157,13 +157,17 @@ PCS      := $(B)/mxop.pc $(B)/mxop-plugin.pc
 # PKG_CONFIG_PATH=build works from the build tree before make install.
 PCS_UNINST := $(B)/mxop-uninstalled.pc $(B)/mxop-plugin-uninstalled.pc
 DEPS_OK  := $(B)/.deps-ok
+# The Python bindings' C call path (see its rule below); empty without Python.h.
+PY_INCLUDE := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+NP_INCLUDE := $(shell $(PYTHON) -c 'import numpy; print(numpy.get_include())' 2>/dev/null)
+FASTCALL := $(if $(and $(wildcard $(PY_INCLUDE)/Python.h),$(NP_INCLUDE)),$(B)/python/_fastcall.so)
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
         format format-check deb check-packages
 .DEFAULT_GOAL := all
 
 all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
-     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST)
+     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST) $(FASTCALL)
 
 # Installs the Debian packages the build needs, once per build tree.
 deps: $(DEPS_OK)
@@ -293,6 +297,17 @@ $(B)/bin/%: $(B)/obj/demo/%.o $(LIB_A)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(PB_LIBS) -lm
+
+# The Python bindings' call path in C (python/mxop/_fastcall.c, issue 12),
+# built against Debian's python3-dev and NumPy's headers for $(PYTHON).  It
+# links no libmxop: the package hands it libmxop's functions from the copy
+# ctypes loaded, so one libmxop serves both paths.  Without Python.h it is
+# left out, and the bindings take their ctypes path (as with MXOP_NO_FASTCALL=1).
+$(B)/python/_fastcall.so: python/mxop/_fastcall.c include/mxop/client.h include/mxop/types.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PYEXT   $@")
+	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude -I$(PY_INCLUDE) -I$(NP_INCLUDE) \
+	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
 
 # Benchmarks share the helpers of bench/lib/ (not programs of their own).
 $(B)/bin/%: $(B)/obj/bench/%.o $(patsubst %.c,$(B)/obj/%.o,$(wildcard bench/lib/*.c)) $(LIB_A)

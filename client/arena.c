@@ -100,12 +100,58 @@ static int chunk_new(mxop_client_t *c, uint64_t need, mxop__chunk_t **out)
     return 0;
 }
 
+/*
+ * With a pool of sessions (pool.c) an allocation that fits in the chunks
+ * there are takes only the arena's lock, so that a thread allocates its
+ * outputs while another thread's call holds the client.  Anything else
+ * (a bad argument, a new chunk) takes the ordinary path under c->lock.
+ * Returns 0 when done.
+ */
+static int quick_alloc(mxop_client_t *c, int32_t dtype, int32_t ndim, const int64_t *shape,
+                       mxop_array_t *out)
+{
+    char why[64];
+    uint64_t span, elems;
+    if (out == NULL || mxop_dtype_size(dtype) == 0 || ndim < 0 || ndim > MXOP_MAX_DIMS ||
+        (ndim > 0 && shape == NULL) ||
+        mxop__desc_span(dtype, ndim, shape, NULL, &span, &elems, why, sizeof why) < 0 ||
+        span > SIZE_MAX - 2 * MXOP__ARENA_CHUNK_ROUND)
+        return -1;
+    uint64_t need = round_up(span ? span : 1, MXOP__ARENA_ALIGN);
+    pthread_mutex_lock(&c->arena_lock);
+    mxop__chunk_t *ch = NULL;
+    uint64_t off = UINT64_MAX;
+    for (size_t i = 0; i < c->nchunks && off == UINT64_MAX; i++) {
+        ch = &c->chunks[i];
+        /* Only where no segment table must grow (that may fail, and say so in c->err). */
+        if (ch->nsegs < ch->capsegs)
+            off = chunk_alloc(c, ch, need);
+    }
+    if (off != UINT64_MAX) {
+        memset(out, 0, sizeof *out);
+        out->data = ch->base + off;
+        out->dtype = dtype;
+        out->ndim = ndim;
+        for (int32_t i = 0; i < ndim; i++)
+            out->shape[i] = shape[i];
+        out->region = ch->region;
+        out->offset = off;
+        out->nbytes = (size_t)span;
+        out->req = MXOP_REQ_WRITE;
+    }
+    pthread_mutex_unlock(&c->arena_lock);
+    return off != UINT64_MAX ? 0 : -1;
+}
+
 int mxop_array_alloc(mxop_client_t *c, int32_t dtype, int32_t ndim, const int64_t *shape,
                      mxop_array_t *out)
 {
     if (c == NULL)
         return MXOP_EINVAL;
+    if (c->pool != NULL && quick_alloc(c, dtype, ndim, shape, out) == 0)
+        return 0;
     pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->arena_lock);
     int rc;
     char why[256];
     uint64_t span, elems;
@@ -175,6 +221,7 @@ int mxop_array_alloc(mxop_client_t *c, int32_t dtype, int32_t ndim, const int64_
     out->req = MXOP_REQ_WRITE;
     rc = 0;
 out:
+    pthread_mutex_unlock(&c->arena_lock);
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -197,7 +244,11 @@ void mxop_array_free(mxop_client_t *c, mxop_array_t *a)
 {
     if (c == NULL || a == NULL)
         return;
-    pthread_mutex_lock(&c->lock);
+    /* With a pool, the arena's lock alone (see quick_alloc). */
+    int whole = c->pool == NULL;
+    if (whole)
+        pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->arena_lock);
     mxop__chunk_t *ch = NULL;
     for (size_t i = 0; i < c->nchunks; i++)
         if (a->region != MXOP_REGION_HEAP && c->chunks[i].region == a->region)
@@ -224,7 +275,9 @@ done:
     /* Whatever it was, the array is zeroed, so that a second free of the
      * same struct is harmless. */
     memset(a, 0, sizeof *a);
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->arena_lock);
+    if (whole)
+        pthread_mutex_unlock(&c->lock);
 }
 
 void mxop__arena_free_all(mxop_client_t *c)

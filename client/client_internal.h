@@ -34,6 +34,11 @@
  * channel closed under a call. */
 #define MXOP__EVENT_WAIT_MS 10000
 
+/* Sibling sessions of one client's pool at most (pool.c). */
+#define MXOP__POOL_MAX 15
+
+struct mxop__pool;
+
 /* Defaults of mxop_connect_opts_t. */
 #define MXOP__DEFAULT_TIMEOUT_MS 30000
 #define MXOP__DEFAULT_CONNECT_TIMEOUT_MS 10000
@@ -197,6 +202,17 @@ struct mxop_client {
     uint32_t worker_pid;
 
     mxop__callbufs_t cb;
+
+    /* The pool of sibling sessions (pool.c), or NULL.  regions_lock is
+     * taken, besides c->lock, by every change of the region table, so
+     * that the pool may read the table while another thread's call holds
+     * c->lock. */
+    struct mxop__pool *pool;
+    pthread_mutex_t regions_lock;
+    /* Guards the arena's chunks and blocks (arena.c), inside c->lock when
+     * both are taken; with a pool, allocations that fit and frees take it
+     * alone. */
+    pthread_mutex_t arena_lock;
 };
 
 /* ---- errors (stats.c) ---- */
@@ -234,6 +250,9 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
 
 /* ---- regions (regions.c) ---- */
 
+/* Registers fd's memory using `cmap`, another client's writable mapping of it (pool.c). */
+int mxop__region_register_shared(mxop_client_t *c, int fd, size_t bytes, void *cmap,
+                                 uint32_t *region);
 mxop__region_t *mxop__region_find(mxop_client_t *c, uint32_t id);
 
 /**
@@ -250,6 +269,41 @@ int mxop__region_reserve(mxop_client_t *c);
 
 /** Unmaps and closes every region (at close). */
 void mxop__regions_free(mxop_client_t *c);
+
+/* ---- the pool of sibling sessions (pool.c) ---- */
+
+/** Sets up the pool of a client just connected (nothing when max_sessions <= 1). */
+int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions);
+
+/** Closes the siblings and frees the pool. */
+void mxop__pool_free(mxop_client_t *c);
+
+/** Records a library the client loaded, for the siblings to load too. */
+void mxop__pool_note_library(mxop_client_t *c, const char *name);
+
+/** Releases the siblings' copies of a region the client drops (c->lock held). */
+void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id);
+
+/**
+ * Runs a forward or backward on an idle sibling (c->lock NOT held: another
+ * thread's call has it).  Returns 1 with the call's result in *rc, or 0
+ * when the call must wait for the client (no sibling, a state, strides...).
+ */
+int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward,
+                   const mxop_call_t *call, const mxop_array_t *in, int n_in,
+                   mxop_array_t *out, int n_out, int *rc);
+
+/** The detail of this thread's last failed sibling call on c, or NULL. */
+const char *mxop__pool_last_error(const mxop_client_t *c);
+
+/** Forgets this thread's sibling error (a call on the client itself). */
+void mxop__pool_forget_error(void);
+
+/** Gives the siblings (and those opened later) the client's new default deadline. */
+void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms);
+
+/** Calls and errors of the siblings. */
+void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors);
 
 /* ---- arena (arena.c) ---- */
 

@@ -175,6 +175,7 @@ static int open_session(mxop_client_t *c)
 
 static void client_free(mxop_client_t *c)
 {
+    mxop__pool_free(c);
     if (c->ctl_fd >= 0)
         close(c->ctl_fd);
     mxop__data_drop(c);
@@ -188,6 +189,8 @@ static void client_free(mxop_client_t *c)
     mxop__framebuf_free(&c->ctl_fb);
     mxop__framebuf_free(&c->data_fb);
     mxop__pbarena_destroy(&c->pba);
+    pthread_mutex_destroy(&c->arena_lock);
+    pthread_mutex_destroy(&c->regions_lock);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -225,6 +228,7 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     int32_t connect_timeout_ms = MXOP__DEFAULT_CONNECT_TIMEOUT_MS;
     const char *name = NULL;
     int data_path = MXOP_DATA_PATH_DEFAULT;
+    int32_t max_sessions = 1;
 
     connect_err[0] = '\0';
     if (out == NULL) {
@@ -249,6 +253,14 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
             name = opts->client_name;
         if (OPT_HAS(opts, data_path))
             data_path = opts->data_path;
+        if (OPT_HAS(opts, max_sessions) && opts->max_sessions != 0)
+            max_sessions = opts->max_sessions;
+        if (max_sessions < 1 || max_sessions > MXOP__POOL_MAX + 1) {
+            mxop__fmt(connect_err, sizeof connect_err,
+                      "mxop_connect: opts->max_sessions is %d; use 0 or 1 (one session) up to %d",
+                      (int)max_sessions, MXOP__POOL_MAX + 1);
+            return MXOP_EINVAL;
+        }
         if (data_path < MXOP_DATA_PATH_DEFAULT || data_path > MXOP_DATA_PATH_SHM) {
             mxop__fmt(connect_err, sizeof connect_err,
                       "mxop_connect: opts->data_path is %d; use MXOP_DATA_PATH_DEFAULT, _SOCKET "
@@ -294,6 +306,13 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
         mxop__fmt(connect_err, sizeof connect_err, "pthread_mutex_init failed");
         return MXOP_ENOMEM;
     }
+    if (pthread_mutex_init(&c->regions_lock, NULL) != 0 ||
+        pthread_mutex_init(&c->arena_lock, NULL) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        mxop__fmt(connect_err, sizeof connect_err, "pthread_mutex_init failed");
+        return MXOP_ENOMEM;
+    }
     rc = mxop__pbarena_init(&c->pba, PBARENA_CAP);
     if (rc == 0)
         rc = mxop__rxbuf_init(&c->data_rx, DATA_RX_CAP);
@@ -318,6 +337,11 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     /* The mailbox is set up now rather than at the first call, so that the
      * session's path is known from here on (mxop_data_path). */
     mxop__data_attach_now(c);
+    rc = mxop__pool_init(c, path, name, max_sessions);
+    if (rc < 0) {
+        mxop__fmt(connect_err, sizeof connect_err, "out of memory setting up the session pool");
+        goto err_msg_set;
+    }
     /*
      * The arena's first chunk is made by the first mxop_array_alloc, not
      * here: a session that only uses its own regions (or heap arrays) should

@@ -156,7 +156,9 @@ static int register_handle(mxop_client_t *c, const void *handle, int32_t device,
     e.cuda = 1;
     e.device = device;
     memcpy(e.ipc, handle, IPC_BYTES);
+    pthread_mutex_lock(&c->regions_lock);
     c->regions[c->nregions++] = e;
+    pthread_mutex_unlock(&c->regions_lock);
     *out = &c->regions[c->nregions - 1];
     return 0;
 }

@@ -522,8 +522,12 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     for (int i = 0; i < n_out; i++) {
         if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER ||
             out_path[i] == PATH_SCRATCH) {
-            /* An output that accumulates needs what is there now. */
-            if (out[i].req == MXOP_REQ_ADD)
+            /*
+             * An output that accumulates needs what is there now.  So does any output in
+             * scratch mode: an element the op leaves unwritten must keep its value, as on
+             * the zero-copy path, not take whatever an earlier call left in scratch.
+             */
+            if (out[i].req == MXOP_REQ_ADD || (out_scr[i] && out[i].req != MXOP_REQ_NULL))
                 stage_copy(c, &out[i], out_at[i], out_path[i], out_st[i], b->out_stage[i],
                            b->out_span[i], 1, out_scr[i]);
             fill_desc(&b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req,
@@ -586,7 +590,16 @@ static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxo
 {
     if (c == NULL)
         return MXOP_EINVAL;
-    pthread_mutex_lock(&c->lock);
+    if (c->pool == NULL) {
+        pthread_mutex_lock(&c->lock);
+    } else if (pthread_mutex_trylock(&c->lock) != 0) {
+        /* Another thread's call has the session: a sibling takes this one. */
+        int rc;
+        if (mxop__pool_try(c, op, backward, call, in, n_in, out, n_out, &rc))
+            return rc;
+        pthread_mutex_lock(&c->lock);
+    }
+    mxop__pool_forget_error();
     /* Every forward or backward the engine makes counts, including those
      * refused here, so that errors never exceed calls. */
     c->stats.calls++;

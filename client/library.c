@@ -143,6 +143,8 @@ int mxop_load_library(mxop_client_t *c, const char *name)
     if (r->ops != NULL && r->ops->confined)
         c->confined = 1;
     rc = mxop__ops_update(c, r->ops);
+    if (rc == 0)
+        mxop__pool_note_library(c, name);
 out:
     pthread_mutex_unlock(&c->lock);
     return rc;

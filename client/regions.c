@@ -26,11 +26,15 @@ static int table_reserve(mxop_client_t *c)
     if (c->nregions < c->capregions)
         return 0;
     size_t cap = c->capregions ? c->capregions * 2 : 16;
+    pthread_mutex_lock(&c->regions_lock);
     mxop__region_t *r = realloc(c->regions, cap * sizeof *r);
+    if (r != NULL) {
+        c->regions = r;
+        c->capregions = cap;
+    }
+    pthread_mutex_unlock(&c->regions_lock);
     if (r == NULL)
         return mxop__fail(c, MXOP_ENOMEM, "out of memory growing the region table");
-    c->regions = r;
-    c->capregions = cap;
     return 0;
 }
 
@@ -107,7 +111,8 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     if (rc < 0)
         goto err_map;
 
-    mxop__region_t *e = &c->regions[c->nregions++];
+    pthread_mutex_lock(&c->regions_lock);
+    mxop__region_t *e = &c->regions[c->nregions];
     memset(e, 0, sizeof(*e));
     e->id = id;
     e->fd = fd;
@@ -118,6 +123,8 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     e->cuda = 0;
     e->device = -1;
     e->cmap = base;
+    c->nregions++;
+    pthread_mutex_unlock(&c->regions_lock);
     *out = e;
     return 0;
 
@@ -137,21 +144,26 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
     /* A daemon that is gone has dropped the region with the session. */
     if (rc < 0 && rc != MXOP_EDISCONNECTED)
         return rc;
+    mxop__pool_region_dropped(c, id);
+    pthread_mutex_lock(&c->regions_lock);
     e = mxop__region_find(c, id); /* the table is unchanged, but be plain */
     entry_free(e);
     size_t i = (size_t)(e - c->regions);
     memmove(&c->regions[i], &c->regions[i + 1], (c->nregions - i - 1) * sizeof *e);
     c->nregions--;
+    pthread_mutex_unlock(&c->regions_lock);
     return 0;
 }
 
 void mxop__regions_free(mxop_client_t *c)
 {
+    pthread_mutex_lock(&c->regions_lock);
     for (size_t i = 0; i < c->nregions; i++)
         entry_free(&c->regions[i]);
     free(c->regions);
     c->regions = NULL;
     c->nregions = c->capregions = 0;
+    pthread_mutex_unlock(&c->regions_lock);
 }
 
 int mxop_region_create(mxop_client_t *c, size_t bytes, uint32_t *region, void **base)
@@ -182,7 +194,15 @@ out:
     return rc;
 }
 
-int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *region, void **base)
+/*
+ * `shared_cmap`: a writable mapping of the same memory that another client
+ * of this process owns (a pool's sibling registering its client's region,
+ * pool.c): used, never unmapped here.  Once the other session ran an
+ * untrusted library its memfds are sealed against new writable mappings,
+ * so the sibling could not make its own.
+ */
+static int register_fd_common(mxop_client_t *c, int fd, size_t bytes, uint32_t *region,
+                              void **base, void *shared_cmap)
 {
     if (c == NULL)
         return MXOP_EINVAL;
@@ -230,22 +250,26 @@ int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *re
      * seals a memfd against new writable mappings.  A descriptor that cannot be mapped
      * writable gets none (outputs into it are then refused in scratch mode).
      */
-    void *cmap = map;
+    void *cmap = shared_cmap != NULL ? shared_cmap : map;
     if (cmap == NULL && mxop__region_map(fd, bytes, 1, &cmap) < 0)
         cmap = NULL;
     /* The fd stays the caller's: SCM_RIGHTS gives the daemon its own copy. */
     uint32_t id;
     rc = register_fd(c, fd, bytes, 0, &id);
     if (rc < 0) {
-        if (cmap != map)
+        if (cmap != map && cmap != shared_cmap)
             mxop__region_unmap(cmap, bytes);
         goto err_map;
     }
 
-    mxop__region_t *e = &c->regions[c->nregions++];
+    /* With a pool, a copy of the fd is kept (closed at release): the
+     * siblings register the region from it when a call there uses it. */
+    int keep = c->pool != NULL ? dup(fd) : -1;
+    pthread_mutex_lock(&c->regions_lock);
+    mxop__region_t *e = &c->regions[c->nregions];
     memset(e, 0, sizeof(*e));
     e->id = id;
-    e->fd = -1;
+    e->fd = keep;
     e->base = map;
     e->size = bytes;
     e->owned = map != NULL;
@@ -253,7 +277,9 @@ int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *re
     e->cuda = 0;
     e->device = -1;
     e->cmap = cmap;
-    e->cmap_owned = cmap != NULL && cmap != map;
+    e->cmap_owned = cmap != NULL && cmap != map && cmap != shared_cmap;
+    c->nregions++;
+    pthread_mutex_unlock(&c->regions_lock);
     *region = id;
     if (base != NULL)
         *base = map;
@@ -264,6 +290,17 @@ err_map:
 out:
     pthread_mutex_unlock(&c->lock);
     return rc;
+}
+
+int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *region, void **base)
+{
+    return register_fd_common(c, fd, bytes, region, base, NULL);
+}
+
+int mxop__region_register_shared(mxop_client_t *c, int fd, size_t bytes, void *cmap,
+                                 uint32_t *region)
+{
+    return register_fd_common(c, fd, bytes, region, NULL, cmap);
 }
 
 int mxop_region_release(mxop_client_t *c, uint32_t region)

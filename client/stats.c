@@ -21,6 +21,8 @@ int mxop__fail(mxop_client_t *c, int code, const char *fmt, ...)
     if (n < 0)
         tmp[0] = '\0';
     memcpy(c->err, tmp, sizeof tmp);
+    /* This thread's latest failure is now this one, not a sibling call's. */
+    mxop__pool_forget_error();
     return code;
 }
 
@@ -28,7 +30,8 @@ const char *mxop_last_error(const mxop_client_t *c)
 {
     if (c == NULL)
         return "no client (NULL)";
-    return c->err;
+    const char *pool_err = mxop__pool_last_error(c);
+    return pool_err != NULL ? pool_err : c->err;
 }
 
 int mxop_set_timeout(mxop_client_t *c, int32_t timeout_ms)
@@ -42,6 +45,8 @@ int mxop_set_timeout(mxop_client_t *c, int32_t timeout_ms)
     else
         c->timeout_ms = timeout_ms;
     pthread_mutex_unlock(&c->lock);
+    if (rc == 0)
+        mxop__pool_set_timeout(c, timeout_ms);
     return rc;
 }
 
@@ -79,6 +84,10 @@ int mxop_stats(mxop_client_t *c, mxop_stats_t *st)
     c->stats.worker_pid = c->worker_pid;
     c->stats.daemon_sessions = sessions;
     *st = c->stats;
+    uint64_t pcalls, perrors;
+    mxop__pool_stats(c, &pcalls, &perrors);
+    st->calls += pcalls;
+    st->errors += perrors;
 out:
     pthread_mutex_unlock(&c->lock);
     return rc;

@@ -8,8 +8,12 @@
  * shape), never as bytes.
  *
  * Threads: every function on one client takes that client's lock, so a
- * client may be shared between threads; its calls then run one at a time.
- * For parallel calls open one client per thread (each gets its own worker).
+ * client may be shared between threads; its calls then run one at a time,
+ * unless the client has a pool of sessions (mxop_connect_opts_t.
+ * max_sessions > 1): then a forward or backward made while another
+ * thread's call holds the client goes to a sibling session of the pool
+ * (opened on first need, with its own worker, the client's libraries and
+ * its regions), so that several calls are in flight at once.
  *
  * Errors: every function returns 0 or a negative MXOP_E* code
  * (mxop_strerror names it); mxop_last_error() gives the detail of the last
@@ -75,6 +79,18 @@ typedef struct mxop_connect_opts {
     const char *client_name;    /* borrowed; shown in the daemon's log */
     /* Appended later: read only when struct_size covers it. */
     int32_t data_path; /* enum mxop_data_path */
+    /*
+     * Sessions this client may use at once (issue 15); 0 or 1: one, as
+     * before.  With N > 1, up to N - 1 sibling sessions are opened on
+     * demand, each when a forward or backward finds every session busy
+     * with another thread's call; a sibling loads the client's libraries
+     * and registers its regions (arena, staging and user regions, from
+     * their descriptors) before it runs a call.  Calls with an op state,
+     * with strides or on device regions stay on the client's own session.
+     * mxop_last_error gives a failed sibling call's detail in the thread
+     * that made it; mxop_stats counts the siblings' calls and errors.
+     */
+    int32_t max_sessions;
 } mxop_connect_opts_t;
 
 /**

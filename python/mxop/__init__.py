@@ -40,7 +40,13 @@ F32, F64, F16, BF16, I32, I64, U8, I8, BOOL = range(9)
 _default = None
 
 
-def connect(path=None, *, timeout=None, connect_timeout=None, name=None, plugin_dir=None):
+# Sessions a Client may use at once by default (mxop_connect_opts_t.max_sessions):
+# siblings are opened only when threads call at the same time.
+DEFAULT_SESSIONS = 4
+
+
+def connect(path=None, *, timeout=None, connect_timeout=None, name=None, plugin_dir=None,
+            sessions=None):
     """A new Client (one session, one worker).
 
     path: the daemon's socket (or a Daemon); else $MXOP_SOCKET; else the
@@ -48,6 +54,10 @@ def connect(path=None, *, timeout=None, connect_timeout=None, name=None, plugin_
     $MXOP_PLUGIN_DIR or copies of the build tree's plugins).
     timeout: default call deadline in seconds; connect_timeout: for the
     handshake.  name: shown in the daemon's log.
+    sessions: how many calls from different threads may be in flight at
+    once (default 4, or $MXOP_SESSIONS): a call made while another thread's
+    call holds the session goes to a sibling session, opened on first need
+    (its own worker, the same libraries and memory); 1 disables that.
     """
     global _default
     daemon = None
@@ -66,6 +76,9 @@ def connect(path=None, *, timeout=None, connect_timeout=None, name=None, plugin_
         opts.connect_timeout_ms = max(1, int(round(connect_timeout * 1000)))
     nm = (name or "python:%d" % os.getpid()).encode()
     opts.client_name = nm
+    if sessions is None:
+        sessions = int(os.environ.get("MXOP_SESSIONS", "") or DEFAULT_SESSIONS)
+    opts.max_sessions = int(sessions)
     h = ctypes.c_void_p()
     rc = lib.mxop_connect(path.encode(), ctypes.addressof(opts), ctypes.byref(h))
     if rc < 0:

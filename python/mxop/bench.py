@@ -17,6 +17,16 @@ Rows (microseconds per call, median of 5 runs of N calls):
   torch_ops_relu_fwd_bwd / torch_pyfunction_fwd_bwd: forward + backward of each;
                   torch_fwd_bwd_vs_pyfunction_ratio (target <= 1.5)
   stub_torch_ops_nograd  the Python layer's own cost through torch.ops
+  stub_*_fwd_bwd  forward + backward with both calls stubbed
+  threads_relu_4MiB_* / threads_gemm_96_*  calls/s of relu on 4 MiB and of gemm
+                  96x96 from 1 and 2 threads sharing one client (its pool of
+                  sessions, issue 15; target 2 vs 1 >= 1.6)
+  fastcall        1 when the C call path (mxop._fastcall) made the calls, else 0
+  ctypes_stub_*   the stub rows again through the ctypes path (the fallback,
+                  what MXOP_NO_FASTCALL=1 gives), in the same run
+  torch_ops_*_ratio  torch.ops.mxop.relu against torch.relu (no grad), a
+                  Python autograd.Function (building the graph), and forward
+                  + backward against the Function's (target <= 1.5)
   torch_relu_1MiB_mxop / _builtin / _ratio: relu of 1 MiB from PyTorch through
                   mxop vs torch.relu in process (target: ratio <= 1.2)
   gemm_mxop_NxN / gemm_torch_NxN: forward of an NxN f32 product
@@ -121,6 +131,12 @@ def run(socket=None, n=20000, gemm_n=256):
         rows["torch_pyfunction_fwd_bwd"] = _time(fb_py, n // 2)
         rows["torch_fwd_bwd_vs_pyfunction_ratio"] = (rows["torch_relu_fwd_bwd"] /
                                                      rows["torch_pyfunction_fwd_bwd"])
+        rows["torch_ops_fwd_bwd_vs_pyfunction_ratio"] = (rows["torch_ops_relu_fwd_bwd"] /
+                                                         rows["torch_pyfunction_fwd_bwd"])
+        rows["torch_ops_vs_builtin_ratio"] = (rows["torch_ops_relu_nograd"] /
+                                              rows["torch_builtin_relu"])
+        rows["torch_ops_grad_vs_pyfunction_ratio"] = (rows["torch_ops_relu_grad"] /
+                                                      rows["torch_pyfunction_relu"])
 
         # relu on 1 MiB (262144 f32) from PyTorch: through mxop (zero-copy
         # input, output allocated in shared memory per call) vs torch.relu in
@@ -139,9 +155,76 @@ def run(socket=None, n=20000, gemm_n=256):
         rows["gemm_mxop_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: tg(a, b), m)
         rows["gemm_torch_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: torch.mm(a, b), m)
     rows["python_layer_overhead"] = rows["numpy_relu"] - rows["c_forward"]
+    rows.update(_threads(c, relu, gemm))
     rows.update(_python_layer_only(c, relu, x, tx if torch is not None else None, n))
+    # The same stub rows through the ctypes path (what MXOP_NO_FASTCALL=1 gives),
+    # in the same run, for the comparison.
+    from mxop import client as _cl
+
+    fc = _cl._fc
+    rows["fastcall"] = 1.0 if fc else 0.0
+    if fc:
+        _cl._fc = False
+        try:
+            slow = _python_layer_only(c, relu, x, tx if torch is not None else None, n)
+        finally:
+            _cl._fc = fc
+        rows.update({"ctypes_" + k: v for k, v in slow.items() if k != "stub_ctypes_call"})
     c.close()
     return rows
+
+
+def _threads(c, relu, gemm, seconds=0.5, rounds=3):
+    """Calls/s of relu on 4 MiB and of gemm 96x96 (each about 100 us a call;
+    relu bound by memory bandwidth, gemm by arithmetic) from 1 and from 2
+    threads sharing client `c` (its pool of sessions lets both calls be in
+    flight at once, issue 15)."""
+    rows = {}
+    rng = np.random.default_rng(1)
+    relu_args = [(c.asarray(rng.standard_normal(1 << 20, dtype=np.float32)),) for _ in range(2)]
+    gemm_args = [tuple(c.asarray(rng.standard_normal((96, 96), dtype=np.float32))
+                       for _ in range(2)) for _ in range(2)]
+    for name, op, args in (("relu_4MiB", relu, relu_args), ("gemm_96", gemm, gemm_args)):
+        one, two = _thread_rates(op, args, seconds, rounds)
+        rows["threads_%s_1_per_s" % name] = one
+        rows["threads_%s_2_per_s" % name] = two
+        rows["threads_%s_2_vs_1_ratio" % name] = two / one
+    for (x,) in relu_args:
+        np.testing.assert_array_equal(relu(x), np.maximum(x, 0))
+    for a, b in gemm_args:
+        np.testing.assert_allclose(gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
+    return rows
+
+
+def _thread_rates(op, args, seconds, rounds):
+    import threading
+
+    def rate(k):
+        counts = [0] * k
+        end = time.perf_counter() + seconds
+
+        def loop(i):
+            a = args[i]
+            n = 0
+            while time.perf_counter() < end:
+                op(*a)
+                n += 1
+            counts[i] = n
+
+        t0 = time.perf_counter()
+        ts = [threading.Thread(target=loop, args=(i,)) for i in range(k)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return sum(counts) / (time.perf_counter() - t0)
+
+    rate(2)  # warm-up: opens the sibling session
+    one = two = 0.0
+    for _ in range(rounds):
+        one += rate(1) / rounds
+        two += rate(2) / rounds
+    return one, two
 
 
 def torch_ops_relu():
@@ -152,12 +235,13 @@ def torch_ops_relu():
 
 def _python_layer_only(c, relu, x, tx, n):
     """The Python layer's own cost, free of IPC noise: the same calls with
-    mxop_forward replaced by a C function that returns at once (getpagesize,
-    given mxop_forward's prototype; it ignores the arguments)."""
+    mxop_forward and mxop_backward replaced by a C function that returns at
+    once (getpagesize, given their prototype; it ignores the arguments)."""
     from mxop._lib import lib
 
     stub = ctypes.CDLL(None).getpagesize
     real = lib.mxop_forward
+    real_bwd = lib.mxop_backward
     stub.argtypes = real.argtypes
     stub.restype = real.restype
     rows = {}
@@ -166,6 +250,12 @@ def _python_layer_only(c, relu, x, tx, n):
     addr = ctypes.addressof(ib)
     rows["stub_ctypes_call"] = _time(lambda: stub(c._h, relu._p, ent.addr, addr, 1, addr, 1), n)
     lib.mxop_forward = stub
+    lib.mxop_backward = stub
+    from mxop import client as _cl
+
+    fc = _cl._fc
+    sa = ctypes.cast(stub, ctypes.c_void_p).value
+    old = (fc.set_forward(sa), fc.set_backward(sa)) if fc else None
     try:
         rows["stub_numpy_op_call"] = _time(lambda: relu(x), n)
         if tx is not None:
@@ -177,8 +267,17 @@ def _python_layer_only(c, relu, x, tx, n):
             rows["stub_torch_op_autograd"] = _time(lambda: tr(txg), n)
             top = torch_ops_relu()
             rows["stub_torch_ops_nograd"] = _time(lambda: top(tx), n)
+            rows["stub_torch_ops_autograd"] = _time(lambda: top(txg), n)
+            # Forward + backward with both calls stubbed (the stub writes no
+            # output: the values are garbage, the work of the layer is not).
+            rows["stub_torch_op_fwd_bwd"] = _time(lambda: tr(txg).backward(tx), n // 2)
+            rows["stub_torch_ops_fwd_bwd"] = _time(lambda: top(txg).backward(tx), n // 2)
     finally:
         lib.mxop_forward = real
+        lib.mxop_backward = real_bwd
+        if fc:
+            fc.set_forward(old[0])
+            fc.set_backward(old[1])
     return rows
 
 
@@ -204,7 +303,9 @@ def main(argv=None):
         print()
     else:
         for k, v in rows.items():
-            unit = "x" if k.endswith("_ratio") else "us/call"
+            unit = "x" if k.endswith("_ratio") else ("" if k == "fastcall" else
+                                                     "calls/s" if k.endswith("_per_s") else
+                                                     "us/call")
             print("%-24s %9.2f %s" % (k, v, unit))
 
 

@@ -30,7 +30,7 @@ import weakref
 
 import numpy as np
 
-from . import _lib
+from . import _fast, _lib
 from ._lib import lib, MxopArray, MxopCall, MxopShape, MxopOpInfo, MxopStats
 from .errors import make_error, InvalidArgument, Disconnected
 
@@ -44,6 +44,11 @@ _frombuffer = np.frombuffer
 _ndarray = np.ndarray
 _OFF_REQ = MxopArray.req.offset
 _ZPAD = tuple((0,) * (MAX_DIMS - k) for k in range(MAX_DIMS + 1))
+
+# The C call path (_fastcall.c, see _fast.py): None until the first Client
+# is made, then the module, or False when it is missing or disabled
+# (MXOP_NO_FASTCALL=1) and every call takes the ctypes path below.
+_fc = None
 
 # NumPy dtype <-> mxop dtype.  Only native byte order maps; others are converted.
 _NP_OF = {
@@ -316,6 +321,9 @@ class Client:
         self.staged_copies = 0
         self.staged_copy_bytes = 0
         _clients.add(self)
+        global _fc
+        if _fc is None:
+            _fc = _fast.load() or False
 
     # ---- lifetime ---------------------------------------------------------
 
@@ -651,7 +659,9 @@ def block_of(a):
     while isinstance(base, _ndarray):
         base = base.base
     b = getattr(base, "_mxop", None)
-    return b if type(b) is _Block else None
+    if type(b) is _Block or (_fc and type(b) is _fc.Block):
+        return b
+    return None
 
 
 class Library:
@@ -704,6 +714,9 @@ class Op:
         self.dynamic_outputs = lib.mxop_op_dynamic_outputs(handle)
         self._calls = {}
         self._infer = {}
+        # Calls the C path can make whole (no out=): the others, in-place,
+        # strided and dynamic-shape ops, need the checks of the ctypes path.
+        self._fast = not (self.mutated_inputs or self.strided or self.dynamic_outputs)
 
     def __repr__(self):
         return "<mxop.Op %s (%s): %s in, %d out%s%s>" % (
@@ -787,6 +800,10 @@ class Op:
         return self._forward_np(ent, inputs, out)
 
     def _forward_np(self, ent, inputs, out):
+        if out is None and self._fast and _fc:
+            r = _fc.call(self.client, self, ent, inputs, 0, None, 0)
+            if r is not NotImplemented:
+                return r
         c = self.client
         h = c._handle()
         n_in = len(inputs)

@@ -260,6 +260,11 @@ def _settle(c, rc):
         d["_wpid"] = -1
 
 
+# What the C call path needs of torch and of this module.
+_cl._fast.set_torch(_Tensor, _from_numpy, _strided, dict(_MX_OF_TORCH), _settle, _inflight,
+                    torch.is_grad_enabled, torch._C._get_tracing_state)
+
+
 # ---- CUDA tensors as device regions ------------------------------------------
 
 _register_cuda = None
@@ -380,6 +385,13 @@ def _tensor_view(b, spec):
 
 
 def _forward(op, ent, tensors):
+    fc = _cl._fc
+    if fc:
+        # The whole call in C (_fastcall.c); NotImplemented: a case for the
+        # code below (non-contiguous, CUDA, storages to register, bf16...).
+        r = fc.call(op.client, op, ent, tensors, 1, None, 0)
+        if r is not NotImplemented:
+            return r
     c = op.client
     h = c._handle()
     n_in = len(tensors)
@@ -417,6 +429,12 @@ def _forward(op, ent, tensors):
 
 
 def _backward(op, ent, grads, inputs, outputs, needs):
+    fc = _cl._fc
+    if fc:
+        r = fc.call(op.client, op, ent, tuple(grads) + tuple(inputs) + tuple(outputs), 2,
+                    tuple(needs), len(grads))
+        if r is not NotImplemented:
+            return r
     c = op.client
     h = c._handle()
     allin = tuple(grads) + tuple(inputs) + tuple(outputs)
@@ -525,9 +543,10 @@ class _Fn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         op = ctx.op
-        extra = grads[ctx.n_out:]
-        grads = grads[:ctx.n_out]
-        if any(g is not None for g in extra):
+        n_out = ctx.n_out
+        extra = grads[n_out:]
+        grads = grads[:n_out]
+        if extra and any(g is not None for g in extra):
             raise NotSupported(-1023, "op '%s' wrote an input in place; a gradient through "
                                "that input's new value is not supported" % op.name)
         if ctx.gen is not None and ctx.gen != op.gen:
@@ -538,14 +557,23 @@ class _Fn(torch.autograd.Function):
                                                                  op.gen - ctx.gen))
         saved = ctx.saved_tensors
         inputs, outputs = saved[:ctx.n_in], saved[ctx.n_in:]
-        grads = tuple(torch.zeros_like(o) if g is None else g for g, o in zip(grads, outputs))
+        if n_out == 1:
+            if grads[0] is None:
+                grads = (torch.zeros_like(outputs[0]),)
+        else:
+            grads = tuple([torch.zeros_like(o) if g is None else g
+                           for g, o in zip(grads, outputs)])
         needs = ctx.needs_input_grad[2:]
-        if not any(needs):
+        if True not in needs:
             return (None, None) + (None,) * ctx.n_in
-        with torch.no_grad():
-            res = _backward(op, ctx.ent, grads, inputs, outputs, needs)
-        if torch.is_grad_enabled():
+        if _grad_enabled():
+            # create_graph=True: the call itself is not recorded, and its
+            # results are linked to what they depend on (once-differentiable).
+            with torch.no_grad():
+                res = _backward(op, ctx.ent, grads, inputs, outputs, needs)
             res = _no_double_backward(op.name, res, grads + tuple(inputs))
+        else:
+            res = _backward(op, ctx.ent, grads, inputs, outputs, needs)
         return (None, None) + res
 
 
@@ -684,6 +712,14 @@ class _Target:
 
     def run(self, tensors, attrs, timeout, seed, grad):
         t = self.top
+        if not attrs and timeout is None and seed is None:
+            fc = _cl._fc
+            if fc:
+                # The whole call in C when it needs no graph (else NotImplemented).
+                op = t.op
+                r = fc.call(op.client, op, t._ent, tensors, 3, None, 0)
+                if r is not NotImplemented:
+                    return r
         op = t.op if t.op.client._h else t._revive()
         ent = t._entry(attrs, timeout, seed)
         if grad and tensors and isinstance(tensors[0], _Tensor) and tensors[0].is_meta:
@@ -803,6 +839,14 @@ class TorchOp:
 
     def __call__(self, *tensors, out=None, timeout=None, seed=None, **attrs):
         op = self.op
+        if out is None and timeout is None and seed is None and not attrs:
+            fc = _cl._fc
+            if fc:
+                # The whole call in C when no autograd graph or tracing is
+                # involved (NotImplemented otherwise: the code below).
+                r = fc.call(op.client, op, self._ent, tensors, 3, None, 0)
+                if r is not NotImplemented:
+                    return r
         if not op.client._h:
             op = self._revive()
         ent = self._entry(attrs, timeout, seed) if (attrs or timeout is not None

@@ -77,5 +77,7 @@ def test_bench_runs(daemon, tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     rows = json.loads(out.read_text())["rows"]
     for k in ("c_forward", "numpy_relu", "torch_relu_grad", "stub_numpy_op_call",
-              "gemm_mxop_64x64", "gemm_torch_64x64"):
+              "gemm_mxop_64x64", "gemm_torch_64x64", "stub_torch_ops_fwd_bwd",
+              "torch_ops_fwd_bwd_vs_pyfunction_ratio", "threads_relu_4MiB_2_vs_1_ratio",
+              "threads_gemm_96_2_vs_1_ratio"):
         assert rows[k] > 0, k

@@ -1,0 +1,398 @@
+/*
+ * client/pool.c - calls in flight from several threads on one client
+ * (issue 15): a pool of sibling sessions.
+ *
+ * A client runs one call at a time under its lock.  With a pool
+ * (mxop_connect_opts_t.max_sessions > 1), a forward or backward that finds
+ * the lock taken by another thread's call goes to an idle sibling session
+ * instead: a second session of the same daemon, opened on first need, with
+ * its own worker.  A sibling replays the client's libraries (in the order
+ * they were loaded) before its first call and after each new load, and
+ * registers the client's regions (arena chunks, staging and user regions)
+ * on first use, from a duplicate of their memfd: the same memory, mapped by
+ * both workers, so arrays travel as they are with their region ids
+ * translated.  Calls with an op state stay on the client (the state lives
+ * in its worker), and so do calls with strides or device regions; when no
+ * sibling is idle and the pool is full, the call waits for the lock as
+ * before.
+ *
+ * Locking: the pool's own mutex guards its tables (siblings, busy flags,
+ * the library list, the region maps).  The client's region table is read
+ * here under c->regions_lock only, while another thread's call may hold
+ * c->lock: every change of that table takes both (regions.c, cuda.c).
+ * A sibling is driven through the public API, under its own lock.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+#include "common/util.h"
+
+typedef struct sib {
+    mxop_client_t *c; /* NULL while being opened, or after failing to open */
+    int busy;         /* a thread is using it */
+    size_t nlibs;     /* the client's libraries loaded here so far */
+    uint32_t *from, *to; /* client region id -> sibling region id */
+    size_t nmap, capmap;
+} sib_t;
+
+struct mxop__pool {
+    pthread_mutex_t lock;
+    char *path;
+    char *name;
+    mxop_connect_opts_t opts;
+    int max; /* siblings at most (max_sessions - 1) */
+    sib_t sibs[MXOP__POOL_MAX];
+    int nsibs;
+    char **libs;
+    size_t nlibs, caplibs;
+    uint64_t calls, errors; /* calls made on siblings, for mxop_stats */
+};
+
+/* The detail of the last failed pool call, per thread (mxop_last_error). */
+static _Thread_local const mxop_client_t *err_client;
+static _Thread_local char err_msg[MXOP__ERR_MAX];
+
+const char *mxop__pool_last_error(const mxop_client_t *c)
+{
+    return err_client == c && c != NULL ? err_msg : NULL;
+}
+
+void mxop__pool_forget_error(void)
+{
+    err_client = NULL;
+}
+
+int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions)
+{
+    if (max_sessions <= 1)
+        return 0;
+    struct mxop__pool *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return MXOP_ENOMEM;
+    if (pthread_mutex_init(&p->lock, NULL) != 0) {
+        free(p);
+        return MXOP_ENOMEM;
+    }
+    p->path = strdup(path);
+    p->name = name != NULL ? strdup(name) : NULL;
+    if (p->path == NULL || (name != NULL && p->name == NULL)) {
+        free(p->path);
+        free(p->name);
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        return MXOP_ENOMEM;
+    }
+    memset(&p->opts, 0, sizeof p->opts);
+    p->opts.struct_size = sizeof p->opts;
+    p->opts.timeout_ms = c->timeout_ms;
+    p->opts.connect_timeout_ms = c->connect_timeout_ms;
+    p->opts.client_name = p->name;
+    p->opts.data_path = c->data_path;
+    p->opts.max_sessions = 1; /* a sibling has no pool of its own */
+    p->max = max_sessions - 1 < MXOP__POOL_MAX ? max_sessions - 1 : MXOP__POOL_MAX;
+    c->pool = p;
+    return 0;
+}
+
+void mxop__pool_free(mxop_client_t *c)
+{
+    struct mxop__pool *p = c->pool;
+    if (p == NULL)
+        return;
+    for (int i = 0; i < p->nsibs; i++) {
+        mxop_close(p->sibs[i].c);
+        free(p->sibs[i].from);
+        free(p->sibs[i].to);
+    }
+    for (size_t i = 0; i < p->nlibs; i++)
+        free(p->libs[i]);
+    free(p->libs);
+    free(p->path);
+    free(p->name);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    c->pool = NULL;
+}
+
+void mxop__pool_note_library(mxop_client_t *c, const char *name)
+{
+    struct mxop__pool *p = c->pool;
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->nlibs; i++)
+        if (strcmp(p->libs[i], name) == 0)
+            goto out; /* loaded again: a no-op, or a reload the siblings see by themselves */
+    if (p->nlibs == p->caplibs) {
+        size_t cap = p->caplibs ? 2 * p->caplibs : 8;
+        char **l = realloc(p->libs, cap * sizeof *l);
+        if (l == NULL)
+            goto out; /* siblings then lack it: calls of its ops stay on the client */
+        p->libs = l;
+        p->caplibs = cap;
+    }
+    char *s = strdup(name);
+    if (s != NULL)
+        p->libs[p->nlibs++] = s;
+out:
+    pthread_mutex_unlock(&p->lock);
+}
+
+void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors)
+{
+    struct mxop__pool *p = c->pool;
+    *calls = *errors = 0;
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->lock);
+    *calls = p->calls;
+    *errors = p->errors;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Forgets region `id` of the client in every sibling (and releases their
+ * copies).  Called with c->lock held, as the client drops the region; a
+ * sibling busy with a call is waited for by mxop_region_release. */
+void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id)
+{
+    struct mxop__pool *p = c->pool;
+    if (p == NULL)
+        return;
+    for (int i = 0; i < MXOP__POOL_MAX; i++) {
+        uint32_t sid = 0;
+        mxop_client_t *sc = NULL;
+        pthread_mutex_lock(&p->lock);
+        if (i < p->nsibs) {
+            sib_t *s = &p->sibs[i];
+            for (size_t k = 0; k < s->nmap; k++) {
+                if (s->from[k] == id) {
+                    sid = s->to[k];
+                    s->from[k] = s->from[s->nmap - 1];
+                    s->to[k] = s->to[s->nmap - 1];
+                    s->nmap--;
+                    break;
+                }
+            }
+            sc = s->c;
+        }
+        pthread_mutex_unlock(&p->lock);
+        if (sid != 0 && sc != NULL)
+            (void)mxop_region_release(sc, sid);
+    }
+}
+
+/* An idle sibling marked busy (opened here if the pool may grow), or NULL. */
+static sib_t *take_sibling(struct mxop__pool *p)
+{
+    sib_t *s = NULL;
+    int open = 0;
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < p->nsibs; i++) {
+        if (!p->sibs[i].busy && p->sibs[i].c != NULL) {
+            s = &p->sibs[i];
+            break;
+        }
+    }
+    if (s == NULL && p->nsibs < p->max) {
+        s = &p->sibs[p->nsibs++];
+        memset(s, 0, sizeof *s);
+        open = 1;
+    }
+    if (s != NULL)
+        s->busy = 1;
+    pthread_mutex_unlock(&p->lock);
+    if (s == NULL || !open)
+        return s;
+    mxop_client_t *sc = NULL;
+    int rc = mxop_connect(p->path, &p->opts, &sc);
+    pthread_mutex_lock(&p->lock);
+    if (rc < 0) {
+        /* No more sessions (the daemon's limits, say): the pool stops
+         * growing, and calls wait for the client as without it. */
+        p->max = p->nsibs - 1;
+        s->c = NULL;
+        s->busy = 0;
+        s = NULL;
+    } else {
+        s->c = sc;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return s;
+}
+
+static void give_sibling(struct mxop__pool *p, sib_t *s, int counted, int failed)
+{
+    pthread_mutex_lock(&p->lock);
+    s->busy = 0;
+    if (counted) {
+        p->calls++;
+        if (failed)
+            p->errors++;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Loads into the sibling the libraries the client loaded since its last call. */
+static int replay_libraries(struct mxop__pool *p, sib_t *s)
+{
+    for (;;) {
+        char name[4096];
+        pthread_mutex_lock(&p->lock);
+        int more = s->nlibs < p->nlibs;
+        if (more) {
+            strncpy(name, p->libs[s->nlibs], sizeof name - 1);
+            name[sizeof name - 1] = '\0';
+        }
+        pthread_mutex_unlock(&p->lock);
+        if (!more)
+            return 0;
+        int rc = mxop_load_library(s->c, name);
+        if (rc < 0)
+            return rc;
+        s->nlibs++;
+    }
+}
+
+/* The sibling's id of the client's region `id` (registered there on first
+ * use); 0 when it cannot have one (a device region, no descriptor). */
+static uint32_t sibling_region(mxop_client_t *c, struct mxop__pool *p, sib_t *s, uint32_t id)
+{
+    pthread_mutex_lock(&p->lock);
+    for (size_t k = 0; k < s->nmap; k++) {
+        if (s->from[k] == id) {
+            uint32_t sid = s->to[k];
+            pthread_mutex_unlock(&p->lock);
+            return sid;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+
+    int fd = -1;
+    size_t size = 0;
+    void *cmap = NULL;
+    pthread_mutex_lock(&c->regions_lock);
+    for (size_t i = 0; i < c->nregions; i++) {
+        const mxop__region_t *r = &c->regions[i];
+        if (r->id == id) {
+            if (!r->cuda && r->fd >= 0) {
+                fd = dup(r->fd);
+                size = r->size;
+                cmap = r->cmap; /* the client's writable mapping, for scratch mode's copies */
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->regions_lock);
+    if (fd < 0)
+        return 0;
+    uint32_t sid = 0;
+    int rc = mxop__region_register_shared(s->c, fd, size, cmap, &sid);
+    close(fd);
+    if (rc < 0)
+        return 0;
+    pthread_mutex_lock(&p->lock);
+    if (s->nmap == s->capmap) {
+        size_t cap = s->capmap ? 2 * s->capmap : 16;
+        uint32_t *f = realloc(s->from, cap * sizeof *f);
+        if (f != NULL)
+            s->from = f;
+        uint32_t *t = f != NULL ? realloc(s->to, cap * sizeof *t) : NULL;
+        if (t != NULL) {
+            s->to = t;
+            s->capmap = cap;
+        }
+    }
+    int kept = s->nmap < s->capmap;
+    if (kept) {
+        s->from[s->nmap] = id;
+        s->to[s->nmap] = sid;
+        s->nmap++;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (!kept) {
+        (void)mxop_region_release(s->c, sid);
+        return 0;
+    }
+    return sid;
+}
+
+static int translate(mxop_client_t *c, struct mxop__pool *p, sib_t *s, const mxop_array_t *a,
+                     int n, mxop_array_t *t)
+{
+    for (int i = 0; i < n; i++) {
+        t[i] = a[i];
+        if (a[i].region == MXOP_REGION_HEAP)
+            continue;
+        uint32_t sid = sibling_region(c, p, s, a[i].region);
+        if (sid == 0)
+            return -1;
+        t[i].region = sid;
+    }
+    return 0;
+}
+
+int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward,
+                   const mxop_call_t *call, const mxop_array_t *in, int n_in,
+                   mxop_array_t *out, int n_out, int *rc_out)
+{
+    struct mxop__pool *p = c->pool;
+    if (p == NULL || op == NULL || op->client != c || op->stateful || op->name == NULL ||
+        n_in < 0 || n_out < 0 || n_in > MXOP_MAX_TENSORS || n_out > MXOP_MAX_TENSORS ||
+        (n_in > 0 && in == NULL) || (n_out > 0 && out == NULL))
+        return 0; /* the client's own checks give the error */
+    if (call != NULL) {
+        if (call->struct_size >= offsetof(mxop_call_t, state) + sizeof call->state &&
+            call->state != 0)
+            return 0;
+        if (call->struct_size >= offsetof(mxop_call_t, out_strides) + sizeof call->out_strides &&
+            (call->in_strides != NULL || call->out_strides != NULL))
+            return 0;
+    }
+    sib_t *s = take_sibling(p);
+    if (s == NULL)
+        return 0;
+    const mxop_op_t *sop = NULL;
+    mxop_array_t tin[MXOP_MAX_TENSORS], tout[MXOP_MAX_TENSORS];
+    if (replay_libraries(p, s) < 0 || mxop_op_find(s->c, op->name, &sop) < 0 ||
+        translate(c, p, s, in, n_in, tin) < 0 || translate(c, p, s, out, n_out, tout) < 0) {
+        give_sibling(p, s, 0, 0);
+        return 0;
+    }
+    int rc = backward ? mxop_backward(s->c, sop, call, tin, n_in, tout, n_out)
+                      : mxop_forward(s->c, sop, call, tin, n_in, tout, n_out);
+    if (rc < 0) {
+        mxop__fmt(err_msg, sizeof err_msg, "%s", mxop_last_error(s->c));
+        err_client = c;
+    } else {
+        err_client = NULL;
+        /* A dynamic-shape output's real shape, as the sibling learnt it. */
+        for (int i = 0; i < n_out; i++) {
+            out[i].ndim = tout[i].ndim;
+            memcpy(out[i].shape, tout[i].shape, sizeof out[i].shape);
+            out[i].nbytes = tout[i].nbytes;
+        }
+    }
+    give_sibling(p, s, 1, rc < 0);
+    *rc_out = rc;
+    return 1;
+}
+
+void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms)
+{
+    struct mxop__pool *p = c->pool;
+    if (p == NULL)
+        return;
+    mxop_client_t *sibs[MXOP__POOL_MAX];
+    int n = 0;
+    pthread_mutex_lock(&p->lock);
+    p->opts.timeout_ms = timeout_ms; /* for siblings opened later */
+    for (int i = 0; i < p->nsibs; i++)
+        if (p->sibs[i].c != NULL)
+            sibs[n++] = p->sibs[i].c;
+    pthread_mutex_unlock(&p->lock);
+    /* Outside the pool's lock: a sibling busy with a call is waited for. */
+    for (int i = 0; i < n; i++)
+        (void)mxop_set_timeout(sibs[i], timeout_ms);
+}
