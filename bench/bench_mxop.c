@@ -416,7 +416,8 @@ static void integrity_relu(mxop_client_t *c, const mxop_op_t *relu, const mxop_a
 
 static void bench_integrity(bench_t *b)
 {
-    /* A session that loads an untrusted library (softmax.so, never called) besides noop and relu. */
+    /* A session that loads an untrusted library (softmax.so, never called) besides noop and relu.
+     */
     mxop_client_t *u = connect_client(b, "bench-untrusted");
     static const char *const libs[] = {"noop.so", "relu.so", "softmax.so"};
     for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]); i++)
@@ -672,8 +673,7 @@ static void bench_region(bench_t *b)
     memset(wy.data, 0, bytes);
     timed_relu(b, &wx, &wy, want, n);
 
-    mxb_samples_t reg, fill1, fill2, first_in, later_in, first_out, later_out, use_in, use_out,
-        own;
+    mxb_samples_t reg, fill1, fill2, first_in, later_in, first_out, later_out, use_in, use_out, own;
     mxb_samples_t *all[] = {&reg,       &fill1,     &fill2,  &first_in, &later_in,
                             &first_out, &later_out, &use_in, &use_out,  &own};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
@@ -1010,22 +1010,22 @@ static void bench_parallel(bench_t *b)
             snprintf(name, sizeof(name), "null op, %d process%s, %s (sum)", n, n > 1 ? "es" : "",
                      pname[pi]);
             snprintf(base, sizeof(base), "1 process, %s", pname[pi]);
-            mxb_row_t *row = mxb_report_value("6", name, MXB_RATE, (size_t)rounds, rate[pi][ci],
-                                              rate[pi][ci], base, (size_t)rounds, rate[pi][0],
-                                              rate[pi][0]);
+            mxb_row_t *row =
+                mxb_report_value("6", name, MXB_RATE, (size_t)rounds, rate[pi][ci], rate[pi][ci],
+                                 base, (size_t)rounds, rate[pi][0], rate[pi][0]);
             if (n > 1)
                 mxb_row_target(row, MXB_RATIO_AT_LEAST, 0.9);
-            mxb_row_note(row, "calls/s over %.1f s runs (mean of %d); per-call median %.1f us", seconds,
-                         rounds, lat[pi][ci] / 1e3);
+            mxb_row_note(row, "calls/s over %.1f s runs (mean of %d); per-call median %.1f us",
+                         seconds, rounds, lat[pi][ci] / 1e3);
         }
     /* Never below the socket path at the same count. */
     for (int ci = 0; ci < NC; ci++) {
         int n = counts[ci];
         snprintf(name, sizeof(name), "null op, %d process%s, shm (sum)", n, n > 1 ? "es" : "");
         snprintf(base, sizeof(base), "%d, socket", n);
-        mxb_row_t *row = mxb_report_value("6", name, MXB_RATE, (size_t)rounds, rate[0][ci],
-                                          rate[0][ci], base, (size_t)rounds, rate[1][ci],
-                                          rate[1][ci]);
+        mxb_row_t *row =
+            mxb_report_value("6", name, MXB_RATE, (size_t)rounds, rate[0][ci], rate[0][ci], base,
+                             (size_t)rounds, rate[1][ci], rate[1][ci]);
         mxb_row_target(row, MXB_RATIO_AT_LEAST, 1.0);
         mxb_row_note(row, "shared memory against the socket path at the same count");
     }
@@ -1124,8 +1124,8 @@ static void threads_row(bench_t *b, mxop_client_t *c, const char *opname, int64_
                     sum += (double)a[r * n + k] * (double)bb[k * n + col];
                 double g = got[r * n + col];
                 if (fabs(g - sum) > 1e-3 + 1e-4 * fabs(sum))
-                    die("gemm from a thread: element (%lld, %lld) is %g, expected %g",
-                        (long long)r, (long long)col, g, sum);
+                    die("gemm from a thread: element (%lld, %lld) is %g, expected %g", (long long)r,
+                        (long long)col, g, sum);
             }
         }
     }
@@ -1147,8 +1147,10 @@ static void bench_threads(bench_t *b)
     /* A client with a pool of THREAD_MAX sessions (issue 15): a call made
      * while the other thread's holds the session runs on a sibling. */
     mxop_client_t *c = NULL;
-    mxop_connect_opts_t o = {.struct_size = sizeof(o), .timeout_ms = 60000,
-                             .client_name = "bench-threads", .max_sessions = THREAD_MAX};
+    mxop_connect_opts_t o = {.struct_size = sizeof(o),
+                             .timeout_ms = 60000,
+                             .client_name = "bench-threads",
+                             .max_sessions = THREAD_MAX};
     int rc = mxop_connect(b->daemon.sock, &o, &c);
     if (rc != 0)
         die("mxop_connect: %s: %s", mxop_err_name(rc), mxop_connect_error());

@@ -289,9 +289,8 @@ void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id);
  * thread's call has it).  Returns 1 with the call's result in *rc, or 0
  * when the call must wait for the client (no sibling, a state, strides...).
  */
-int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward,
-                   const mxop_call_t *call, const mxop_array_t *in, int n_in,
-                   mxop_array_t *out, int n_out, int *rc);
+int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
+                   const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc);
 
 /** The detail of this thread's last failed sibling call on c, or NULL. */
 const char *mxop__pool_last_error(const mxop_client_t *c);

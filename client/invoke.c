@@ -27,10 +27,10 @@ typedef struct callopts {
 
 /* How one array travels (see run_invoke). */
 enum array_path {
-    PATH_DIRECT = 0, /* its region and offset, contiguous */
-    PATH_HEAP = 1,   /* a contiguous heap array, memcpy'd through staging */
+    PATH_DIRECT = 0,  /* its region and offset, contiguous */
+    PATH_HEAP = 1,    /* a contiguous heap array, memcpy'd through staging */
     PATH_STRIDED = 2, /* its region, offset and strides: the op is MXOP_OP_STRIDED */
-    PATH_GATHER = 3, /* non-contiguous, gathered into staging (and scattered back) */
+    PATH_GATHER = 3,  /* non-contiguous, gathered into staging (and scattered back) */
     PATH_SCRATCH = 4, /* scratch mode: a region array the op writes, copied through staging */
 };
 
@@ -119,7 +119,8 @@ static int strided_extent(const mxop_array_t *a, const int64_t *st, int64_t *lo,
         int64_t reach;
         if (__builtin_mul_overflow(a->shape[d] - 1, st[d], &reach))
             return -1;
-        if (reach < 0 ? __builtin_add_overflow(*lo, reach, lo) : __builtin_add_overflow(*hi, reach, hi))
+        if (reach < 0 ? __builtin_add_overflow(*lo, reach, lo)
+                      : __builtin_add_overflow(*hi, reach, hi))
             return -1;
     }
     return 0;
@@ -343,8 +344,8 @@ static void stage_copy(mxop_client_t *c, const mxop_array_t *a, void *ptr, int p
  * read-only view).  Gives the array's new path and, in *ptr, where the
  * client reads and writes its elements.
  */
-static int scratch_path(mxop_client_t *c, const char *what, int i, const mxop_array_t *a,
-                        int path, void **ptr)
+static int scratch_path(mxop_client_t *c, const char *what, int i, const mxop_array_t *a, int path,
+                        void **ptr)
 {
     *ptr = a->data;
     if (a->region == MXOP_REGION_HEAP)
@@ -489,8 +490,7 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
             out_scr[i] = rc != out_path[i];
             out_path[i] = (unsigned char)rc;
         }
-        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER ||
-            out_path[i] == PATH_SCRATCH) {
+        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER || out_path[i] == PATH_SCRATCH) {
             heap = 1;
             b->out_stage[i] = round_up(stage, MXOP__ARENA_ALIGN);
             stage = b->out_stage[i] + b->out_span[i];
@@ -511,17 +511,15 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
         case PATH_HEAP:
         case PATH_GATHER:
         case PATH_SCRATCH:
-            stage_copy(c, &in[i], in_at[i], in_path[i], in_st[i], b->in_stage[i], b->in_span[i],
-                       1, in_scr[i]);
+            stage_copy(c, &in[i], in_at[i], in_path[i], in_st[i], b->in_stage[i], b->in_span[i], 1,
+                       in_scr[i]);
             fill_desc(&b->in_desc[i], &in[i], c->stage_region, b->in_stage[i], 0, NULL);
             break;
-        default:
-            fill_desc(&b->in_desc[i], &in[i], in[i].region, in[i].offset, 0, in_st[i]);
+        default: fill_desc(&b->in_desc[i], &in[i], in[i].region, in[i].offset, 0, in_st[i]);
         }
     }
     for (int i = 0; i < n_out; i++) {
-        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER ||
-            out_path[i] == PATH_SCRATCH) {
+        if (out_path[i] == PATH_HEAP || out_path[i] == PATH_GATHER || out_path[i] == PATH_SCRATCH) {
             /*
              * An output that accumulates needs what is there now.  So does any output in
              * scratch mode: an element the op leaves unwritten must keep its value, as on
@@ -530,8 +528,7 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
             if (out[i].req == MXOP_REQ_ADD || (out_scr[i] && out[i].req != MXOP_REQ_NULL))
                 stage_copy(c, &out[i], out_at[i], out_path[i], out_st[i], b->out_stage[i],
                            b->out_span[i], 1, out_scr[i]);
-            fill_desc(&b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req,
-                      NULL);
+            fill_desc(&b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req, NULL);
         } else {
             fill_desc(&b->out_desc[i], &out[i], out[i].region, out[i].offset, out[i].req,
                       out_st[i]);
@@ -579,8 +576,8 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
          * the mask is about the forward inputs). */
         for (int i = 0; !backward && i < n_in && i < 64; i++)
             if ((op->mutated_inputs >> i) & 1)
-                stage_copy(c, &in[i], in_at[i], in_path[i], in_st[i], b->in_stage[i],
-                           b->in_span[i], 0, in_scr[i]);
+                stage_copy(c, &in[i], in_at[i], in_path[i], in_st[i], b->in_stage[i], b->in_span[i],
+                           0, in_scr[i]);
     }
     return 0;
 }

@@ -30,9 +30,9 @@
 #include "common/util.h"
 
 typedef struct sib {
-    mxop_client_t *c; /* NULL while being opened, or after failing to open */
-    int busy;         /* a thread is using it */
-    size_t nlibs;     /* the client's libraries loaded here so far */
+    mxop_client_t *c;    /* NULL while being opened, or after failing to open */
+    int busy;            /* a thread is using it */
+    size_t nlibs;        /* the client's libraries loaded here so far */
     uint32_t *from, *to; /* client region id -> sibling region id */
     size_t nmap, capmap;
 } sib_t;
@@ -318,8 +318,8 @@ static uint32_t sibling_region(mxop_client_t *c, struct mxop__pool *p, sib_t *s,
     return sid;
 }
 
-static int translate(mxop_client_t *c, struct mxop__pool *p, sib_t *s, const mxop_array_t *a,
-                     int n, mxop_array_t *t)
+static int translate(mxop_client_t *c, struct mxop__pool *p, sib_t *s, const mxop_array_t *a, int n,
+                     mxop_array_t *t)
 {
     for (int i = 0; i < n; i++) {
         t[i] = a[i];
@@ -333,9 +333,8 @@ static int translate(mxop_client_t *c, struct mxop__pool *p, sib_t *s, const mxo
     return 0;
 }
 
-int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward,
-                   const mxop_call_t *call, const mxop_array_t *in, int n_in,
-                   mxop_array_t *out, int n_out, int *rc_out)
+int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
+                   const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc_out)
 {
     struct mxop__pool *p = c->pool;
     if (p == NULL || op == NULL || op->client != c || op->stateful || op->name == NULL ||

@@ -201,8 +201,8 @@ out:
  * untrusted library its memfds are sealed against new writable mappings,
  * so the sibling could not make its own.
  */
-static int register_fd_common(mxop_client_t *c, int fd, size_t bytes, uint32_t *region,
-                              void **base, void *shared_cmap)
+static int register_fd_common(mxop_client_t *c, int fd, size_t bytes, uint32_t *region, void **base,
+                              void *shared_cmap)
 {
     if (c == NULL)
         return MXOP_EINVAL;
@@ -330,8 +330,10 @@ int mxop_region_set_read_only(mxop_client_t *c, uint32_t region, int read_only)
     int rc = 0;
     mxop__region_t *e = mxop__region_find(c, region);
     if (e == NULL)
-        rc = mxop__fail(c, MXOP_EUNKNOWN_REGION, "mxop_region_set_read_only: no region %u in this "
-                                                 "session", region);
+        rc = mxop__fail(c, MXOP_EUNKNOWN_REGION,
+                        "mxop_region_set_read_only: no region %u in this "
+                        "session",
+                        region);
     else
         e->read_only = read_only != 0;
     pthread_mutex_unlock(&c->lock);

@@ -99,8 +99,8 @@ static int ms_backward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n
     for (size_t i = 0; i < mask_t->size; i++)
         count += mask[i] != 0;
     if (dy->ndim != 1 || (size_t)dy->size != count)
-        return host->set_error(ctx, MXOP_ESHAPE,
-                               "dy has %zu elements, the mask selects %zu", dy->size, count);
+        return host->set_error(ctx, MXOP_ESHAPE, "dy has %zu elements, the mask selects %zu",
+                               dy->size, count);
     if (dx->req != MXOP_REQ_NULL) {
         if (dx->dtype == MXOP_F32)
             SCATTER(float);

@@ -67,8 +67,7 @@ static int rm_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
                                    "supported",
                                    i, dtype_name(in[i]));
         if (in[i] != in[0])
-            return host->set_error(ctx, MXOP_EDTYPE,
-                                   "input %d is %s but input 0 is %s", i,
+            return host->set_error(ctx, MXOP_EDTYPE, "input %d is %s but input 0 is %s", i,
                                    dtype_name(in[i]), dtype_name(in[0]));
     }
     for (int i = 0; i < n_out; i++)
@@ -84,19 +83,16 @@ static int rm_state_create(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in_sha
     if (rc != 0)
         return rc;
     if (in_dtypes[0] != MXOP_F32 && in_dtypes[0] != MXOP_F64)
-        return host->set_error(ctx, MXOP_EDTYPE,
-                               "x is %s; only f32 and f64 are supported",
+        return host->set_error(ctx, MXOP_EDTYPE, "x is %s; only f32 and f64 are supported",
                                dtype_name(in_dtypes[0]));
     if (in_shapes[0].ndim < 1)
-        return host->set_error(ctx, MXOP_ESHAPE,
-                               "x is a scalar; it needs a feature axis");
+        return host->set_error(ctx, MXOP_ESHAPE, "x is a scalar; it needs a feature axis");
     int64_t features = in_shapes[0].dims[in_shapes[0].ndim - 1];
     rm_state_t *s = NULL;
     if ((uint64_t)features <= (SIZE_MAX - sizeof(*s)) / sizeof(double))
         s = calloc(1, sizeof(*s) + (size_t)features * sizeof(double));
     if (!s)
-        return host->set_error(ctx, MXOP_ENOMEM,
-                               "no memory for a state of %lld features",
+        return host->set_error(ctx, MXOP_ENOMEM, "no memory for a state of %lld features",
                                (long long)features);
     s->dtype = in_dtypes[0];
     s->features = features;
@@ -114,8 +110,7 @@ static void rm_state_destroy(void *state)
 static int check_against_state(mxop_ctx_t *ctx, const rm_state_t *s, const mxop_tensor_t *x)
 {
     if (x->dtype != s->dtype)
-        return host->set_error(ctx, MXOP_EDTYPE,
-                               "x is %s but the state was created for %s",
+        return host->set_error(ctx, MXOP_EDTYPE, "x is %s but the state was created for %s",
                                dtype_name(x->dtype), dtype_name(s->dtype));
     if (x->ndim < 1 || x->shape[x->ndim - 1] != s->features)
         return host->set_error(ctx, MXOP_ESHAPE,
@@ -165,8 +160,7 @@ static int rm_state_forward(mxop_ctx_t *ctx, void *state, int n_in, const mxop_t
     if (rows > 0) {
         double *acc = host->workspace(ctx, f * sizeof(double));
         if (!acc)
-            return host->set_error(ctx, MXOP_ENOMEM,
-                                   "no workspace for %zu features", f);
+            return host->set_error(ctx, MXOP_ENOMEM, "no workspace for %zu features", f);
         for (size_t j = 0; j < f; j++)
             acc[j] = 0;
         if (x->dtype == MXOP_F32)

@@ -34,8 +34,7 @@ static int softmax_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in
     if (rc != 0)
         return rc;
     if (in[0].ndim < 1)
-        return host->set_error(ctx, MXOP_ESHAPE,
-                               "x is a scalar; it needs at least one axis");
+        return host->set_error(ctx, MXOP_ESHAPE, "x is a scalar; it needs at least one axis");
     if (axis != -1 && axis != in[0].ndim - 1)
         return host->set_error(ctx, MXOP_EATTR,
                                "attribute 'axis' is %lld but only the last axis (-1 or "

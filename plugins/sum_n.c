@@ -53,9 +53,9 @@ static int sum_n_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, 
     char s0[192], si[192];
     for (int i = 1; i < n_in; i++)
         if (!same_shape(&in[i], &in[0]))
-            return host->set_error(
-                ctx, MXOP_ESHAPE, "input %d has shape %s but input 0 has %s", i,
-                shape_str(si, sizeof(si), &in[i]), shape_str(s0, sizeof(s0), &in[0]));
+            return host->set_error(ctx, MXOP_ESHAPE, "input %d has shape %s but input 0 has %s", i,
+                                   shape_str(si, sizeof(si), &in[i]),
+                                   shape_str(s0, sizeof(s0), &in[0]));
     out[0] = in[0];
     return 0;
 }
@@ -63,8 +63,7 @@ static int sum_n_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, 
 static int sum_n_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out, int32_t *out)
 {
     if (in[0] != MXOP_F32 && in[0] != MXOP_F64)
-        return host->set_error(ctx, MXOP_EDTYPE,
-                               "input 0 is %s; only f32 and f64 are supported",
+        return host->set_error(ctx, MXOP_EDTYPE, "input 0 is %s; only f32 and f64 are supported",
                                dtype_name(in[0]));
     for (int i = 1; i < n_in; i++)
         if (in[i] != in[0])

@@ -153,7 +153,8 @@ static void track(mxt_daemon_t *d, int on)
 void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args)
 {
     memset(d, 0, sizeof(*d));
-    /* $TMPDIR when set, so that a run can be given a directory of its own and checked for leftovers. */
+    /* $TMPDIR when set, so that a run can be given a directory of its own and checked for
+     * leftovers. */
     const char *tmp = getenv("TMPDIR");
     if (tmp == NULL || tmp[0] != '/' || strlen(tmp) > 40)
         tmp = "/tmp";

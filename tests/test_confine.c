@@ -186,7 +186,7 @@ static void next_call_succeeds(mxop_client_t *c)
 /* The filesystem */
 
 static const char *const fs_attempts[] = {
-    "read_shadow",   "create_in_plugin_dir", "write_victim",  "truncate_victim",
+    "read_shadow",   "create_in_plugin_dir", "write_victim",          "truncate_victim",
     "rename_victim", "unlink_victim",        "symlink_in_plugin_dir", "unlink_socket",
     "rename_socket", "create_in_socket_dir",
 };
@@ -274,8 +274,7 @@ static void input_change_is_contained(const char *lib, const char *op)
     int rc = mxop_forward(c, mxt_op(c, op), NULL, &x, 1, &y, 1);
     cr_assert_eq(rc, MXOP_EINPUT_WRITTEN, "%s returned %s (%s)", op, mxop_err_name(rc),
                  mxop_last_error(c));
-    cr_assert(strstr(mxop_last_error(c), "read-only input 0") != NULL, "%s",
-              mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "read-only input 0") != NULL, "%s", mxop_last_error(c));
     cr_assert_eq(memcmp(saved, x.data, x.nbytes), 0, "the caller's input changed");
     next_call_succeeds(c);
     cr_assert_eq(memcmp(saved, x.data, x.nbytes), 0, "the caller's input changed");

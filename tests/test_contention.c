@@ -81,8 +81,8 @@ static const char *relu_calls(mxop_client_t *c, unsigned who, int calls, char *w
         for (int i = 0; i < ELEMS; i++) {
             float want = in[i] > 0 ? in[i] : 0;
             if (out[i] != want) {
-                snprintf(why, len, "caller %u, call %d, element %d: got %g, expected %g", who, k,
-                         i, out[i], want);
+                snprintf(why, len, "caller %u, call %d, element %d: got %g, expected %g", who, k, i,
+                         out[i], want);
                 fail = why;
                 break;
             }
@@ -260,8 +260,8 @@ Test(contention, a_side_whose_spins_never_succeed_stops_spinning)
         cr_assert_eq(mxop__mbox_spin(&m, &spent), 0);
         mxop__mbox_note_wait(&m, 2 * (int64_t)MXOP__MBOX_SPIN_NS);
     }
-    cr_log_info("%llu spins in %d waits (%llu skipped as not paying)", (unsigned long long)m.n_spins,
-                waits, (unsigned long long)m.n_skip_rare);
+    cr_log_info("%llu spins in %d waits (%llu skipped as not paying)",
+                (unsigned long long)m.n_spins, waits, (unsigned long long)m.n_skip_rare);
     cr_assert_eq(m.n_spin_hits, 0);
     /* About 20 spins bring the success average under a quarter; then one in every 16 waits. */
     cr_assert_lt(m.n_spins, 40, "%llu of %d waits spun though no spin ever succeeded",
@@ -291,7 +291,8 @@ Test(contention, a_side_whose_probes_succeed_spins_again)
     uint64_t spins_before = cl.n_spins;
     for (int i = 0; i < 200; i++) {
         res.id = (uint64_t)i;
-        mxop__mbox_put(&wk, MXOP__KIND_CALL_RESULT, &res.base, protobuf_c_message_get_packed_size(&res.base));
+        mxop__mbox_put(&wk, MXOP__KIND_CALL_RESULT, &res.base,
+                       protobuf_c_message_get_packed_size(&res.base));
         int64_t spent;
         cr_assert_eq(mxop__mbox_spin(&cl, &spent), 1, "a frame put before the wait was not seen");
         uint16_t kind;

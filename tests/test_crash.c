@@ -38,15 +38,14 @@ static void next_call_succeeds(mxop_client_t *c)
     for (int i = 0; i < 32; i++)
         cr_assert_eq(mxt_get(&y, i), mxt_get(&x, i) > 0 ? mxt_get(&x, i) : 0);
     rc = mxop_forward(c, mxt_op(c, "identity"), NULL, &x, 1, &y, 1);
-    cr_assert_eq(rc, 0, "crash.so after the crash: %s: %s", mxop_err_name(rc),
-                 mxop_last_error(c));
+    cr_assert_eq(rc, 0, "crash.so after the crash: %s: %s", mxop_err_name(rc), mxop_last_error(c));
     mxop_array_free(c, &x);
     mxop_array_free(c, &y);
 }
 
 /* Calls `op` on a fresh input and checks the error, the message and the input. */
-static void expect_failure(const char *op, const char *const *attrs, int32_t timeout_ms,
-                           int code, const char *needle1, const char *needle2)
+static void expect_failure(const char *op, const char *const *attrs, int32_t timeout_ms, int code,
+                           const char *needle1, const char *needle2)
 {
     mxop_stats_t before, after;
     cr_assert_eq(mxop_stats(client, &before), 0);

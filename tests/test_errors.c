@@ -223,8 +223,7 @@ Test(errors, descriptor_outside_its_region)
     uint32_t region;
     void *base;
     cr_assert_eq(mxop_region_create(client, 4096, &region, &base), 0);
-    cr_assert_eq(mxop_array_view(client, region, 4096 - 16, MXOP_F32, 1, s, &view),
-                 MXOP_EBOUNDS);
+    cr_assert_eq(mxop_array_view(client, region, 4096 - 16, MXOP_F32, 1, s, &view), MXOP_EBOUNDS);
     view = x;
     view.region = region;
     view.offset = 4096 - 16;

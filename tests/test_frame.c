@@ -93,8 +93,7 @@ Test(frame, descriptor_spans_and_bounds, .timeout = 10)
     cr_assert_eq(span, 80);
     cr_assert_eq(elems, 20);
     int64_t strides[] = {10, 1};
-    cr_assert_eq(mxop__desc_span(MXOP_F64, 2, shape, strides, &span, &elems, err, sizeof(err)),
-                 0);
+    cr_assert_eq(mxop__desc_span(MXOP_F64, 2, shape, strides, &span, &elems, err, sizeof(err)), 0);
     cr_assert_eq(span, (3 * 10 + 4 + 1) * 8);
     int64_t huge[] = {1LL << 40, 1LL << 40};
     cr_assert_eq(mxop__desc_span(MXOP_F32, 2, huge, NULL, &span, &elems, err, sizeof(err)),
@@ -102,8 +101,7 @@ Test(frame, descriptor_spans_and_bounds, .timeout = 10)
     int64_t neg[] = {-1};
     cr_assert_eq(mxop__desc_span(MXOP_F32, 1, neg, NULL, &span, &elems, err, sizeof(err)),
                  MXOP_EINVAL);
-    cr_assert_eq(mxop__desc_span(42, 1, shape, NULL, &span, &elems, err, sizeof(err)),
-                 MXOP_EDTYPE);
+    cr_assert_eq(mxop__desc_span(42, 1, shape, NULL, &span, &elems, err, sizeof(err)), MXOP_EDTYPE);
     int64_t empty[] = {3, 0};
     cr_assert_eq(mxop__desc_span(MXOP_F32, 2, empty, NULL, &span, &elems, err, sizeof(err)), 0);
     cr_assert_eq(span, 0);
@@ -111,8 +109,7 @@ Test(frame, descriptor_spans_and_bounds, .timeout = 10)
     cr_assert_eq(mxop__desc_check_bounds(0, 80, 4, 80, err, sizeof(err)), 0);
     cr_assert_eq(mxop__desc_check_bounds(4, 80, 4, 80, err, sizeof(err)), MXOP_EBOUNDS);
     cr_assert_eq(mxop__desc_check_bounds(2, 8, 4, 80, err, sizeof(err)), MXOP_EBOUNDS);
-    cr_assert_eq(mxop__desc_check_bounds(UINT64_MAX - 3, 8, 1, 80, err, sizeof(err)),
-                 MXOP_EBOUNDS);
+    cr_assert_eq(mxop__desc_check_bounds(UINT64_MAX - 3, 8, 1, 80, err, sizeof(err)), MXOP_EBOUNDS);
 }
 
 Test(frame, every_error_code_has_a_name_and_message, .timeout = 10)

@@ -117,8 +117,7 @@ Test(integrity, unlisted_library_refused)
     mxop_client_t *c = mxt_connect(&daemon_);
     int rc = mxop_load_library(c, "probe.so");
     cr_assert_eq(rc, MXOP_EDENIED, "got %s (%s)", mxop_err_name(rc), mxop_last_error(c));
-    cr_assert(strstr(mxop_last_error(c), "not in the allowlist") != NULL, "%s",
-              mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "not in the allowlist") != NULL, "%s", mxop_last_error(c));
     mxop_close(c);
 }
 

@@ -126,9 +126,9 @@ static uint32_t confined(mxop_client_t *c)
 /* Scratch mode (strict, untrusted library) */
 
 /* The four routes of alias_write, as the fixture numbers them. */
-static const char *const routes[] = {"a writable mapping of the same memory",
-                                     "a read-write reopen of its descriptor",
-                                     "/proc/self/map_files", "a read-write reopen of any descriptor"};
+static const char *const routes[] = {
+    "a writable mapping of the same memory", "a read-write reopen of its descriptor",
+    "/proc/self/map_files", "a read-write reopen of any descriptor"};
 
 static void alias_routes_refused(mxop_client_t *c, mxop_array_t *x, mxop_array_t *y)
 {
@@ -208,8 +208,7 @@ Test(memint, region_registered_before_the_untrusted_load_is_made_read_only)
     int64_t s[] = {1024};
     mxop_array_t x, y;
     cr_assert_eq(mxop_array_view(c, region, 0, MXOP_F32, 1, s, &x), 0, "%s", mxop_last_error(c));
-    cr_assert_eq(mxop_array_view(c, region, 8192, MXOP_F32, 1, s, &y), 0, "%s",
-                 mxop_last_error(c));
+    cr_assert_eq(mxop_array_view(c, region, 8192, MXOP_F32, 1, s, &y), 0, "%s", mxop_last_error(c));
     for (size_t i = 0; i < 1024; i++)
         mxt_set(&x, i, (double)i - 500.0);
     cr_assert_eq(mxop_load_library(c, "hostile_alias.so"), 0, "%s", mxop_last_error(c));
@@ -231,8 +230,7 @@ Test(memint, replacement_worker_gets_the_regions_read_only)
     int64_t s[] = {1024};
     mxop_array_t x, y;
     cr_assert_eq(mxop_array_view(c, region, 0, MXOP_F32, 1, s, &x), 0, "%s", mxop_last_error(c));
-    cr_assert_eq(mxop_array_view(c, region, 8192, MXOP_F32, 1, s, &y), 0, "%s",
-                 mxop_last_error(c));
+    cr_assert_eq(mxop_array_view(c, region, 8192, MXOP_F32, 1, s, &y), 0, "%s", mxop_last_error(c));
     for (size_t i = 0; i < 1024; i++)
         mxt_set(&x, i, (double)i + 0.5);
     cr_assert_eq(mxop_load_library(c, "hostile_alias.so"), 0, "%s", mxop_last_error(c));
@@ -376,8 +374,7 @@ Test(memint, memfd_that_takes_no_seals_loses_its_write_bits)
     int64_t s[] = {1024};
     mxop_array_t x, y;
     cr_assert_eq(mxop_array_view(c, region, 0, MXOP_F32, 1, s, &x), 0, "%s", mxop_last_error(c));
-    cr_assert_eq(mxop_array_view(c, region, 8192, MXOP_F32, 1, s, &y), 0, "%s",
-                 mxop_last_error(c));
+    cr_assert_eq(mxop_array_view(c, region, 8192, MXOP_F32, 1, s, &y), 0, "%s", mxop_last_error(c));
     for (size_t i = 0; i < 1024; i++)
         mxt_set(&x, i, (double)i * 0.25);
     alias_routes_refused(c, &x, &y);
@@ -447,12 +444,11 @@ Test(memint, fcntl_and_shutdown_of_the_channels_refused)
     mxt_array(c, MXOP_F32, 1, s, 6, &y);
     int rc = mxop_forward(c, mxt_op(c, "fcntl_transport"), NULL, &x, 1, &y, 1);
     cr_assert_eq(rc, 0, "%s: %s", mxop_err_name(rc), mxop_last_error(c));
-    static const char *const what[] = {"F_SETFL of fd 3", "F_SETFD of fd 3", "F_SETOWN of fd 3",
-                                       "F_SETSIG of fd 3", "F_SETFL of fd 4", "F_SETFD of fd 4",
+    static const char *const what[] = {"F_SETFL of fd 3",  "F_SETFD of fd 3",  "F_SETOWN of fd 3",
+                                       "F_SETSIG of fd 3", "F_SETFL of fd 4",  "F_SETFD of fd 4",
                                        "F_SETOWN of fd 4", "F_SETSIG of fd 4", "shutdown of fd 3"};
     for (size_t i = 0; i < 9; i++)
-        cr_assert_eq(mxt_get(&y, i), -(double)EPERM, "%s: %g, not EPERM", what[i],
-                     mxt_get(&y, i));
+        cr_assert_eq(mxt_get(&y, i), -(double)EPERM, "%s: %g, not EPERM", what[i], mxt_get(&y, i));
     /* The channels work as before: more calls, and a library load over the supervisor channel. */
     cr_assert_eq(mxop_forward(c, mxt_op(c, "fcntl_transport"), NULL, &x, 1, &y, 1), 0, "%s",
                  mxop_last_error(c));

@@ -57,7 +57,7 @@ static void expect_eattr(const char *opname, const char *const *attrs, const cha
 Test(opkit_attrs, unknown_key_is_refused_naming_op_key_and_known)
 {
     const char *attrs[] = {"k", "1", "sclae", "2", NULL};
-    const char *needles[] = {"attrs_echo", "'sclae'", "k (int, required)", "scale (float",
+    const char *needles[] = {"attrs_echo",           "'sclae'", "k (int, required)", "scale (float",
                              "weights (float list)", NULL};
     expect_eattr("attrs_echo", attrs, needles);
 }
@@ -65,8 +65,8 @@ Test(opkit_attrs, unknown_key_is_refused_naming_op_key_and_known)
 Test(opkit_attrs, wrong_type_is_refused_for_every_type)
 {
     static const char *const cases[][2] = {
-        {"k", "x1"},           {"scale", "fast"},  {"flag", "maybe"},
-        {"sizes", "1,two,3"},  {"weights", "0.5;1"},
+        {"k", "x1"},          {"scale", "fast"},    {"flag", "maybe"},
+        {"sizes", "1,two,3"}, {"weights", "0.5;1"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const char *attrs[] = {"k", "1", cases[i][0], cases[i][1], NULL};
@@ -110,22 +110,20 @@ Test(opkit_attrs, typed_readers_return_declared_defaults)
     cr_assert_eq(rc, 0, "%s: %s", mxop_err_name(rc), mxop_last_error(client));
     const double want[] = {42, 2.5, 1, 3, 's', 3, 1, 2, 3, 0, 0, 0, 1};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
-        cr_assert_eq(mxt_get(&y, i), want[i], "out[%zu] = %g, want %g", i, mxt_get(&y, i),
-                     want[i]);
+        cr_assert_eq(mxt_get(&y, i), want[i], "out[%zu] = %g, want %g", i, mxt_get(&y, i), want[i]);
     mxop_array_free(client, &y);
 }
 
 Test(opkit_attrs, given_values_are_read)
 {
-    const char *attrs[] = {"k",     "-3",        "scale",   "0.25", "flag", "False", "mode",
-                           "mean",  "sizes",     "[7, 8]",  "weights", "(0.5, -1.5)", NULL};
+    const char *attrs[] = {"k",    "-3",    "scale",  "0.25",    "flag",        "False", "mode",
+                           "mean", "sizes", "[7, 8]", "weights", "(0.5, -1.5)", NULL};
     mxop_array_t y;
     int rc = echo("attrs_echo", attrs, &y);
     cr_assert_eq(rc, 0, "%s: %s", mxop_err_name(rc), mxop_last_error(client));
     const double want[] = {-3, 0.25, 0, 4, 'm', 2, 7, 8, 0, 2, 0.5, -1.5, 6};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
-        cr_assert_eq(mxt_get(&y, i), want[i], "out[%zu] = %g, want %g", i, mxt_get(&y, i),
-                     want[i]);
+        cr_assert_eq(mxt_get(&y, i), want[i], "out[%zu] = %g, want %g", i, mxt_get(&y, i), want[i]);
     mxop_array_free(client, &y);
 }
 

@@ -85,8 +85,7 @@ static void apply(const char *const *attrs, int32_t dt, const void *a, const voi
     mxop_array_free(client, &z);
 }
 
-Test(opkit_dtypes, bf16_routines_match_a_reference, .init = setup, .fini = teardown,
-     .timeout = 60)
+Test(opkit_dtypes, bf16_routines_match_a_reference, .init = setup, .fini = teardown, .timeout = 60)
 {
     const float av[4] = {1.5f, -2.0f, 0.25f, 100.0f}, bv[4] = {0.5f, 3.0f, -0.75f, 28.0f};
     uint16_t a[4], b[4], out[4];
@@ -125,8 +124,7 @@ Test(opkit_dtypes, integer_routines_wrap_and_saturate, .init = setup, .fini = te
     const char *add[] = {"fn", "add", NULL};
     apply(add, MXOP_I8, a, b, MXOP_I8, 4, out);
     for (int i = 0; i < 4; i++)
-        cr_assert_eq(out[i], (int8_t)(uint8_t)((uint8_t)a[i] + (uint8_t)b[i]), "add wraps [%d]",
-                     i);
+        cr_assert_eq(out[i], (int8_t)(uint8_t)((uint8_t)a[i] + (uint8_t)b[i]), "add wraps [%d]", i);
     const char *axpy[] = {"fn", "axpy", "alpha", "1", NULL};
     apply(axpy, MXOP_I8, a, b, MXOP_I8, 4, out);
     const int8_t sat[4] = {127, -128, -2, 127};

@@ -30,8 +30,8 @@ TestSuite(opkit_inplace, .init = setup, .fini = teardown, .timeout = 60);
 Test(opkit_inplace, staged_heap_input_is_copied_back)
 {
     double x[5] = {1, 2, 3, 4, 5};
-    mxop_array_t in = {.data = x, .dtype = MXOP_F64, .ndim = 1, .shape = {5},
-                       .region = MXOP_REGION_HEAP};
+    mxop_array_t in = {
+        .data = x, .dtype = MXOP_F64, .ndim = 1, .shape = {5}, .region = MXOP_REGION_HEAP};
     int64_t shape[] = {5};
     mxop_array_t y;
     mxt_array(client, MXOP_F64, 1, shape, 3, &y);

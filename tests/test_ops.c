@@ -15,8 +15,7 @@ static mxop_client_t *client;
 static void setup(void)
 {
     mxt_daemon_start(&daemon_, NULL);
-    const char *libs[] = {"relu.so", "gemm.so", "softmax.so", "sum_n.so", "running_mean.so",
-                          NULL};
+    const char *libs[] = {"relu.so", "gemm.so", "softmax.so", "sum_n.so", "running_mean.so", NULL};
     client = mxt_connect_with(&daemon_, libs);
 }
 
@@ -29,8 +28,8 @@ static void teardown(void)
 
 TestSuite(ops, .init = setup, .fini = teardown, .timeout = 60);
 
-static void forward_ok(const char *name, const char *const *attrs, const mxop_array_t *in,
-                       int n_in, mxop_array_t *out, int n_out)
+static void forward_ok(const char *name, const char *const *attrs, const mxop_array_t *in, int n_in,
+                       mxop_array_t *out, int n_out)
 {
     mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs};
     int rc = mxop_forward(client, mxt_op(client, name), &call, in, n_in, out, n_out);
@@ -118,7 +117,7 @@ static void check_gemm(int ta, int tb, double alpha, int32_t dtype, double tol)
     char alpha_s[32];
     snprintf(alpha_s, sizeof(alpha_s), "%g", alpha);
     const char *attrs[] = {"transpose_a", ta ? "1" : "0", "transpose_b", tb ? "true" : "false",
-                           "alpha", alpha_s, NULL};
+                           "alpha",       alpha_s,        NULL};
 
     mxop_array_t in[] = {a, b};
     forward_ok("gemm", attrs, in, 2, &c, 1);
@@ -353,8 +352,12 @@ Test(ops, heap_arrays_are_staged_and_counted)
     double xs[16], ys[16];
     for (int i = 0; i < 16; i++)
         xs[i] = i - 8.0, ys[i] = 99;
-    mxop_array_t x = {.data = xs, .dtype = MXOP_F64, .ndim = 1, .shape = {16},
-                      .region = MXOP_REGION_HEAP, .nbytes = sizeof(xs)};
+    mxop_array_t x = {.data = xs,
+                      .dtype = MXOP_F64,
+                      .ndim = 1,
+                      .shape = {16},
+                      .region = MXOP_REGION_HEAP,
+                      .nbytes = sizeof(xs)};
     mxop_array_t y = x;
     y.data = ys;
     forward_ok("relu", NULL, &x, 1, &y, 1);

@@ -105,8 +105,8 @@ static void slow_finish(slow_t *s, pthread_t t)
 }
 
 /* relu on `x` into `y`; checks the result against x. */
-static void relu_checked(mxop_client_t *c, const mxop_op_t *relu, mxop_array_t *x,
-                         mxop_array_t *y, float bias)
+static void relu_checked(mxop_client_t *c, const mxop_op_t *relu, mxop_array_t *x, mxop_array_t *y,
+                         float bias)
 {
     size_t n = mxt_elems(x);
     for (size_t i = 0; i < n; i++)
@@ -168,8 +168,7 @@ Test(pool, user_regions_heap_arrays_and_later_libraries_reach_the_sibling)
     float hx[8] = {-1, 2, -3, 4, -5, 6, -7, 8}, hy[8];
     mxop_array_t ax = {.data = hx, .dtype = MXOP_F32, .ndim = 1, .shape = {8}, .nbytes = 32};
     mxop_array_t ay = {.data = hy, .dtype = MXOP_F32, .ndim = 1, .shape = {8}, .nbytes = 32};
-    cr_assert_eq(mxop_forward(c, relu, NULL, &ax, 1, &ay, 1), 0, "%s",
-                 mxop_last_error(c));
+    cr_assert_eq(mxop_forward(c, relu, NULL, &ax, 1, &ay, 1), 0, "%s", mxop_last_error(c));
     for (int i = 0; i < 8; i++)
         cr_assert_eq(hy[i], hx[i] > 0 ? hx[i] : 0);
     /* A library loaded now: it waits for the client's session, then the
@@ -189,8 +188,7 @@ Test(pool, user_regions_heap_arrays_and_later_libraries_reach_the_sibling)
         ((float *)b.data)[i] = (float)(6 - i);
     }
     mxop_array_t ab[] = {a, b};
-    cr_assert_eq(mxop_forward(c, gemm, NULL, ab, 2, &o, 1), 0, "%s",
-                 mxop_last_error(c));
+    cr_assert_eq(mxop_forward(c, gemm, NULL, ab, 2, &o, 1), 0, "%s", mxop_last_error(c));
     const float want[] = {20, 14, 56, 41}; /* [1 2 3; 4 5 6] x [6 5; 4 3; 2 1] */
     for (int i = 0; i < 4; i++)
         cr_assert_eq(((float *)o.data)[i], want[i], "gemm element %d", i);
@@ -251,8 +249,8 @@ Test(pool, the_clients_deadline_applies_on_siblings)
     call.struct_size = sizeof call;
     call.attrs = attrs;
     int rc = mxop_forward(c, sleep_op, &call, &x, 1, &y, 1);
-    cr_assert_eq(rc, MXOP_ETIMEOUT, "an 8 s call under a 1.5 s deadline: %s: %s",
-                 mxop_err_name(rc), mxop_last_error(c));
+    cr_assert_eq(rc, MXOP_ETIMEOUT, "an 8 s call under a 1.5 s deadline: %s: %s", mxop_err_name(rc),
+                 mxop_last_error(c));
     cr_assert_eq(atomic_load(&s.done), 0, "it waited for the sleeping call");
     mxop_array_free(c, &x);
     mxop_array_free(c, &y);

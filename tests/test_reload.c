@@ -69,7 +69,8 @@ static void start(const char *const *args, char first)
     install(first);
 }
 
-/* Runs `mxop ARGS` against the daemon; its stdout (and stderr) into out.  Returns its exit status. */
+/* Runs `mxop ARGS` against the daemon; its stdout (and stderr) into out.  Returns its exit status.
+ */
 static int run_mxop(char *out, size_t outlen, const char *args)
 {
     char cmd[2048];
@@ -152,11 +153,11 @@ typedef struct caller {
     mxop_client_t *c;
     const mxop_op_t *op;
     double sleep_ms;
-    int calls[5];  /* calls begun in each phase */
-    int errors;    /* calls that failed (lost) */
-    int mixed;     /* answers mixing values */
-    int strange;   /* answers neither 1.0 nor 2.0 */
-    int wrong;     /* answers from a version older than the phase the call began in */
+    int calls[5]; /* calls begun in each phase */
+    int errors;   /* calls that failed (lost) */
+    int mixed;    /* answers mixing values */
+    int strange;  /* answers neither 1.0 nor 2.0 */
+    int wrong;    /* answers from a version older than the phase the call began in */
     int first_rc;
     char first_err[512];
 } caller_t;
@@ -195,8 +196,7 @@ static int enough_calls(void *arg)
     return 1;
 }
 
-Test(reload, under_load_no_call_lost_none_from_the_wrong_version, .timeout = 180,
-     .fini = stop)
+Test(reload, under_load_no_call_lost_none_from_the_wrong_version, .timeout = 180, .fini = stop)
 {
     start(NULL, 'a');
     caller_t k[CLIENTS];
@@ -222,7 +222,8 @@ Test(reload, under_load_no_call_lost_none_from_the_wrong_version, .timeout = 180
         int st = run_mxop(out, sizeof(out), "reload version.so");
         clock_gettime(CLOCK_MONOTONIC, &t1);
         cr_log_info("reload %d under load: `mxop reload` took %.1f ms", round,
-                    (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+                    (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                        (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
         cr_assert_eq(st, 0, "mxop reload: exit %d: %s", st, out);
         field(out, "sessions:", v, sizeof(v));
         cr_assert(strncmp(v, "4 (", 3) == 0, "every session is moved: %s", out);
@@ -233,23 +234,24 @@ Test(reload, under_load_no_call_lost_none_from_the_wrong_version, .timeout = 180
     atomic_store(&running, 0);
     for (int i = 0; i < CLIENTS; i++) {
         pthread_join(k[i].th, NULL);
-        cr_expect_eq(k[i].errors, 0, "caller %d: %d calls lost, the first: %s: %s", i,
-                     k[i].errors, mxop_err_name(k[i].first_rc), k[i].first_err);
+        cr_expect_eq(k[i].errors, 0, "caller %d: %d calls lost, the first: %s: %s", i, k[i].errors,
+                     mxop_err_name(k[i].first_rc), k[i].first_err);
         cr_expect_eq(k[i].mixed, 0, "caller %d: %d answers mixed two versions", i, k[i].mixed);
         cr_expect_eq(k[i].strange, 0, "caller %d: %d answers were no version", i, k[i].strange);
         cr_expect_eq(k[i].wrong, 0, "caller %d: %d calls begun after a reload got the old version",
                      i, k[i].wrong);
         for (int p = 0; p < 5; p += 2)
-            cr_expect(k[i].calls[p] >= 5, "caller %d made %d calls in phase %d", i,
-                      k[i].calls[p], p);
+            cr_expect(k[i].calls[p] >= 5, "caller %d made %d calls in phase %d", i, k[i].calls[p],
+                      p);
         mxop_stats_t st;
         cr_assert_eq(mxop_stats(k[i].c, &st), 0);
         cr_expect(st.worker_restarts >= 2, "caller %d: %llu worker replacements", i,
                   (unsigned long long)st.worker_restarts);
         cr_log_info("caller %d: %d calls (%d, %d, %d, %d, %d by phase), %llu worker replacements",
-                    i, k[i].calls[0] + k[i].calls[1] + k[i].calls[2] + k[i].calls[3] +
-                    k[i].calls[4], k[i].calls[0], k[i].calls[1], k[i].calls[2], k[i].calls[3],
-                    k[i].calls[4], (unsigned long long)st.worker_restarts);
+                    i,
+                    k[i].calls[0] + k[i].calls[1] + k[i].calls[2] + k[i].calls[3] + k[i].calls[4],
+                    k[i].calls[0], k[i].calls[1], k[i].calls[2], k[i].calls[3], k[i].calls[4],
+                    (unsigned long long)st.worker_restarts);
         mxop_close(k[i].c);
     }
 }
@@ -546,8 +548,8 @@ Test(reload, requests_sent_while_retiring_go_to_the_replacement, .timeout = 60, 
     mxt_sleep_ms(300);
     cr_assert_eq(kill(w, SIGCONT), 0);
     pthread_join(th, NULL);
-    cr_assert_eq(l.rc, 0, "LoadLibrary sent while the worker retired: %s: %s",
-                 mxop_err_name(l.rc), l.err);
+    cr_assert_eq(l.rc, 0, "LoadLibrary sent while the worker retired: %s: %s", mxop_err_name(l.rc),
+                 l.err);
     char out[4096];
     size_t n = fread(out, 1, sizeof(out) - 1, p);
     out[n] = '\0';

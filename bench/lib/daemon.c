@@ -213,22 +213,10 @@ int mxb_daemon_start(mxb_daemon_t *d, const char *build, char *err, size_t errle
      * scratch mode of a session that loads an untrusted library too
      * (softmax.so, never called).
      */
-    const char *argv[] = {daemon,
-                          "--socket",
-                          d->sock,
-                          "--plugin-dir",
-                          d->plugins,
-                          "--log-level",
-                          "error",
-                          "--trusted-library",
-                          "noop.so",
-                          "--trusted-library",
-                          "relu.so",
-                          "--trusted-library",
-                          "gemm.so",
-                          "--trusted-library",
-                          "crash.so",
-                          NULL};
+    const char *argv[] = {daemon,     "--socket",          d->sock,    "--plugin-dir",
+                          d->plugins, "--log-level",       "error",    "--trusted-library",
+                          "noop.so",  "--trusted-library", "relu.so",  "--trusted-library",
+                          "gemm.so",  "--trusted-library", "crash.so", NULL};
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {

@@ -22,8 +22,8 @@ enum mxb_kind {
 /** What a row is held to. */
 enum mxb_target {
     MXB_NO_TARGET = 0,
-    MXB_RATIO_AT_MOST = 1, /* ratio <= limit */
-    MXB_TIME_AT_MOST = 2,  /* median <= limit nanoseconds */
+    MXB_RATIO_AT_MOST = 1,  /* ratio <= limit */
+    MXB_TIME_AT_MOST = 2,   /* median <= limit nanoseconds */
     MXB_RATIO_AT_LEAST = 3, /* ratio >= limit (rates: higher is better) */
 };
 

@@ -201,7 +201,7 @@ int mxop_op_info_v2(const mxop_op_t *op, mxop_op_info_v2_t *info);
  */
 typedef struct mxop_attr_info {
     uint32_t struct_size;
-    int32_t type;              /* enum mxop_attr_type (types.h) */
+    int32_t type; /* enum mxop_attr_type (types.h) */
     const char *name;
     int32_t required;          /* nonzero: every call must give it */
     const char *default_value; /* NULL when there is none */
@@ -272,8 +272,7 @@ int mxop_region_create(mxop_client_t *c, size_t bytes, uint32_t *region, void **
  * NULL it gets a read-write mapping made here (freed at release).
  * Returns MXOP_EINVAL when the fd is smaller than `bytes` or not mappable.
  */
-int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *region,
-                            void **base);
+int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *region, void **base);
 
 /** Unregisters a region (the worker unmaps it).  MXOP_EUNKNOWN_REGION if unknown. */
 int mxop_region_release(mxop_client_t *c, uint32_t region);
@@ -350,8 +349,8 @@ int mxop_region_register_cuda_ipc(mxop_client_t *c, const void *handle, size_t h
  * allocating: `offset` bytes into `region`.  Checked against the region's
  * size here (MXOP_EBOUNDS) and again in the worker.
  */
-int mxop_array_view(mxop_client_t *c, uint32_t region, uint64_t offset, int32_t dtype,
-                    int32_t ndim, const int64_t *shape, mxop_array_t *out);
+int mxop_array_view(mxop_client_t *c, uint32_t region, uint64_t offset, int32_t dtype, int32_t ndim,
+                    const int64_t *shape, mxop_array_t *out);
 
 /* ------------------------------------------------------------------------
  * Calls

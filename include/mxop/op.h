@@ -93,11 +93,11 @@ typedef struct mxop_ctx mxop_ctx_t;
  * copies them).
  */
 typedef struct mxop_attr_decl {
-    const char *name;         /* [A-Za-z0-9_]+, unique within the op */
-    int32_t type;             /* enum mxop_attr_type */
-    int32_t required;         /* nonzero: every call must give it (no default then) */
+    const char *name;          /* [A-Za-z0-9_]+, unique within the op */
+    int32_t type;              /* enum mxop_attr_type */
+    int32_t required;          /* nonzero: every call must give it (no default then) */
     const char *default_value; /* the default as a string in the type's syntax; NULL: none */
-    const char *doc;          /* one line for help texts; may be NULL */
+    const char *doc;           /* one line for help texts; may be NULL */
 } mxop_attr_decl_t;
 
 /**

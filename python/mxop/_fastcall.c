@@ -48,16 +48,16 @@ static PyArray_Descr *np_descr[NDTYPES]; /* NULL for bf16: no NumPy dtype */
 static PyObject *torch_tensor_type;
 static PyObject *torch_from_numpy;
 static PyObject *torch_strided;
-static PyObject *torch_codes; /* {torch dtype: mxop code} */
-static PyObject *torch_settle; /* torch._settle(client, rc) */
-static PyObject *inflight;     /* _interrupt.inflight, a list of one int */
+static PyObject *torch_codes;        /* {torch dtype: mxop code} */
+static PyObject *torch_settle;       /* torch._settle(client, rc) */
+static PyObject *inflight;           /* _interrupt.inflight, a list of one int */
 static PyObject *torch_grad_enabled; /* torch.is_grad_enabled */
 static PyObject *torch_tracing;      /* torch._C._get_tracing_state */
 
 static PyObject *s_h, *s_live, *s_close_pending, *s_finish_close, *s_rbase, *s_rinfo, *s_rmap,
-    *s_note_region, *s_infer, *s_specs, *s_pairs, *s_addr, *s_p, *s_dtype, *s_shape,
-    *s_nbytes, *s_wpid, *s_data_ptr, *s_is_contiguous, *s_is_cpu, *s_layout, *s_is_shared,
-    *s_error, *s_dict, *s_requires_grad;
+    *s_note_region, *s_infer, *s_specs, *s_pairs, *s_addr, *s_p, *s_dtype, *s_shape, *s_nbytes,
+    *s_wpid, *s_data_ptr, *s_is_contiguous, *s_is_cpu, *s_layout, *s_is_shared, *s_error, *s_dict,
+    *s_requires_grad;
 
 /* ---- blocks: one arena allocation, the base of the arrays viewing it ---- */
 
@@ -82,8 +82,7 @@ static void block_dealloc(PyObject *self)
             /* Without the GIL, as ctypes calls: libmxop may wait for the
              * client's lock while another thread's call holds it. */
             if (hp != NULL) {
-                Py_BEGIN_ALLOW_THREADS
-                fn_free(hp, &b->a);
+                Py_BEGIN_ALLOW_THREADS fn_free(hp, &b->a);
                 Py_END_ALLOW_THREADS
             }
         }
@@ -144,10 +143,8 @@ static PyMemberDef block_members[] = {
     {"client", T_OBJECT, offsetof(Block, client), READONLY, "the mxop.Client"},
     {"dtype", T_INT, offsetof(Block, a) + offsetof(mxop_array_t, dtype), READONLY, NULL},
     {"region", T_UINT, offsetof(Block, a) + offsetof(mxop_array_t, region), READONLY, NULL},
-    {"offset", T_ULONGLONG, offsetof(Block, a) + offsetof(mxop_array_t, offset), READONLY,
-     NULL},
-    {"nbytes", T_PYSSIZET, offsetof(Block, a) + offsetof(mxop_array_t, nbytes), READONLY,
-     NULL},
+    {"offset", T_ULONGLONG, offsetof(Block, a) + offsetof(mxop_array_t, offset), READONLY, NULL},
+    {"nbytes", T_PYSSIZET, offsetof(Block, a) + offsetof(mxop_array_t, nbytes), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -167,8 +164,7 @@ static PyTypeObject BlockType = {
 /* 1 and (region, offset) when [ptr, ptr + nbytes) lies in a region of the
  * client's address table (client._rbase / _rinfo, see Client._region_of),
  * 0 when it does not, -1 on error. */
-static int region_of(PyObject *client, uintptr_t ptr, size_t nbytes, uint32_t *rid,
-                     uint64_t *off)
+static int region_of(PyObject *client, uintptr_t ptr, size_t nbytes, uint32_t *rid, uint64_t *off)
 {
     PyObject *rbase = PyObject_GetAttr(client, s_rbase);
     if (rbase == NULL)
@@ -626,8 +622,7 @@ static PyObject *fc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         goto done;
     for (Py_ssize_t i = 0; i < n_in; i++) {
         PyObject *item = NULL;
-        int r = pack_one(client, PyTuple_GET_ITEM(inputs, i), &in[i], &item,
-                         mode != MODE_NUMPY);
+        int r = pack_one(client, PyTuple_GET_ITEM(inputs, i), &in[i], &item, mode != MODE_NUMPY);
         if (r < 0)
             goto done;
         if (r > 0) {
@@ -706,9 +701,9 @@ static PyObject *fc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         blocks[i] = b;
         int rc;
         Py_BEGIN_ALLOW_THREADS /* it may wait for the client's lock (see block_dealloc) */
-        rc = fn_alloc(h, sp[i].dtype, sp[i].ndim, sp[i].shape, &b->a);
-        Py_END_ALLOW_THREADS
-        if (rc < 0) {
+            rc = fn_alloc(h, sp[i].dtype, sp[i].ndim, sp[i].shape, &b->a);
+        Py_END_ALLOW_THREADS if (rc < 0)
+        {
             raise_rc(client, rc, MODE_NUMPY);
             goto done;
         }
@@ -741,10 +736,9 @@ static PyObject *fc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     call_fn fn = mode == MODE_TORCH_BACKWARD ? fn_backward : fn_forward;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fn(h, opp, callp, in, (int)n_in, out, (int)n_out);
-    Py_END_ALLOW_THREADS
-    if (mode != MODE_NUMPY) {
+    Py_BEGIN_ALLOW_THREADS rc = fn(h, opp, callp, in, (int)n_in, out, (int)n_out);
+    Py_END_ALLOW_THREADS if (mode != MODE_NUMPY)
+    {
         set_inflight(0);
         Py_DECREF(cdict);
     }
@@ -906,15 +900,21 @@ static PyMethodDef fc_methods[] = {
 };
 
 static struct PyModuleDef fc_module = {
-    PyModuleDef_HEAD_INIT, "_fastcall",
-    "The Python bindings' call path in C (see python/mxop/_fastcall.c).", -1, fc_methods,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "_fastcall",
+    "The Python bindings' call path in C (see python/mxop/_fastcall.c).",
+    -1,
+    fc_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
-#define INTERN(var, text)                                                                 \
-    do {                                                                                  \
-        if ((var = PyUnicode_InternFromString(text)) == NULL)                             \
-            return NULL;                                                                  \
+#define INTERN(var, text)                                                                          \
+    do {                                                                                           \
+        if ((var = PyUnicode_InternFromString(text)) == NULL)                                      \
+            return NULL;                                                                           \
     } while (0)
 
 PyMODINIT_FUNC PyInit__fastcall(void);

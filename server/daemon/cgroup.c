@@ -17,8 +17,8 @@
  *     memory.oom_control} and /sys/fs/cgroup/pids/mxop-w<pid>/pids.max.
  * The group is named after the worker's pid, which is unique among live
  * processes; a stale group of that name (a daemon that was killed) is
- * removed first, and at start every empty group of a dead pid.  Killing a worker kills its whole group: cgroup.kill
- * (v2), or SIGKILL to every member until none is left (v1).
+ * removed first, and at start every empty group of a dead pid.  Killing a worker kills its whole
+ * group: cgroup.kill (v2), or SIGKILL to every member until none is left (v1).
  */
 #include "server/daemon/cgroup.h"
 
@@ -145,12 +145,9 @@ const char *mxop__cgroup_describe(void)
     if (layout == UNKNOWN)
         layout = detect();
     switch (layout) {
-    case V2:
-        return "a cgroup v2 per worker (memory with shared mappings, pids, cgroup.kill)";
-    case V1:
-        return "a cgroup v1 per worker (memory with shared mappings, pids)";
-    default:
-        return "no per-worker cgroup (shared memory not limited)";
+    case V2: return "a cgroup v2 per worker (memory with shared mappings, pids, cgroup.kill)";
+    case V1: return "a cgroup v1 per worker (memory with shared mappings, pids)";
+    default: return "no per-worker cgroup (shared memory not limited)";
     }
 }
 
@@ -162,8 +159,9 @@ void mxop__cgroup_enter(pid_t pid, const char *sandbox, uint64_t memory_mb)
         layout = detect();
     if (layout == NONE) {
         if (!warned)
-            MXOP__LOGW(0, NULL, "no per-worker cgroup (no writable memory controller under "
-                                "%s): memory in shared mappings is not limited",
+            MXOP__LOGW(0, NULL,
+                       "no per-worker cgroup (no writable memory controller under "
+                       "%s): memory in shared mappings is not limited",
                        ROOT);
         warned = true;
         return;
@@ -192,8 +190,9 @@ void mxop__cgroup_enter(pid_t pid, const char *sandbox, uint64_t memory_mb)
     }
     if (rc != 0 && !warned) {
         warned = true;
-        MXOP__LOGW(0, NULL, "cannot put worker %d in a cgroup of its own (%s): memory in shared "
-                            "mappings is not limited",
+        MXOP__LOGW(0, NULL,
+                   "cannot put worker %d in a cgroup of its own (%s): memory in shared "
+                   "mappings is not limited",
                    (int)pid, strerror(-rc));
     }
 }
@@ -250,8 +249,7 @@ bool mxop__cgroup_release(pid_t pid, mxop__status_page_t *page)
         return false;
     /* The daemon's own observation (the cgroup's counters), not the worker's word. */
     bool oom = oom_killed(pid);
-    if (page != NULL && oom &&
-        atomic_load_explicit(&page->fault_code, memory_order_acquire) == 0) {
+    if (page != NULL && oom && atomic_load_explicit(&page->fault_code, memory_order_acquire) == 0) {
         char *m = (char *)page->fault_msg;
         mxop__fmt(m, MXOP__STATUS_MSG_MAX,
                   "out of memory: the worker's cgroup reached its limit of %llu MiB "

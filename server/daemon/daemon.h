@@ -355,8 +355,8 @@ typedef struct mxop__libver {
 } mxop__libver_t;
 
 typedef struct mxop__lib {
-    char *path; /* resolved */
-    char *name; /* as the client gave it */
+    char *path;               /* resolved */
+    char *name;               /* as the client gave it */
     mxop__libver_t ver;       /* what the live worker loaded (reload.c reports it) */
     mxop__libver_t spare_ver; /* what the warm spare loaded: becomes ver when it is promoted */
 } mxop__lib_t;
@@ -444,12 +444,12 @@ typedef struct mxop__op_fault {
  * the top of that file and in docs/architecture.md).
  */
 typedef enum mxop__sess_state {
-    MXOP__SESS_RUNNING, /* s->worker serves */
-    MXOP__SESS_WAITING, /* no worker: a respawn (or a retry of a failed spawn) waits for its timer
-                         */
+    MXOP__SESS_RUNNING,  /* s->worker serves */
+    MXOP__SESS_WAITING,  /* no worker: a respawn (or a retry of a failed spawn) waits for its timer
+                          */
     MXOP__SESS_RETIRING, /* a reload asked s->worker to exit between calls; it still serves */
-    MXOP__SESS_FAILED,  /* the session cannot be restored: worker-bound requests fail */
-    MXOP__SESS_ENDED    /* the client is gone */
+    MXOP__SESS_FAILED,   /* the session cannot be restored: worker-bound requests fail */
+    MXOP__SESS_ENDED     /* the client is gone */
 } mxop__sess_state_t;
 
 /* The session's warm spare slot (spare.c owns it; its table is at the top of that file). */
@@ -607,7 +607,7 @@ struct mxop__worker {
     char timeout_op[MXOP__STATUS_OP_MAX]; /* its op, as the client named it */
     int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
     char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
-    bool retiring; /* asked to exit between calls (a hot reload, session_fsm.c) */
+    bool retiring;                /* asked to exit between calls (a hot reload, session_fsm.c) */
 };
 
 /* ------------------------------------------------------------------------ */

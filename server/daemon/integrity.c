@@ -89,8 +89,9 @@ int mxop__integrity_check_plugin_dir(const char *dir, char *err, size_t errlen)
         mxop__fmt(first, sizeof(first), "the plugin directory %s (mode %03o)", dir,
                   (unsigned)(st.st_mode & 0777));
         n++;
-        MXOP__LOGW(0, NULL, "%s is writable by others than its owner: a library in it can be "
-                            "replaced",
+        MXOP__LOGW(0, NULL,
+                   "%s is writable by others than its owner: a library in it can be "
+                   "replaced",
                    first);
     }
     DIR *d = opendir(dir);

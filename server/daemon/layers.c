@@ -54,8 +54,9 @@ int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size
 {
     if (strcmp(sandbox, "none") == 0) {
         mxop__fmt(described, sizeof(described), "none: workers are not confined");
-        MXOP__LOGW(0, NULL, "sandbox none: workers are not confined (libraries run with the "
-                            "daemon's privileges)");
+        MXOP__LOGW(0, NULL,
+                   "sandbox none: workers are not confined (libraries run with the "
+                   "daemon's privileges)");
         return 0;
     }
     bool strict = strcmp(sandbox, "strict") == 0;
@@ -83,8 +84,9 @@ int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size
     MXOP__LOGI(0, NULL, "sandbox %s layers: %s", sandbox, described);
     if (strict && abi == 0) {
         if (fallback) {
-            MXOP__LOGW(0, NULL, "sandbox strict without Landlock (--sandbox-fallback on): "
-                                "workers can read and write whatever their uid can");
+            MXOP__LOGW(0, NULL,
+                       "sandbox strict without Landlock (--sandbox-fallback on): "
+                       "workers can read and write whatever their uid can");
             return 0;
         }
         mxop__fmt(err, errlen,

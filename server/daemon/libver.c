@@ -61,8 +61,7 @@ int mxop__libver_read(const char *path, mxop__libver_t *v, char *err, size_t err
     int rc = mxop__sha256_fd(fd, v->sha256);
     close(fd);
     if (rc != 0) {
-        mxop__fmt(err, errlen, "library %s cannot be read for its digest: %s", path,
-                  strerror(-rc));
+        mxop__fmt(err, errlen, "library %s cannot be read for its digest: %s", path, strerror(-rc));
         v->sha256[0] = '\0';
         return MXOP_ELIB_INVALID;
     }
@@ -121,8 +120,8 @@ int mxop__libver_same_ops(const mxop__session_t *s, const char *name, const Mxop
     for (size_t j = 0; j < s->n_ops; j++)
         had += s->ops[j].library != NULL && strcmp(s->ops[j].library, name) == 0;
     if (had != r->n_ops) {
-        mxop__fmt(why, whylen, "library '%s' now registers %zu ops where the session has %zu",
-                  name, r->n_ops, had);
+        mxop__fmt(why, whylen, "library '%s' now registers %zu ops where the session has %zu", name,
+                  r->n_ops, had);
         return MXOP_ELIB_INVALID;
     }
     for (size_t i = 0; i < r->n_ops; i++) {
@@ -138,8 +137,8 @@ int mxop__libver_same_ops(const mxop__session_t *s, const char *name, const Mxop
             mxop__fmt(why, whylen,
                       "library '%s' now registers op '%s' at index %u, where the session has "
                       "%s%s%s with another signature",
-                      name, n->name, (unsigned)n->index, o ? "op '" : "no op",
-                      o ? o->name : "", o ? "'" : "");
+                      name, n->name, (unsigned)n->index, o ? "op '" : "no op", o ? o->name : "",
+                      o ? "'" : "");
             return MXOP_ELIB_INVALID;
         }
     }

@@ -302,42 +302,22 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             return usage_error("unknown option '%s'", arg);
         memcpy(opt, arg, olen);
         opt[olen] = '\0';
-        static const char *const known[] = {"--socket",
-                                            "--plugin-dir",
-                                            "--log-level",
-                                            "--worker",
-                                            "--allow-uid",
-                                            "--max-timeout-ms",
-                                            "--sandbox",
-                                            "--worker-memory-mb",
-                                            "--worker-max-fds",
-                                            "--worker-uid",
-                                            "--warm-spare",
-                                            "--init-timeout-ms",
-                                            "--max-connections",
-                                            "--handshake-timeout-ms",
-                                            "--idle-timeout-ms",
-                                            "--max-buffered-mb",
-                                            "--session-max-regions",
-                                            "--session-max-region-mb",
-                                            "--session-max-libraries",
-                                            "--allowlist",
-                                            "--strict-plugin-dir",
-                                            "--sandbox-fallback",
-                                            "--probe-interval-ms",
-                                            "--probe-timeout-ms",
-                                            "--session-max-states",
-                                            /* Administrators and hot reload (admin.c, reload.c). */
-                                            "--admin-uid",
-                                            "--watch",
-                                            /* Observability (cli): log format, metrics file. */
-                                            "--log-format",
-                                            "--metrics-file",
-                                            "--metrics-interval-ms",
-                                            "--config", /* the service: config file, drain */
-                                            "--drain-timeout-ms",
-                                            /* Memory integrity (memconfine.c). */
-                                            "--trusted-library"};
+        static const char *const known[] = {
+            "--socket", "--plugin-dir", "--log-level", "--worker", "--allow-uid",
+            "--max-timeout-ms", "--sandbox", "--worker-memory-mb", "--worker-max-fds",
+            "--worker-uid", "--warm-spare", "--init-timeout-ms", "--max-connections",
+            "--handshake-timeout-ms", "--idle-timeout-ms", "--max-buffered-mb",
+            "--session-max-regions", "--session-max-region-mb", "--session-max-libraries",
+            "--allowlist", "--strict-plugin-dir", "--sandbox-fallback", "--probe-interval-ms",
+            "--probe-timeout-ms", "--session-max-states",
+            /* Administrators and hot reload (admin.c, reload.c). */
+            "--admin-uid", "--watch",
+            /* Observability (cli): log format, metrics file. */
+            "--log-format", "--metrics-file", "--metrics-interval-ms",
+            "--config", /* the service: config file, drain */
+            "--drain-timeout-ms",
+            /* Memory integrity (memconfine.c). */
+            "--trusted-library"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -552,7 +532,7 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
  * cfg, with no effect outside it; the allowlist's value is handed back.
  */
 int mxop__options_reparse(const mxop__cfgargs_t *na, mxop__config_t *nc, int *level,
-                   const char **allowlist, char *err, size_t errlen)
+                          const char **allowlist, char *err, size_t errlen)
 {
     bool done;
     reloading = true;

@@ -157,8 +157,8 @@ void mxop__ctl_reload(mxop__client_t *cl, const Mxop__Request *req)
     }
     const char *name = req->reload->library != NULL ? req->reload->library : "";
     char resolved[PATH_MAX];
-    int rc = mxop__plugin_resolve(d->cfg.plugin_dir, name, strlen(name), resolved,
-                                  sizeof(resolved), err, sizeof(err));
+    int rc = mxop__plugin_resolve(d->cfg.plugin_dir, name, strlen(name), resolved, sizeof(resolved),
+                                  err, sizeof(err));
     if (rc != 0) {
         mxop__reply_errorf(cl, req->id, rc, "Reload refused: %s", err);
         return;
@@ -269,8 +269,10 @@ void mxop__reload_tick(mxop__daemon_t *d, int64_t now)
         uint64_t *ids = NULL;
         size_t n = reload_sessions(d, name, path, &v, &ids);
         free(ids);
-        MXOP__LOGI(0, NULL, "--watch: library '%s' (%s) changed (sha256 %s): %zu sessions replace "
-                   "their workers", name, path, v.sha256, n);
+        MXOP__LOGI(0, NULL,
+                   "--watch: library '%s' (%s) changed (sha256 %s): %zu sessions replace "
+                   "their workers",
+                   name, path, v.sha256, n);
     }
 }
 

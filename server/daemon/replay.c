@@ -166,7 +166,8 @@ void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r)
     }
     mxop__lib_t *lib;
     char why[MXOP__MSG_MAX];
-    if (p->kind == MXOP__PENDING_LOAD && mxop__libver_same_ops(s, p->name, r, why, sizeof(why)) != 0) {
+    if (p->kind == MXOP__PENDING_LOAD &&
+        mxop__libver_same_ops(s, p->name, r, why, sizeof(why)) != 0) {
         mxop__pending_free(p);
         mxop__spare_event(s, MXOP__SPARE_EV_FAILED, why);
         return;

@@ -380,8 +380,8 @@ static void on_reload(mxop__session_t *s, const char *why)
     }
     w->retiring = true;
     s->state = MXOP__SESS_RETIRING;
-    MXOP__LOGI(s->id, NULL, "reload of %s: worker %d retires after its call in flight, if any",
-               why, (int)w->pid);
+    MXOP__LOGI(s->id, NULL, "reload of %s: worker %d retires after its call in flight, if any", why,
+               (int)w->pid);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -395,8 +395,8 @@ static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
         if (was != MXOP__SESS_RUNNING && was != MXOP__SESS_RETIRING)
             break;
         const mxop__worker_exit_t *x = arg;
-        bool retired = was == MXOP__SESS_RETIRING && x->term_signal == 0 &&
-                       x->exit_status == 0 && x->call_id == 0;
+        bool retired = was == MXOP__SESS_RETIRING && x->term_signal == 0 && x->exit_status == 0 &&
+                       x->call_id == 0;
         on_died(s, x, retired);
         if (was == MXOP__SESS_RETIRING || !s->reloading)
             mxop__reload_settled(s->d);

@@ -87,8 +87,8 @@ static void note_libs(const mxop__session_t *s)
     size_t at = 0;
     names[0] = '\0';
     for (size_t i = 0; i < s->n_libs && at + 1 < sizeof(names); i++)
-        at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? "," : "",
-                               s->libs[i].name);
+        at +=
+            (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? "," : "", s->libs[i].name);
     (void)mxop__worker_output_set_libs(s->id, names);
 }
 

@@ -56,7 +56,8 @@ void mxop__note_inputs(const mxop__status_page_t *page, char *out, size_t outlen
             at += (size_t)snprintf(out + at, outlen - at, "%s%lld", k ? "," : "",
                                    (long long)page->in_dims[i][k]);
         if (at + 1 < outlen)
-            at += (size_t)snprintf(out + at, outlen - at, "] %s", mxop_dtype_name(page->in_dtype[i]));
+            at +=
+                (size_t)snprintf(out + at, outlen - at, "] %s", mxop_dtype_name(page->in_dtype[i]));
     }
     if (n > MXOP__STATUS_IN_MAX && at + 1 < outlen)
         snprintf(out + at, outlen - at, ", ... (%u inputs)", (unsigned)n);

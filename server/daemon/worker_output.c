@@ -42,9 +42,9 @@ typedef struct stream {
     const char *name; /* "stdout" or "stderr" */
     char line[MXOP__WORKER_OUTPUT_LINE_MAX + 1];
     size_t len;
-    bool cut;       /* the current line is over the maximum: the rest is dropped */
-    double tokens;  /* lines it may log now */
-    uint64_t last;  /* uv_now when the tokens were counted */
+    bool cut;      /* the current line is over the maximum: the rest is dropped */
+    double tokens; /* lines it may log now */
+    uint64_t last; /* uv_now when the tokens were counted */
     uint64_t dropped;
     char buf[16384];
 } stream_t;
@@ -141,9 +141,8 @@ static void say_dropped(stream_t *st)
     if (st->dropped == 0)
         return;
     MXOP__LOGW(st->owner->session, NULL,
-               "worker %d %s: %llu lines dropped (over %d lines a second)",
-               (int)st->owner->pid, st->name, (unsigned long long)st->dropped,
-               MXOP__WORKER_OUTPUT_LINES_PER_S);
+               "worker %d %s: %llu lines dropped (over %d lines a second)", (int)st->owner->pid,
+               st->name, (unsigned long long)st->dropped, MXOP__WORKER_OUTPUT_LINES_PER_S);
     st->dropped = 0;
 }
 
@@ -163,7 +162,8 @@ static void emit(stream_t *st)
         say_dropped(st);
         char esc[MXOP__WORKER_OUTPUT_LINE_MAX * 4 + 1];
         escape(esc, st->line, st->len);
-        /* The session's libraries, escaped too (their names are the client's), at most 255 bytes. */
+        /* The session's libraries, escaped too (their names are the client's), at most 255 bytes.
+         */
         char lib_esc[256 * 4 + 4] = "";
         const char *libs = libs_of(st->owner->session);
         if (libs != NULL) {

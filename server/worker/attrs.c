@@ -367,8 +367,9 @@ int mxop__attrs_validate(const mxop__worker_op_t *op, int n, const char *const *
         }
         if (check_value(d->type, vals[i], &why) != 0) {
             describe_decls(op, known, sizeof(known));
-            mxop__fmt(msg, msglen, "op '%s': attribute '%s' = '%.100s' %s (declared %s); it knows: %s",
-                      op->name, d->name, vals[i], why, mxop__attr_type_name(d->type), known);
+            mxop__fmt(msg, msglen,
+                      "op '%s': attribute '%s' = '%.100s' %s (declared %s); it knows: %s", op->name,
+                      d->name, vals[i], why, mxop__attr_type_name(d->type), known);
             return MXOP_EATTR;
         }
     }

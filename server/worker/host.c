@@ -219,13 +219,15 @@ static const char *host_attr_string(mxop_ctx_t *ctx, const char *key, const char
     return v != NULL ? v : dflt;
 }
 
-static int attr_list(mxop_ctx_t *ctx, const char *key, int floats, int64_t *iv, double *dv,
-                     int cap, int *n)
+static int attr_list(mxop_ctx_t *ctx, const char *key, int floats, int64_t *iv, double *dv, int cap,
+                     int *n)
 {
     const char *name = floats ? "attr_float_list" : "attr_int_list";
     if (n == NULL || cap < 0 || (cap > 0 && (floats ? (void *)dv : (void *)iv) == NULL))
         return host_set_error(ctx, MXOP_EINVAL, "%s: %s", name,
-                              n == NULL ? "n is NULL" : cap < 0 ? "cap is negative" : "out is NULL");
+                              n == NULL ? "n is NULL"
+                              : cap < 0 ? "cap is negative"
+                                        : "out is NULL");
     *n = 0;
     const char *v = attr_value_or_declared(ctx, key);
     const char *why = NULL;
@@ -348,16 +350,16 @@ static void *host_alloc_output(mxop_ctx_t *ctx, int i, int32_t ndim, const int64
         return NULL;
     }
     if (ndim < 0 || ndim > MXOP_MAX_DIMS || (ndim > 0 && shape == NULL)) {
-        host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d: ndim %d is outside [0, %d]",
-                       i, ndim, MXOP_MAX_DIMS);
+        host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d: ndim %d is outside [0, %d]", i,
+                       ndim, MXOP_MAX_DIMS);
         return NULL;
     }
     mxop_tensor_t *t = &ctx->dyn_out[i];
     uint64_t elems = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0 || __builtin_mul_overflow(elems, (uint64_t)shape[d], &elems)) {
-            host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d: dimension %d is %lld", i,
-                           d, (long long)shape[d]);
+            host_set_error(ctx, MXOP_EINVAL, "alloc_output: output %d: dimension %d is %lld", i, d,
+                           (long long)shape[d]);
             return NULL;
         }
     }

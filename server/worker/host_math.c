@@ -113,8 +113,8 @@ static void half_block(int32_t dtype, int to_f32, void *half, int64_t ld, float 
  * workspace, multiplied by sgemm (so products accumulate in f32) and the
  * result rounded back once.
  */
-static int half_gemm(mxop_ctx_t *ctx, int32_t dtype, int trans_a, int trans_b, int64_t m,
-                     int64_t n, int64_t k, double alpha, const void *a, int64_t lda, const void *b,
+static int half_gemm(mxop_ctx_t *ctx, int32_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
+                     int64_t k, double alpha, const void *a, int64_t lda, const void *b,
                      int64_t ldb, double beta, void *c, int64_t ldc)
 {
     const char *why = NULL;
@@ -123,8 +123,8 @@ static int half_gemm(mxop_ctx_t *ctx, int32_t dtype, int trans_a, int trans_b, i
         return ERR(ctx, MXOP_EINTERNAL, "gemm: %s", why);
     int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
     int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
-    uint64_t elems = (uint64_t)ar * (uint64_t)ac + (uint64_t)br * (uint64_t)bc +
-                     (uint64_t)m * (uint64_t)n;
+    uint64_t elems =
+        (uint64_t)ar * (uint64_t)ac + (uint64_t)br * (uint64_t)bc + (uint64_t)m * (uint64_t)n;
     if (elems > SIZE_MAX / sizeof(float))
         return ERR(ctx, MXOP_EINVAL, "gemm: operands too large to widen to f32");
     float *fa = mxop__host.workspace(ctx, (size_t)elems * sizeof(float));
@@ -293,7 +293,9 @@ static void set(int32_t dtype, void *p, int64_t i, double v)
 {
     switch (dtype) {
     case MXOP_I32: ((int32_t *)p)[i] = (int32_t)to_int(v, INT32_MIN, INT32_MAX); break;
-    case MXOP_I64: ((int64_t *)p)[i] = to_int(v, -9223372036854775808.0, 9223372036854775807.0); break;
+    case MXOP_I64:
+        ((int64_t *)p)[i] = to_int(v, -9223372036854775808.0, 9223372036854775807.0);
+        break;
     case MXOP_U8: ((uint8_t *)p)[i] = (uint8_t)to_int(v, 0, UINT8_MAX); break;
     case MXOP_I8: ((int8_t *)p)[i] = (int8_t)to_int(v, INT8_MIN, INT8_MAX); break;
     case MXOP_BOOL: ((uint8_t *)p)[i] = v != 0; break;
@@ -415,7 +417,9 @@ int mxop__host_convert(mxop_ctx_t *ctx, int64_t n, int32_t src_dtype, const void
             if (dst_dtype == MXOP_BOOL)
                 ((uint8_t *)dst)[i] = v != 0;
             else if (dst_dtype == MXOP_I32)
-                ((int32_t *)dst)[i] = v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int32_t)v;
+                ((int32_t *)dst)[i] = v < INT32_MIN   ? INT32_MIN
+                                      : v > INT32_MAX ? INT32_MAX
+                                                      : (int32_t)v;
             else if (dst_dtype == MXOP_U8)
                 ((uint8_t *)dst)[i] = v < 0 ? 0 : v > UINT8_MAX ? UINT8_MAX : (uint8_t)v;
             else

@@ -39,8 +39,7 @@ int mxop_inproc_load(const char *path)
     if (path == NULL)
         return fail(MXOP_EINVAL, "mxop_inproc_load: path is NULL");
     const char *base = strrchr(path, '/');
-    return mxop__plugin_load(path, base != NULL ? base + 1 : path, &li, last_msg,
-                             sizeof(last_msg));
+    return mxop__plugin_load(path, base != NULL ? base + 1 : path, &li, last_msg, sizeof(last_msg));
 }
 
 /* The attribute list as the worker's call set-up takes it. */
@@ -120,8 +119,7 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
     if (rc != 0)
         return rc;
     if (op->def.state_create != NULL)
-        return fail(MXOP_ENOT_SUPPORTED, "op '%s' is stateful: not supported in process",
-                    op->name);
+        return fail(MXOP_ENOT_SUPPORTED, "op '%s' is stateful: not supported in process", op->name);
     mxop__op_fn_t fn = backward ? op->def.backward : op->def.forward;
     if (fn == NULL)
         return fail(MXOP_ENOT_SUPPORTED, "op '%s' has no %s on the host", op->name,
@@ -147,8 +145,7 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
     const int32_t *fdt = backward ? dt + op->def.num_outputs : dt;
     const mxop_shape_t *fsh = backward ? sh + op->def.num_outputs : sh;
     if (!backward) {
-        rc = mxop__infer(op, fwd_in, fdt, fsh, n_out, want_dt, want_sh, last_msg,
-                         sizeof(last_msg));
+        rc = mxop__infer(op, fwd_in, fdt, fsh, n_out, want_dt, want_sh, last_msg, sizeof(last_msg));
         if (rc != 0)
             goto out;
     } else {
@@ -171,8 +168,7 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
     }
     rc = fn(&mxop__ctx, n_in, tin, n_out, tout);
     if (rc != 0)
-        rc = mxop__op_error(op, rc, backward ? "backward" : "forward", last_msg,
-                            sizeof(last_msg));
+        rc = mxop__op_error(op, rc, backward ? "backward" : "forward", last_msg, sizeof(last_msg));
 out:
     mxop__ctx_end();
     return rc;
@@ -189,8 +185,8 @@ int mxop_inproc_infer(const char *name, const char *const *attrs, int n_in,
     const mxop__worker_op_t *op = find(name);
     if (op == NULL)
         return MXOP_EUNKNOWN_OP;
-    int rc = mxop__check_arity(op, 0, (size_t)n_in, (size_t)n_out, 1, &k, last_msg,
-                               sizeof(last_msg));
+    int rc =
+        mxop__check_arity(op, 0, (size_t)n_in, (size_t)n_out, 1, &k, last_msg, sizeof(last_msg));
     if (rc != 0)
         return rc;
     if ((rc = make_attrs(attrs, store, ptrs, &nattrs)) != 0)

@@ -39,8 +39,7 @@ static const char *listed_name(const char *path)
     return slash != NULL ? slash + 1 : path;
 }
 
-int mxop__integrity_open(const char *path, const char *lname, int *fd_out, char *msg,
-                         size_t msglen)
+int mxop__integrity_open(const char *path, const char *lname, int *fd_out, char *msg, size_t msglen)
 {
     *fd_out = -1;
     const char *list = mxop__sandbox_allowlist();
@@ -63,8 +62,8 @@ int mxop__integrity_open(const char *path, const char *lname, int *fd_out, char 
         return MXOP_EDENIED;
     }
     if (rc == 0) {
-        mxop__fmt(msg, msglen, "library '%s' refused: '%s' is not in the allowlist %s", lname,
-                  name, list);
+        mxop__fmt(msg, msglen, "library '%s' refused: '%s' is not in the allowlist %s", lname, name,
+                  list);
         return MXOP_EDENIED;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -79,8 +78,7 @@ int mxop__integrity_open(const char *path, const char *lname, int *fd_out, char 
     char actual[65];
     rc = mxop__sha256_fd(fd, actual);
     if (rc != 0) {
-        mxop__fmt(msg, msglen, "library '%s': reading it for its digest: %s", lname,
-                  strerror(-rc));
+        mxop__fmt(msg, msglen, "library '%s': reading it for its digest: %s", lname, strerror(-rc));
         close(fd);
         return MXOP_ELIB_INVALID;
     }

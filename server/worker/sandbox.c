@@ -96,9 +96,8 @@ static int parse_num(const char *s, uint64_t max, uint64_t *out)
 
 int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
 {
-    static const char *const opts[] = {"--sandbox", "--memory-mb", "--max-fds",
-                                       "--uid",     "--gid",       "--plugin-dir",
-                                       "--allowlist"};
+    static const char *const opts[] = {"--sandbox", "--memory-mb",  "--max-fds",  "--uid",
+                                       "--gid",     "--plugin-dir", "--allowlist"};
     const char *opt = argv[*i];
     int which = -1;
     for (int k = 0; k < (int)(sizeof(opts) / sizeof(opts[0])); k++)
@@ -372,17 +371,36 @@ static const char *const basic_denied[] = {
 
 /* strict: no new programs, no uid or capability changes, no io_uring (it bypasses seccomp). */
 static const char *const strict_denied[] = {
-    "execve",         "execveat",          "fork",      "vfork",     "setuid",
-    "setgid",         "setreuid",          "setregid",  "setresuid", "setresgid",
-    "setfsuid",       "setfsgid",          "setgroups", "capset",    "io_uring_setup",
-    "io_uring_enter", "io_uring_register",
+    "execve",
+    "execveat",
+    "fork",
+    "vfork",
+    "setuid",
+    "setgid",
+    "setreuid",
+    "setregid",
+    "setresuid",
+    "setresgid",
+    "setfsuid",
+    "setfsgid",
+    "setgroups",
+    "capset",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
     /*
      * Memory integrity (server/daemon/memconfine.c): a region's file that
      * takes no seals is made read-only by its mode; a worker of the same
      * uid owns it and must not be able to give the write bits (or an ACL)
      * back.
      */
-    "chmod", "fchmod", "fchmodat", "fchmodat2", "setxattr", "lsetxattr", "fsetxattr",
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
     "setxattrat",
 };
 
@@ -418,7 +436,7 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
      * data channel stays allowed: the worker itself uses it to tell the client
      * that the channel lost its framing (datachan.c).
      */
-    static const int fcntl_cmds[] = {F_SETFD,     F_SETFL,  F_SETOWN, F_SETSIG,
+    static const int fcntl_cmds[] = {F_SETFD,     F_SETFL,    F_SETOWN, F_SETSIG,
                                      F_SETOWN_EX, F_SETLEASE, F_NOTIFY, F_SETPIPE_SZ};
     for (size_t k = 0; k < COUNT(fds); k++)
         for (size_t i = 0; i < COUNT(fcntl_cmds); i++) {

@@ -361,8 +361,7 @@ void mxop__transport_track(int slot, int fd, const char *what);
 /** Forgets a slot (its descriptor was closed by the worker itself). */
 void mxop__transport_untrack(int slot);
 
-#define MXOP__TRANSPORT_BELLS                                                                      \
-    ((1u << MXOP__TRANSPORT_BELL_RX) | (1u << MXOP__TRANSPORT_BELL_TX))
+#define MXOP__TRANSPORT_BELLS ((1u << MXOP__TRANSPORT_BELL_RX) | (1u << MXOP__TRANSPORT_BELL_TX))
 #define MXOP__TRANSPORT_ALL ((1u << MXOP__TRANSPORT_SLOTS) - 1)
 
 /**

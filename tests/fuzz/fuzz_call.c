@@ -30,8 +30,8 @@
 #endif
 
 /* The load order fixes the op indices the seeds use (see seeds.c). */
-static const char *const libraries[] = {"relu.so", "gemm.so", "softmax.so", "sum_n.so",
-                                        "running_mean.so", "noop.so"};
+static const char *const libraries[] = {"relu.so",  "gemm.so",         "softmax.so",
+                                        "sum_n.so", "running_mean.so", "noop.so"};
 /* Regions 1 and 2, as a client would register them. */
 static const struct {
     uint32_t id;

@@ -40,26 +40,13 @@ static void unpack(uint16_t kind, uint32_t len, const uint8_t *payload)
     ProtobufCAllocator *al = &arena.allocator;
     mxop__pbarena_reset(&arena);
     switch (kind) {
-    case MXOP__KIND_CTL_REQUEST:
-        (void)mxop__request__unpack(al, len, payload);
-        break;
-    case MXOP__KIND_CTL_REPLY:
-        (void)mxop__reply__unpack(al, len, payload);
-        break;
-    case MXOP__KIND_CALL:
-        (void)mxop__call__unpack(al, len, payload);
-        break;
-    case MXOP__KIND_CALL_RESULT:
-        (void)mxop__call_result__unpack(al, len, payload);
-        break;
-    case MXOP__KIND_SUP_REQUEST:
-        (void)mxop__sup_request__unpack(al, len, payload);
-        break;
-    case MXOP__KIND_SUP_REPLY:
-        (void)mxop__sup_reply__unpack(al, len, payload);
-        break;
-    default:
-        break;
+    case MXOP__KIND_CTL_REQUEST: (void)mxop__request__unpack(al, len, payload); break;
+    case MXOP__KIND_CTL_REPLY: (void)mxop__reply__unpack(al, len, payload); break;
+    case MXOP__KIND_CALL: (void)mxop__call__unpack(al, len, payload); break;
+    case MXOP__KIND_CALL_RESULT: (void)mxop__call_result__unpack(al, len, payload); break;
+    case MXOP__KIND_SUP_REQUEST: (void)mxop__sup_request__unpack(al, len, payload); break;
+    case MXOP__KIND_SUP_REPLY: (void)mxop__sup_reply__unpack(al, len, payload); break;
+    default: break;
     }
 }
 

@@ -212,7 +212,9 @@ static int out_where_forward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in,
     char name[256] = "";
     float v = 0;
     if (find_mapping((uintptr_t)out[0].data, &lo, &hi, &off, &ino, name, sizeof(name)) == 0)
-        v = strstr(name, "mxop-stage") != NULL ? 1.0f : strstr(name, "mxop-arena") != NULL ? 2.0f : 0;
+        v = strstr(name, "mxop-stage") != NULL   ? 1.0f
+            : strstr(name, "mxop-arena") != NULL ? 2.0f
+                                                 : 0;
     ((float *)out[0].data)[0] = v;
     return 0;
 }

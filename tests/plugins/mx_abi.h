@@ -37,7 +37,8 @@
 
 #define FX_EXPORT extern "C" __attribute__((visibility("default")))
 
-namespace fx {
+namespace fx
+{
 
 enum { F32 = 0, F64 = 1, F16 = 2, U8 = 3, I32 = 4, I8 = 5, I64 = 6 };
 enum { DENSE = 0, ROW_SPARSE = 1, CSR = 2 };
@@ -57,7 +58,10 @@ struct Tensor {
             n *= (size_t)d;
         return n;
     }
-    template <class T> T *ptr() const { return static_cast<T *>(data); }
+    template <class T> T *ptr() const
+    {
+        return static_cast<T *>(data);
+    }
 };
 
 struct Res {
@@ -67,9 +71,18 @@ struct Res {
     void *(*gpu_malloc)(void *, int);
     void *gpu_alloc;
     void *stream; /* a cudaStream_t in a GPU call */
-    void *alloc_cpu(int bytes) const { return cpu_malloc(cpu_alloc, bytes); }
-    void *alloc_gpu(int bytes) const { return gpu_malloc(gpu_alloc, bytes); }
-    std::mt19937 *cpu_rand_states() const { return static_cast<std::mt19937 *>(rng_cpu); }
+    void *alloc_cpu(int bytes) const
+    {
+        return cpu_malloc(cpu_alloc, bytes);
+    }
+    void *alloc_gpu(int bytes) const
+    {
+        return gpu_malloc(gpu_alloc, bytes);
+    }
+    std::mt19937 *cpu_rand_states() const
+    {
+        return static_cast<std::mt19937 *>(rng_cpu);
+    }
 };
 
 /* The library's messages: the list only grows, as MXNet's does. */
@@ -97,7 +110,9 @@ struct StatefulOp {
     {
         return error("this stateful op has no backward");
     }
-    virtual ~StatefulOp() {}
+    virtual ~StatefulOp()
+    {
+    }
 };
 typedef int (*create_fn)(const Attrs &, const Shapes &in_shapes, const std::vector<int> &in_types,
                          StatefulOp **op);
@@ -128,7 +143,8 @@ inline std::vector<Tensor> tensors(const int64_t **shapes, int *dims, void **dat
 {
     std::vector<Tensor> v;
     for (int i = 0; i < n; i++)
-        v.push_back(Tensor{data[i], std::vector<int64_t>(shapes[i], shapes[i] + dims[i]), types[i]});
+        v.push_back(
+            Tensor{data[i], std::vector<int64_t>(shapes[i], shapes[i] + dims[i]), types[i]});
     return v;
 }
 
@@ -260,9 +276,8 @@ FX_EXPORT int _opCallInferType(fx::type_fn type, const char *const *keys, const 
     return fx_types(type, keys, vals, num, intypes, num_in, outtypes, num_out);
 }
 
-FX_EXPORT int _opCallInferSType(fx::type_fn stype, const char *const *keys,
-                                const char *const *vals, int num, int *instypes, int num_in,
-                                int *outstypes, int num_out)
+FX_EXPORT int _opCallInferSType(fx::type_fn stype, const char *const *keys, const char *const *vals,
+                                int num, int *instypes, int num_in, int *outstypes, int num_out)
 {
     return fx_types(stype, keys, vals, num, instypes, num_in, outstypes, num_out);
 }
@@ -291,8 +306,8 @@ FX_EXPORT int _opCallCreateOpState(fx::create_fn create, const char *const *keys
     for (int i = 0; i < num_in; i++)
         in.push_back(std::vector<unsigned>(inshapes[i], inshapes[i] + indims[i]));
     fx::StatefulOp *op = nullptr;
-    int rc = create(fx::attrs_of(keys, vals, num), in, std::vector<int>(intypes, intypes + num_in),
-                    &op);
+    int rc =
+        create(fx::attrs_of(keys, vals, num), in, std::vector<int>(intypes, intypes + num_in), &op);
     *state_op = op;
     return rc;
 }
@@ -303,13 +318,13 @@ FX_EXPORT void _opCallDestroyOpState(void *state_op)
 }
 
 #define FX_COMPUTE_PARAMS                                                                          \
-    const int64_t **inshapes, int *indims, void **indata, int *intypes, size_t *inIDs,            \
+    const int64_t **inshapes, int *indims, void **indata, int *intypes, size_t *inIDs,             \
         const char **indev_type, int *indev_id, int num_in, const int64_t **outshapes,             \
         int *outdims, void **outdata, int *outtypes, size_t *outIDs, const char **outdev_type,     \
-        int *outdev_id, int num_out, void *(*cpu_malloc)(void *, int), void *cpu_alloc,           \
+        int *outdev_id, int num_out, void *(*cpu_malloc)(void *, int), void *cpu_alloc,            \
         void *(*gpu_malloc)(void *, int), void *gpu_alloc, void *cuda_stream,                      \
         void (*sparse_malloc)(void *, int, int, int, void **, int64_t **, int64_t **),             \
-        void *sparse_alloc, int *instypes, int *outstypes, void **in_indices, void **out_indices, \
+        void *sparse_alloc, int *instypes, int *outstypes, void **in_indices, void **out_indices,  \
         void **in_indptr, void **out_indptr, int64_t *in_indices_shapes,                           \
         int64_t *out_indices_shapes, int64_t *in_indptr_shapes, int64_t *out_indptr_shapes,        \
         void *rng_cpu_states, void *rng_gpu_states

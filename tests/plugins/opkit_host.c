@@ -78,8 +78,8 @@ static int apply(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out, 
         return host->convert(ctx, n, dt, a->data, out[0].dtype, out[0].data);
     if (fn_is(ctx, "gemm")) {
         int64_t m = a->shape[0], k = a->shape[1], nn = b->shape[1];
-        return host->gemm(ctx, dt, 0, 0, m, nn, k, alpha, a->data, k, b->data, nn, 0.0,
-                          out[0].data, nn);
+        return host->gemm(ctx, dt, 0, 0, m, nn, k, alpha, a->data, k, b->data, nn, 0.0, out[0].data,
+                          nn);
     }
     return host->set_error(ctx, MXOP_EATTR, "unknown fn '%s'", host->attr_string(ctx, "fn", ""));
 }

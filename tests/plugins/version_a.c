@@ -43,8 +43,7 @@ static int version_forward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, i
     return 0;
 }
 
-static int version_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out,
-                              int32_t *out)
+static int version_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out, int32_t *out)
 {
     (void)ctx;
     (void)n_in;

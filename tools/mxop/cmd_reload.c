@@ -17,19 +17,18 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: mxop reload [--socket PATH] [--json] [--timeout-ms N] LIB\n\n"
-            "Replaces library LIB (a path relative to the daemon's plugin directory) in every\n"
-            "session that loaded it: each session's worker is replaced between two calls by\n"
-            "one that loads the file now at that path (stateful instances are lost, as after\n"
-            "a crash; no call is lost). New sessions load the new file anyway. Prints the new\n"
-            "version (path, device, inode, size, mtime, SHA-256) and the sessions moved to\n"
-            "it, once all of them run it. Administrators only: the daemon's user, root, or\n"
-            "a user given to the daemon with --admin-uid.\n\n"
-            "  --socket PATH    the daemon's control socket (default $MXOP_SOCKET)\n"
-            "  --json           one JSON object instead of text\n"
-            "  --timeout-ms N   how long to wait for the sessions (default 60000)\n\n"
-            "exit status: 0 reloaded, 1 refused by the daemon, 2 bad arguments, 3 no daemon\n");
+    fprintf(f, "usage: mxop reload [--socket PATH] [--json] [--timeout-ms N] LIB\n\n"
+               "Replaces library LIB (a path relative to the daemon's plugin directory) in every\n"
+               "session that loaded it: each session's worker is replaced between two calls by\n"
+               "one that loads the file now at that path (stateful instances are lost, as after\n"
+               "a crash; no call is lost). New sessions load the new file anyway. Prints the new\n"
+               "version (path, device, inode, size, mtime, SHA-256) and the sessions moved to\n"
+               "it, once all of them run it. Administrators only: the daemon's user, root, or\n"
+               "a user given to the daemon with --admin-uid.\n\n"
+               "  --socket PATH    the daemon's control socket (default $MXOP_SOCKET)\n"
+               "  --json           one JSON object instead of text\n"
+               "  --timeout-ms N   how long to wait for the sessions (default 60000)\n\n"
+               "exit status: 0 reloaded, 1 refused by the daemon, 2 bad arguments, 3 no daemon\n");
 }
 
 int mxop__cmd_reload(int argc, char **argv)
@@ -52,8 +51,7 @@ int mxop__cmd_reload(int argc, char **argv)
             char *end;
             timeout_ms = strtol(optarg, &end, 10);
             if (*end != '\0' || timeout_ms <= 0 || timeout_ms > 3600000) {
-                fprintf(stderr, "mxop reload: --timeout-ms must be 1..3600000, not '%s'\n",
-                        optarg);
+                fprintf(stderr, "mxop reload: --timeout-ms must be 1..3600000, not '%s'\n", optarg);
                 return MXOP_CLI_EXIT_USAGE;
             }
             break;

@@ -27,9 +27,10 @@ static const subcommand_t subcommands[] = {
 
 static void usage(FILE *to)
 {
-    fprintf(to, "usage: mxop [--help] SUBCOMMAND [ARGS...]\n\n"
-                "Talks to mxop-serverd over its control socket (--socket PATH, else $MXOP_SOCKET).\n"
-                "Every subcommand takes --help.\n\nsubcommands:\n");
+    fprintf(to,
+            "usage: mxop [--help] SUBCOMMAND [ARGS...]\n\n"
+            "Talks to mxop-serverd over its control socket (--socket PATH, else $MXOP_SOCKET).\n"
+            "Every subcommand takes --help.\n\nsubcommands:\n");
     for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
         fprintf(to, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(to, "\nexit status: 0 done, 1 failed (an error from the daemon, or a failed check),\n"

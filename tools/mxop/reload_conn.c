@@ -100,8 +100,7 @@ int mxop__rconn_request(mxop__rconn_t *c, Mxop__Request *req, int timeout_ms, Mx
         }
         if (r->status != 0) {
             mxop__fmt(err, errlen, "%s",
-                      r->message != NULL && r->message[0] ? r->message
-                                                          : mxop_strerror(r->status));
+                      r->message != NULL && r->message[0] ? r->message : mxop_strerror(r->status));
             return r->status < 0 ? r->status : MXOP_EPROTOCOL;
         }
         *out = r;
@@ -154,8 +153,8 @@ void mxop__print_libver(FILE *f, const Mxop__LibraryVersion *v, bool json, const
         fprintf(f,
                 ", \"dev\": %llu, \"ino\": %llu, \"size\": %llu, \"mtime_ns\": %lld, "
                 "\"sha256\": ",
-                (unsigned long long)v->dev, (unsigned long long)v->ino,
-                (unsigned long long)v->size, (long long)v->mtime_ns);
+                (unsigned long long)v->dev, (unsigned long long)v->ino, (unsigned long long)v->size,
+                (long long)v->mtime_ns);
         mxop__json_str(f, sha);
         fprintf(f, ", \"loaded_at_ms\": %lld}", (long long)v->loaded_at_ms);
         return;
