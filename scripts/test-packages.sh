@@ -17,6 +17,15 @@ set -eu
 B=${1:?usage: test-packages.sh BUILD [PYTHON]}
 PY=${2:-/usr/bin/python3}
 SRC=$(pwd)
+# A SANITIZE= build's libraries need the sanitizer's runtime: the clients built
+# here link it, and Python preloads it (as run-python-tests.sh does).
+SAN_RT=$(ldd "$B/lib/libmxop.so" 2>/dev/null |
+    sed -n 's/^[[:space:]]*\(lib[a-z]*san\.so[.0-9]*\) => \([^ ]*\).*/\2/p' | tr '\n' ' ')
+SANFLAGS=
+if [ -n "$SAN_RT" ]; then
+    SANFLAGS="-fsanitize=$(basename "$B" | sed 's/^sanitize-//; s/-/,/g')"
+    export ASAN_OPTIONS="detect_leaks=0:handle_segv=0:handle_sigbus=0:handle_abort=0"
+fi
 T=$(mktemp -d /tmp/mxop-pkg-XXXXXX)
 DPID=
 cleanup() {
@@ -127,7 +136,7 @@ expect_relu() {
 export PKG_CONFIG_PATH="$B"
 cflags=$(pkg-config --cflags mxop) && libs=$(pkg-config --libs mxop) ||
     fail "pkg-config mxop (uninstalled) failed"
-cc $cflags "$T/client.c" -o "$T/client-tree" $libs || fail "building with mxop-uninstalled.pc"
+cc $SANFLAGS $cflags "$T/client.c" -o "$T/client-tree" $libs || fail "building with mxop-uninstalled.pc"
 cc $(pkg-config --cflags mxop-plugin) -shared -fPIC "$T/plugin.c" -o "$T/plugin-tree.so" ||
     fail "building with mxop-plugin-uninstalled.pc"
 mkdir "$T/plugins"
@@ -154,7 +163,7 @@ done
 grep -q "ExecStart=/usr/local/bin/mxop-serverd --config /usr/local/etc/mxop/mxop-serverd.conf" \
     "$R/usr/local/lib/systemd/system/mxop-serverd.service" || fail "the unit's paths were not filled in"
 export PKG_CONFIG_PATH="$R/usr/local/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$R"
-cc $(pkg-config --cflags mxop) "$T/client.c" -o "$T/client-inst" $(pkg-config --libs mxop) ||
+cc $SANFLAGS $(pkg-config --cflags mxop) "$T/client.c" -o "$T/client-inst" $(pkg-config --libs mxop) ||
     fail "building with the installed mxop.pc"
 cc $(pkg-config --cflags mxop-plugin) -shared -fPIC "$T/plugin.c" -o "$T/plugin-inst.so" ||
     fail "building with the installed mxop-plugin.pc"
@@ -182,11 +191,11 @@ start_daemon "$D/usr/bin/mxop-serverd" "$D/usr/lib/mxop/plugins"
 grep -q "worker $D/usr/libexec/mxop/mxop-worker" "$T/d.log" ||
     fail "the unpacked daemon does not use the unpacked worker: $(cat "$T/d.log")"
 export PKG_CONFIG_PATH="$D/usr/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$D"
-cc $(pkg-config --cflags mxop) "$T/client.c" -o "$T/client-deb" $(pkg-config --libs mxop) ||
+cc $SANFLAGS $(pkg-config --cflags mxop) "$T/client.c" -o "$T/client-deb" $(pkg-config --libs mxop) ||
     fail "building with the packaged headers and mxop.pc"
 unset PKG_CONFIG_SYSROOT_DIR
 LD_LIBRARY_PATH="$D/usr/lib" expect_relu "$T/client-deb"
-out=$(cd "$T" && PYTHONPATH="$D/usr/lib/python3/dist-packages" MXOP_LIB="$D/usr/lib/libmxop.so.0" \
+out=$(cd "$T" && LD_PRELOAD="$SAN_RT" PYTHONPATH="$D/usr/lib/python3/dist-packages" MXOP_LIB="$D/usr/lib/libmxop.so.0" \
     "$PY" -c "
 import numpy as np, mxop
 assert mxop.__file__.startswith('$D'), mxop.__file__
