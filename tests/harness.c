@@ -499,3 +499,52 @@ void mxt_sleep_ms(int ms)
 {
     sleep_ms(ms);
 }
+
+static int no_children(void *arg)
+{
+    pid_t kids[16];
+    return mxt_children(*(pid_t *)arg, kids, 16) == 0;
+}
+
+static int back_to(void *arg)
+{
+    const mxt_baseline_t *b = arg;
+    pid_t kids[16];
+    return mxt_children(b->pid, kids, 16) == 0 && mxt_fd_count(b->pid) == b->fds &&
+           mxt_memfd_count(b->pid) == b->memfds;
+}
+
+mxt_baseline_t mxt_baseline_take(const mxt_daemon_t *d)
+{
+    pid_t pid = d->pid;
+    cr_assert(mxt_wait_until(no_children, &pid, 5000), "earlier workers live on");
+    mxt_sleep_ms(50);
+    mxt_baseline_t b = {pid, mxt_fd_count(pid), mxt_memfd_count(pid)};
+    return b;
+}
+
+void mxt_baseline_expect(const mxt_baseline_t *b)
+{
+    int ok = mxt_wait_until(back_to, (void *)b, 5000);
+    pid_t kids[16];
+    cr_assert(ok, "daemon: %d fds (%d memfds) before, %d (%d) after, %d children", b->fds,
+              b->memfds, mxt_fd_count(b->pid), mxt_memfd_count(b->pid),
+              mxt_children(b->pid, kids, 16));
+}
+
+void mxt_other_session_correct(const mxt_daemon_t *d)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(d, libs);
+    int64_t s[] = {256};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 7, &x);
+    mxt_array(c, MXOP_F32, 1, s, 8, &y);
+    int rc = mxop_forward(c, mxt_op(c, "relu"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "another session: %s: %s", mxop_err_name(rc), mxop_last_error(c));
+    for (size_t i = 0; i < 256; i++) {
+        double v = mxt_get(&x, i);
+        cr_assert_eq(mxt_get(&y, i), v > 0 ? v : 0, "another session: wrong result at %zu", i);
+    }
+    mxop_close(c);
+}

@@ -75,6 +75,22 @@ void mxt_sleep_ms(int ms);
 /** Waits until fn(arg) is true or timeout_ms passes; returns the last value. */
 int mxt_wait_until(int (*fn)(void *), void *arg, int timeout_ms);
 
+/* The daemon's descriptors (and memfds among them) with no worker alive. */
+typedef struct mxt_baseline {
+    pid_t pid;
+    int fds;
+    int memfds;
+} mxt_baseline_t;
+
+/* Waits (5 s) for the daemon's earlier workers to be gone, then counts. */
+mxt_baseline_t mxt_baseline_take(const mxt_daemon_t *d);
+
+/* Asserts that within 5 s the daemon has no child and its counts are back to `b`. */
+void mxt_baseline_expect(const mxt_baseline_t *b);
+
+/* Another session, untouched by whatever a test did: relu on 256 values, checked. */
+void mxt_other_session_correct(const mxt_daemon_t *d);
+
 /** Allocates an f64/f32 array and fills it with a deterministic pattern from `seed`. */
 void mxt_array(mxop_client_t *c, int32_t dtype, int ndim, const int64_t *shape, unsigned seed,
                mxop_array_t *out);

@@ -69,32 +69,9 @@ TestSuite(confine_basic, .init = setup_basic, .fini = teardown, .timeout = 60);
 /* ------------------------------------------------------------------------ */
 /* What must hold after every attack. */
 
-struct baseline {
-    pid_t pid;
-    int fds;
-    int memfds;
-};
-
-static int back_to(void *arg)
+static mxt_baseline_t take_baseline(void)
 {
-    const struct baseline *b = arg;
-    pid_t kids[16];
-    return mxt_children(b->pid, kids, 16) == 0 && mxt_fd_count(b->pid) == b->fds &&
-           mxt_memfd_count(b->pid) == b->memfds;
-}
-
-static int no_children(void *arg)
-{
-    pid_t kids[16];
-    return mxt_children(*(pid_t *)arg, kids, 16) == 0;
-}
-
-static struct baseline take_baseline(void)
-{
-    cr_assert(mxt_wait_until(no_children, &daemon_.pid, 5000), "earlier workers live on");
-    mxt_sleep_ms(50);
-    struct baseline b = {daemon_.pid, mxt_fd_count(daemon_.pid), mxt_memfd_count(daemon_.pid)};
-    return b;
+    return mxt_baseline_take(&daemon_);
 }
 
 /*
@@ -142,33 +119,17 @@ static int strays_gone(void *arg)
     return strays() == 0;
 }
 
-static void expect_back_to(struct baseline *b)
+static void expect_back_to(const mxt_baseline_t *b)
 {
     cr_assert(mxt_daemon_alive(&daemon_), "the daemon died");
     cr_assert(mxt_wait_until(strays_gone, NULL, 5000), "%d processes left behind", strays());
-    int ok = mxt_wait_until(back_to, b, 5000);
-    pid_t kids[16];
-    cr_assert(ok, "daemon: %d fds (%d memfds) before, %d (%d) after, %d children", b->fds,
-              b->memfds, mxt_fd_count(b->pid), mxt_memfd_count(b->pid),
-              mxt_children(b->pid, kids, 16));
+    mxt_baseline_expect(b);
 }
 
-/* Another session, untouched by the attack: relu on 256 values, checked. */
+/* Another session, untouched by the attack (harness.c). */
 static void other_session_correct(void)
 {
-    const char *libs[] = {"relu.so", NULL};
-    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
-    int64_t s[] = {256};
-    mxop_array_t x, y;
-    mxt_array(c, MXOP_F32, 1, s, 7, &x);
-    mxt_array(c, MXOP_F32, 1, s, 8, &y);
-    int rc = mxop_forward(c, mxt_op(c, "relu"), NULL, &x, 1, &y, 1);
-    cr_assert_eq(rc, 0, "another session: %s: %s", mxop_err_name(rc), mxop_last_error(c));
-    for (size_t i = 0; i < 256; i++) {
-        double v = mxt_get(&x, i);
-        cr_assert_eq(mxt_get(&y, i), v > 0 ? v : 0, "another session: wrong result at %zu", i);
-    }
-    mxop_close(c);
+    mxt_other_session_correct(&daemon_);
 }
 
 static void next_call_succeeds(mxop_client_t *c)
@@ -230,7 +191,7 @@ static int dir_entries(const char *path)
 
 Test(confine, filesystem_secrets_plugin_dir_and_socket_dir_are_out_of_reach)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     char victim[400];
     snprintf(victim, sizeof(victim), "%s/relu.so", daemon_.plugins);
     static unsigned char before[1 << 20], after[1 << 20];
@@ -275,7 +236,7 @@ Test(confine, filesystem_secrets_plugin_dir_and_socket_dir_are_out_of_reach)
 
 static void input_change_is_contained(const char *lib, const char *op)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {lib, NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     int64_t s[] = {1024};
@@ -324,7 +285,7 @@ Test(confine_basic, own_fault_handler_refused)
 
 Test(confine_basic, fork_in_init_refused_and_the_child_killed)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     mxop_client_t *c = mxt_connect(&daemon_);
     int rc = mxop_load_library(c, "hostile_forkinit.so");
     cr_assert_eq(rc, MXOP_ELIB_INIT, "load returned %s (%s)", mxop_err_name(rc),
@@ -339,7 +300,7 @@ Test(confine_basic, fork_in_init_refused_and_the_child_killed)
 
 Test(confine, fork_in_init_refused_by_the_filter)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_forkinit.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     cr_assert_eq(strays(), 0, "a process of the library lives on");
@@ -382,7 +343,7 @@ static int restarted_once(void *arg)
  */
 static void broken_transport(const char *how, int must_break)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_transport.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     int64_t s[] = {64};
@@ -463,7 +424,7 @@ static int have_worker_cgroup(pid_t worker)
 
 Test(confine_memory, shared_memory_beyond_the_limit_kills_only_the_worker)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_shm.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     pid_t w = mxt_worker_pid(c);
@@ -529,7 +490,7 @@ Test(confine_output, flood_of_forged_lines_is_escaped_prefixed_and_rate_limited)
     close(lfd);
     warm_up();
 
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_flood.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     pid_t w = mxt_worker_pid(c);
@@ -594,7 +555,7 @@ static int restarted(void *arg)
 
 Test(confine, cpu_burnt_after_returning_gets_the_worker_replaced)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_spin.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     pid_t w = mxt_worker_pid(c);

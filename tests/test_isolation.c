@@ -102,41 +102,14 @@ TestSuite(no_spare, .init = setup_no_spare, .fini = teardown, .timeout = 60);
 /* ------------------------------------------------------------------------ */
 /* The daemon's descriptors before and after. */
 
-struct baseline {
-    pid_t pid;
-    int fds;
-    int memfds;
-};
-
-static int no_children(void *arg)
+static mxt_baseline_t take_baseline(void)
 {
-    pid_t kids[16];
-    return mxt_children(*(pid_t *)arg, kids, 16) == 0;
+    return mxt_baseline_take(&daemon_);
 }
 
-static int back_to(void *arg)
+static void expect_back_to(const mxt_baseline_t *b)
 {
-    const struct baseline *b = arg;
-    pid_t kids[16];
-    return mxt_children(b->pid, kids, 16) == 0 && mxt_fd_count(b->pid) == b->fds &&
-           mxt_memfd_count(b->pid) == b->memfds;
-}
-
-static struct baseline take_baseline(void)
-{
-    cr_assert(mxt_wait_until(no_children, &daemon_.pid, 5000), "earlier workers live on");
-    mxt_sleep_ms(50);
-    struct baseline b = {daemon_.pid, mxt_fd_count(daemon_.pid), mxt_memfd_count(daemon_.pid)};
-    return b;
-}
-
-static void expect_back_to(struct baseline *b)
-{
-    int ok = mxt_wait_until(back_to, b, 5000);
-    pid_t kids[16];
-    cr_assert(ok, "daemon: %d fds (%d memfds) before, %d (%d) after, %d children", b->fds,
-              b->memfds, mxt_fd_count(b->pid), mxt_memfd_count(b->pid),
-              mxt_children(b->pid, kids, 16));
+    mxt_baseline_expect(b);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -264,7 +237,7 @@ static void wait_restarts(mxop_client_t *c, uint64_t want)
 
 static void run_fixture(const fixture_t *f)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"relu.so", "crash.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     struct other *other = other_start();
@@ -417,7 +390,7 @@ Test(isolation, crash_on_nth_call)
                        "crash_nth", "SIGSEGV", 1, NOOUT};
     /* Each run_fixture is a fresh session (a fresh worker): its call 1 works, call 2 crashes. */
     run_fixture(&ok);
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"relu.so", "crash.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     int64_t s[] = {4};
@@ -439,7 +412,7 @@ Test(isolation, crash_on_nth_call)
 
 Test(isolation, crash_in_library_init)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"relu.so", "crash.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     struct other *other = other_start();
@@ -455,7 +428,7 @@ Test(isolation, crash_in_library_init)
 
 Test(isolation, crash_in_state_destructor)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"relu.so", "crash.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     struct other *other = other_start();
@@ -488,7 +461,7 @@ Test(isolation, crash_in_state_destructor)
 
 Test(isolation, thread_that_crashes_later)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"relu.so", "crash.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     struct other *other = other_start();
@@ -518,7 +491,7 @@ Test(isolation, thread_that_crashes_later)
 /* An op that breaks the worker's supervisor channel gets its worker killed and replaced. */
 static void broken_channel(const char *op, const char *needle)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"relu.so", "crash.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     struct other *other = other_start();
@@ -560,7 +533,7 @@ static int session_empty(void *arg)
 
 Test(basic_sandbox, fork_bomb_children_die_with_their_worker)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"relu.so", "crash.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     pid_t pid = mxt_worker_pid(c);
@@ -789,7 +762,7 @@ static int pid_gone(void *arg)
 Test(death, client_killed_mid_call_ends_its_session)
 {
     warm_up();
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     int rd;
     pid_t worker;
     const char *attrs[] = {"ms", "20000", NULL};
@@ -813,7 +786,7 @@ Test(death, client_killed_mid_call_ends_its_session)
 Test(death, watchdog_works_while_the_client_is_stopped)
 {
     warm_up();
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     int rd;
     pid_t worker;
     pid_t child = spawn_child_client(&rd, &worker, "hang", NULL, 300);

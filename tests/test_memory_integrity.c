@@ -55,62 +55,24 @@ TestSuite(memint_trusted, .init = setup_trusted, .fini = teardown, .timeout = 60
 /* ------------------------------------------------------------------------ */
 /* What must hold after every attack. */
 
-struct baseline {
-    pid_t pid;
-    int fds;
-    int memfds;
-};
-
-static int no_children(void *arg)
-{
-    pid_t kids[16];
-    return mxt_children(*(pid_t *)arg, kids, 16) == 0;
-}
-
-static int back_to(void *arg)
-{
-    const struct baseline *b = arg;
-    pid_t kids[16];
-    return mxt_children(b->pid, kids, 16) == 0 && mxt_fd_count(b->pid) == b->fds &&
-           mxt_memfd_count(b->pid) == b->memfds;
-}
-
-static struct baseline take_baseline(void)
+static mxt_baseline_t take_baseline(void)
 {
     /* A first session, closed, so that the daemon's lazily made state is there. */
     const char *libs[] = {"relu.so", NULL};
     mxop_close(mxt_connect_with(&daemon_, libs));
-    cr_assert(mxt_wait_until(no_children, &daemon_.pid, 5000), "earlier workers live on");
-    mxt_sleep_ms(50);
-    struct baseline b = {daemon_.pid, mxt_fd_count(daemon_.pid), mxt_memfd_count(daemon_.pid)};
-    return b;
+    return mxt_baseline_take(&daemon_);
 }
 
-static void expect_back_to(struct baseline *b)
+static void expect_back_to(const mxt_baseline_t *b)
 {
     cr_assert(mxt_daemon_alive(&daemon_), "the daemon died");
-    pid_t kids[16];
-    cr_assert(mxt_wait_until(back_to, b, 5000),
-              "daemon: %d fds (%d memfds) before, %d (%d) after, %d children", b->fds, b->memfds,
-              mxt_fd_count(b->pid), mxt_memfd_count(b->pid), mxt_children(b->pid, kids, 16));
+    mxt_baseline_expect(b);
 }
 
-/* Another session, untouched by the attack: relu on 256 values, checked. */
+/* Another session, untouched by the attack (harness.c). */
 static void other_session_correct(void)
 {
-    const char *libs[] = {"relu.so", NULL};
-    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
-    int64_t s[] = {256};
-    mxop_array_t x, y;
-    mxt_array(c, MXOP_F32, 1, s, 7, &x);
-    mxt_array(c, MXOP_F32, 1, s, 8, &y);
-    int rc = mxop_forward(c, mxt_op(c, "relu"), NULL, &x, 1, &y, 1);
-    cr_assert_eq(rc, 0, "another session: %s: %s", mxop_err_name(rc), mxop_last_error(c));
-    for (size_t i = 0; i < 256; i++) {
-        double v = mxt_get(&x, i);
-        cr_assert_eq(mxt_get(&y, i), v > 0 ? v : 0, "another session: wrong result at %zu", i);
-    }
-    mxop_close(c);
+    mxt_other_session_correct(&daemon_);
 }
 
 static uint32_t confined(mxop_client_t *c)
@@ -181,7 +143,7 @@ static int arena_memfds_sealed(void)
 
 Test(memint, input_changed_through_an_alias_refused)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_alias.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     cr_assert_eq(confined(c), 1, "an untrusted library under strict: scratch mode");
@@ -198,7 +160,7 @@ Test(memint, input_changed_through_an_alias_refused)
 
 Test(memint, region_registered_before_the_untrusted_load_is_made_read_only)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     mxop_client_t *c = mxt_connect(&daemon_);
     cr_assert_eq(confined(c), 0, "no library yet: zero-copy");
     /* A user region and arena arrays, registered while the worker still maps them writable. */
@@ -222,7 +184,7 @@ Test(memint, region_registered_before_the_untrusted_load_is_made_read_only)
 
 Test(memint, replacement_worker_gets_the_regions_read_only)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     mxop_client_t *c = mxt_connect(&daemon_);
     uint32_t region;
     void *basep;
@@ -251,7 +213,7 @@ Test(memint, replacement_worker_gets_the_regions_read_only)
 
 Test(memint, mprotect_of_the_read_only_view_refused)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_mem.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     int64_t s[] = {1024};
@@ -285,7 +247,7 @@ static void adjacent(mxop_client_t *c, mxop_array_t *y, mxop_array_t *x)
 
 Test(memint, overrun_of_an_output_lands_in_scratch)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_alias.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     mxop_array_t x, y;
@@ -356,7 +318,7 @@ Test(memint, outputs_go_through_scratch_and_keep_their_semantics)
 
 Test(memint, memfd_that_takes_no_seals_loses_its_write_bits)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_alias.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     /* A memfd made without MFD_ALLOW_SEALING (as some engines share memory) cannot be sealed. */
@@ -435,7 +397,7 @@ Test(memint_trusted, untrusted_library_switches_the_session_for_good)
 
 Test(memint, fcntl_and_shutdown_of_the_channels_refused)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_fcntl.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     int64_t s[] = {16};
@@ -518,7 +480,7 @@ static int pid_gone(void *arg)
 
 Test(memint, idle_cpu_kill_reason_given_to_the_next_call)
 {
-    struct baseline base = take_baseline();
+    mxt_baseline_t base = take_baseline();
     const char *libs[] = {"hostile_spin.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     pid_t w = mxt_worker_pid(c);
