@@ -271,6 +271,8 @@ $(B)/tests/plugins/%.so: tests/plugins/%.cu include/mxop/op.h include/mxop/types
 
 # Where the worker looks for libcudart and libcublas after the loader's own path.
 $(B)/obj/server/worker/cuda%.o: MX_CFLAGS += -DMXOP_CUDA_HOME='"$(CUDA_HOME)"'
+# The gpu profile's minimal root binds that directory in where it lies outside /usr.
+$(B)/obj/server/worker/namespaces.o: MX_CFLAGS += -DMXOP_CUDA_HOME='"$(CUDA_HOME)"'
 
 TESTLIB_O := $(call obj,$(TESTLIB_C))
 $(B)/obj/tests/%.o: MX_CFLAGS += -DMXOP_TEST_BUILD_DIR='"$(abspath $(B))"' -DMXOP_TEST_SOURCE_DIR='"$(CURDIR)"'

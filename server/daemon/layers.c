@@ -11,14 +11,26 @@
  * the filesystem view; on a kernel without Landlock the daemon refuses to
  * start rather than run strict workers that can write the plugin
  * directory, unless --sandbox-fallback on says that is acceptable.
+ *
+ * Namespaces (server/worker/namespaces.c): strict workers get their own
+ * mount, ipc, network and uts namespaces and a minimal root filesystem.
+ * As root they always can, so strict promises them: a kernel that refuses
+ * (a container's seccomp profile, say) stops the daemon unless
+ * --sandbox-fallback on.  Not root, they need an unprivileged user
+ * namespace, which a kernel may disable: then workers fall back to
+ * Landlock's view alone, said in the log (the issue's "where the kernel
+ * allows").  The profile (--sandbox-profile auto|cpu|gpu; auto: gpu where
+ * /dev/nvidiactl exists) is passed to each worker as --ns-profile.
  */
 #include "server/daemon/layers.h"
 
 #include <errno.h>
 #include <linux/landlock.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -27,16 +39,32 @@
 #include "server/daemon/log.h"
 
 static bool fallback;
+/* --sandbox-profile: "auto", "cpu" or "gpu"; what workers get is ns_profile. */
+static const char *profile_asked = "auto";
+static const char *ns_profile = "none";
 /* What was logged at start, for `mxop status`. */
-static char described[512] = "not checked yet";
+static char described[768] = "not checked yet";
 
 const char *mxop__layers_describe(void)
 {
     return described;
 }
 
+const char *mxop__layers_ns_profile(void)
+{
+    return ns_profile;
+}
+
 int mxop__layers_option(const char *opt, const char *val, char *err, size_t errlen)
 {
+    if (strcmp(opt, "--sandbox-profile") == 0) {
+        if (strcmp(val, "auto") != 0 && strcmp(val, "cpu") != 0 && strcmp(val, "gpu") != 0) {
+            mxop__fmt(err, errlen, "--sandbox-profile must be auto, cpu or gpu, not '%s'", val);
+            return MXOP_EINVAL;
+        }
+        profile_asked = strcmp(val, "auto") == 0 ? "auto" : strcmp(val, "cpu") == 0 ? "cpu" : "gpu";
+        return 0;
+    }
     if (strcmp(opt, "--sandbox-fallback") != 0)
         return 1;
     if (strcmp(val, "on") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
@@ -47,6 +75,68 @@ int mxop__layers_option(const char *opt, const char *val, char *err, size_t errl
         mxop__fmt(err, errlen, "--sandbox-fallback must be on or off, not '%s'", val);
         return MXOP_EINVAL;
     }
+    return 0;
+}
+
+/*
+ * Whether a worker will be able to unshare the namespaces namespaces.c
+ * asks for: a child tries the same unshare(2) and reports.  Returns 0, or
+ * the errno the kernel gave.
+ */
+static int probe_namespaces(bool root)
+{
+    int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS;
+    if (!root)
+        flags |= CLONE_NEWUSER;
+    pid_t pid = fork();
+    if (pid < 0)
+        return errno;
+    if (pid == 0)
+        _exit(unshare(flags) == 0 ? 0 : (errno & 0xff));
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return errno;
+    if (!WIFEXITED(status))
+        return EINVAL;
+    return WEXITSTATUS(status);
+}
+
+/*
+ * Decides the workers' namespace profile under strict and says it in
+ * `out`.  Returns MXOP_EDENIED with a sentence in err where strict
+ * promised the namespaces (root) and cannot have them without fallback.
+ */
+static int choose_namespaces(char *out, size_t outlen, char *err, size_t errlen)
+{
+    bool root = geteuid() == 0;
+    const char *profile = profile_asked;
+    if (strcmp(profile, "auto") == 0)
+        profile = access("/dev/nvidiactl", F_OK) == 0 ? "gpu" : "cpu";
+    int e = probe_namespaces(root);
+    if (e == 0) {
+        ns_profile = profile;
+        mxop__fmt(out, outlen,
+                  "namespaces %s, minimal root filesystem, private /tmp (profile %s%s)",
+                  root ? "mount, ipc, net, uts" : "user, mount, ipc, net, uts", profile,
+                  strcmp(profile, "gpu") == 0 ? ": /dev/nvidia* bound in" : "");
+        return 0;
+    }
+    ns_profile = "none";
+    if (root && !fallback) {
+        mxop__fmt(err, errlen,
+                  "--sandbox strict promises workers their own mount, ipc, network and uts "
+                  "namespaces, which this kernel refuses (%s); start with --sandbox-fallback on "
+                  "to run strict workers on Landlock alone",
+                  strerror(e));
+        return MXOP_EDENIED;
+    }
+    mxop__fmt(out, outlen, "NO namespaces (%s: %s; falling back to Landlock)",
+              root ? "unshare refused" : "no unprivileged user namespaces", strerror(e));
+    MXOP__LOGW(0, NULL,
+               "sandbox strict: workers get no namespaces of their own (%s), only Landlock's "
+               "view of the filesystem",
+               strerror(e));
     return 0;
 }
 
@@ -73,14 +163,23 @@ int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size
                   abi >= 6 ? (strict ? ", signals and abstract sockets scoped, TCP refused"
                                      : ", signals scoped")
                            : (abi >= 4 && strict ? ", TCP refused" : ""));
+    char ns[192] = "no namespaces (basic)";
+    if (strict) {
+        int rc = choose_namespaces(ns, sizeof(ns), err, errlen);
+        if (rc != 0)
+            return rc;
+    } else if (geteuid() == 0) {
+        mxop__fmt(ns, sizeof(ns), "ipc and uts namespaces where the kernel allows (basic)");
+    }
     char uid[96];
     if (worker_uid_set)
         mxop__fmt(uid, sizeof(uid), "their own uid and network namespace");
     else
         mxop__fmt(uid, sizeof(uid), "the daemon's uid %u (--worker-uid to change it)",
                   (unsigned)geteuid());
-    mxop__fmt(described, sizeof(described), "%s; %s; %s; oom_score_adj 1000; workers run as %s",
-              seccomp ? "seccomp filter" : "NO seccomp", landlock, mxop__cgroup_describe(), uid);
+    mxop__fmt(described, sizeof(described), "%s; %s; %s; %s; oom_score_adj 1000; workers run as %s",
+              seccomp ? "seccomp filter" : "NO seccomp", landlock, ns, mxop__cgroup_describe(),
+              uid);
     MXOP__LOGI(0, NULL, "sandbox %s layers: %s", sandbox, described);
     if (strict && abi == 0) {
         if (fallback) {

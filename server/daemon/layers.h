@@ -10,8 +10,8 @@
 #include <stddef.h>
 
 /**
- * Takes `--sandbox-fallback on|off`.  Returns 0, 1 when `opt` is another
- * option, or MXOP_EINVAL with a sentence in err.
+ * Takes `--sandbox-fallback on|off` and `--sandbox-profile auto|cpu|gpu`.  Returns 0, 1 when `opt`
+ * is another option, or MXOP_EINVAL with a sentence in err.
  */
 int mxop__layers_option(const char *opt, const char *val, char *err, size_t errlen);
 
@@ -21,6 +21,13 @@ int mxop__layers_option(const char *opt, const char *val, char *err, size_t errl
  * MXOP_EDENIED with a sentence in err unless --sandbox-fallback on.
  */
 int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size_t errlen);
+
+/**
+ * The namespace profile strict workers get (`--ns-profile` of the worker,
+ * server/worker/namespaces.h): "none", "cpu" or "gpu", as decided by
+ * mxop__layers_check ("none" before it and under basic).
+ */
+const char *mxop__layers_ns_profile(void);
 
 /** The layers as mxop__layers_check logged them ("not checked yet" before). */
 const char *mxop__layers_describe(void);

@@ -51,6 +51,7 @@ static const char usage_text[] =
     "                    [--allowlist FILE] [--strict-plugin-dir on|off]\n"
     "                    [--trusted-library NAME]...\n"
     "                    [--sandbox-fallback on|off]\n"
+    "                    [--sandbox-profile auto|cpu|gpu]\n"
     "                    [--admin-uid UID]... [--watch on|off]\n"
     "                    [--log-format text|json] [--metrics-file PATH]\n"
     "                    [--metrics-interval-ms N]\n"
@@ -89,7 +90,11 @@ static const char usage_text[] =
     "  --strict-plugin-dir on|off  refuse to start when the plugin directory or a library\n"
     "                       in it is writable by others than its owner (default off: warn)\n"
     "  --sandbox-fallback on|off  run strict workers even where the kernel lacks a layer\n"
-    "                       strict promises (Landlock's filesystem view); default off\n"
+    "                       strict promises (Landlock's filesystem view; as root, the\n"
+    "                       workers' namespaces); default off\n"
+    "  --sandbox-profile auto|cpu|gpu  strict workers' minimal root: gpu binds in the CUDA\n"
+    "                       driver's /dev/nvidia* nodes and keeps the host pid namespace;\n"
+    "                       auto (default): gpu where /dev/nvidiactl exists\n"
     "  --trusted-library NAME  (repeatable) a library that keeps the zero-copy path under\n"
     "                       strict; a session loading any other runs in scratch mode: its\n"
     "                       worker gets regions read-only (docs/security.md)\n"
@@ -317,7 +322,9 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             "--config", /* the service: config file, drain */
             "--drain-timeout-ms",
             /* Memory integrity (memconfine.c). */
-            "--trusted-library"};
+            "--trusted-library",
+            /* Namespaces of strict workers (layers.c, server/worker/namespaces.c). */
+            "--sandbox-profile"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -417,7 +424,8 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             cfg->drain_timeout_ms = v;
         } else if (reloading &&
                    (strcmp(opt, "--allowlist") == 0 || strcmp(opt, "--strict-plugin-dir") == 0 ||
-                    strcmp(opt, "--sandbox-fallback") == 0)) {
+                    strcmp(opt, "--sandbox-fallback") == 0 ||
+                    strcmp(opt, "--sandbox-profile") == 0)) {
             /* At SIGHUP only the allowlist changes; main applies it once all else is read. */
             if (strcmp(opt, "--allowlist") == 0)
                 reload_allowlist = val;
@@ -431,7 +439,8 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             char why[256];
             if (!reloading && mxop__memconfine_option(opt, val, why, sizeof(why)) != 0)
                 return usage_error("%s", why);
-        } else if (strcmp(opt, "--sandbox-fallback") == 0) {
+        } else if (strcmp(opt, "--sandbox-fallback") == 0 ||
+                   strcmp(opt, "--sandbox-profile") == 0) {
             char why[256];
             if (mxop__layers_option(opt, val, why, sizeof(why)) != 0)
                 return usage_error("%s", why);

@@ -33,6 +33,7 @@
 #include "server/daemon/daemon.h"
 #include "server/daemon/idle_cpu.h"
 #include "server/daemon/integrity.h"
+#include "server/daemon/layers.h"
 #include "server/daemon/log.h"
 #include "server/worker/cuda.h"
 #include "server/daemon/worker_output.h"
@@ -472,6 +473,8 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
                     d->cfg.plugin_dir,
                     "--allowlist",
                     (char *)mxop__integrity_allowlist(),
+                    "--ns-profile", /* namespaces (layers.c, server/worker/namespaces.c) */
+                    (char *)mxop__layers_ns_profile(),
                     "--max-states",
                     states_arg,
                     d->cfg.has_worker_uid ? "--uid" : NULL,

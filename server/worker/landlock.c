@@ -24,7 +24,9 @@
  *     linked or removed anywhere, the plugin directory and the control
  *     socket's directory included, and no file is executed.
  *
- * An op that needs scratch files has memfd_create(), which needs no path.
+ * An op that needs scratch files has memfd_create(), which needs no path,
+ * and, where the worker has its minimal root (namespaces.c), its private
+ * /tmp, which this domain lets it write.
  * A path that does not exist on this system is skipped; a kernel without
  * Landlock leaves strict without its filesystem view, which the daemon is
  * told of (mxop__landlock_abi() is 0) and documented in docs/security.md.
@@ -42,6 +44,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
+#include "server/worker/namespaces.h"
 #include "server/worker/sandbox.h"
 
 /* Constants newer than some system headers. */
@@ -219,6 +222,15 @@ int mxop__landlock_apply(int strict, const char *plugin_dir, const char *allowli
             rc = allow(fd, allowlist, LANDLOCK_ACCESS_FS_READ_FILE, h, err, errlen);
         if (rc == 0)
             rc = allow_gpu_nodes(fd, h, err, errlen);
+        /* The worker's private /tmp (namespaces.c): files and directories, no device, socket
+         * or fifo, nothing executed. */
+        if (rc == 0 && mxop__ns_private_tmp())
+            rc = allow(fd, "/tmp",
+                       READ_WRITE | LANDLOCK_ACCESS_FS_READ_DIR | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+                           LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_DIR |
+                           LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SYM | LL_REFER |
+                           LL_TRUNCATE,
+                       h, err, errlen);
     }
     if (rc == 0 && syscall(SYS_landlock_restrict_self, fd, 0) != 0) {
         mxop__fmt(err, errlen, "landlock_restrict_self: %s", strerror(errno));

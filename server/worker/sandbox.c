@@ -29,6 +29,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
+#include "server/worker/namespaces.h"
 
 /* The worker's channels (main.c): supervisor and data.  Fd 5 is closed before we run. */
 #define SUP_FD 3
@@ -55,8 +56,9 @@ static uint64_t max_fds = 1024;
 static long run_uid = -1;
 static long run_gid = -1;
 static uint64_t data_limit;
-static const char *plugin_dir; /* borrowed from argv */
-static const char *allowlist;  /* borrowed from argv; "" or NULL: none */
+static const char *plugin_dir;         /* borrowed from argv */
+static const char *allowlist;          /* borrowed from argv; "" or NULL: none */
+static int ns_profile = MXOP__NS_NONE; /* --ns-profile (namespaces.h) */
 
 const char *mxop__sandbox_plugin_dir(void)
 {
@@ -96,8 +98,10 @@ static int parse_num(const char *s, uint64_t max, uint64_t *out)
 
 int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
 {
-    static const char *const opts[] = {"--sandbox", "--memory-mb",  "--max-fds",  "--uid",
-                                       "--gid",     "--plugin-dir", "--allowlist"};
+    static const char *const opts[] = {"--sandbox", "--memory-mb", "--max-fds", "--uid", "--gid",
+                                       "--plugin-dir", "--allowlist",
+                                       /* Namespaces (namespaces.c). */
+                                       "--ns-profile"};
     const char *opt = argv[*i];
     int which = -1;
     for (int k = 0; k < (int)(sizeof(opts) / sizeof(opts[0])); k++)
@@ -148,6 +152,10 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
             goto bad;
         allowlist = val;
         return 0;
+    case 7:
+        if (mxop__ns_profile_parse(val, &ns_profile) != 0)
+            goto bad;
+        return 0;
     default:
         if (parse_num(val, 0xfffffffeull, &v) != 0)
             goto bad;
@@ -162,7 +170,7 @@ bad:
 /* ------------------------------------------------------------------------ */
 /* User, network namespace */
 
-static int change_user(char *err, size_t errlen)
+static int change_user(int have_netns, char *err, size_t errlen)
 {
     if (run_uid < 0 && run_gid < 0)
         return 0;
@@ -175,8 +183,9 @@ static int change_user(char *err, size_t errlen)
                   run_uid, (unsigned)geteuid());
         return MXOP_EDENIED;
     }
-    /* A namespace of its own: only a loopback device, and that one down. */
-    if (unshare(CLONE_NEWNET) != 0) {
+    /* A namespace of its own: only a loopback device, and that one down (namespaces.c may have
+     * given it already). */
+    if (!have_netns && unshare(CLONE_NEWNET) != 0) {
         mxop__fmt(err, errlen, "cannot give the worker its own network namespace: %s",
                   strerror(errno));
         return MXOP_EDENIED;
@@ -559,7 +568,13 @@ int mxop__sandbox_apply(char *err, size_t errlen)
     int rc = prefer_for_oom(err, errlen);
     if (rc != 0)
         return rc;
-    rc = change_user(err, errlen);
+    /* Namespaces and the minimal root (namespaces.c) while still privileged: strict only. */
+    int profile = level >= MXOP__SANDBOX_STRICT ? ns_profile : MXOP__NS_NONE;
+    rc = mxop__ns_apply(profile, level == MXOP__SANDBOX_BASIC, run_uid, run_gid, plugin_dir,
+                        allowlist, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = change_user(profile != MXOP__NS_NONE, err, errlen);
     if (rc != 0)
         return rc;
     if (level == MXOP__SANDBOX_NONE)

@@ -10,6 +10,7 @@
  *                                   also gives the worker a network namespace of its own
  *     --plugin-dir DIR              the only directory of libraries strict may read
  *     --allowlist FILE              library names and SHA-256 digests ("" : none)
+ *     --ns-profile none|cpu|gpu     strict's namespaces and minimal root (namespaces.h)
  *
  * and main.c calls mxop__sandbox_apply() once its descriptors are in place
  * (fds 3-5 checked, every other descriptor closed, no_new_privs set, the

@@ -6,7 +6,9 @@
  *   hostile_fs   1 input (ignored), 1 output: f64 [HOSTILE_FS_COUNT], the
  *                shape of the input.
  *                out[i] = -errno when attempt i was refused (EACCES or
- *                EPERM), 1 when it was not.  Returns 0 either way: the
+ *                EPERM by Landlock; ENOENT where the worker's minimal root
+ *                does not have the path, EROFS where it is bound
+ *                read-only), 1 when it was not.  Returns 0 either way: the
  *                test reads out[] and then looks at the files themselves.
  *
  * Attributes: plugin_dir (the daemon's plugin directory), victim (a library
@@ -36,7 +38,7 @@ static const mxop_host_t *host;
 
 static double verdict(long rc, int err)
 {
-    if (rc < 0 && (err == EPERM || err == EACCES))
+    if (rc < 0 && (err == EPERM || err == EACCES || err == ENOENT || err == EROFS))
         return -(double)err;
     return 1;
 }

@@ -1,0 +1,492 @@
+/*
+ * server/worker/namespaces.c - the worker's own mount, ipc, network and uts
+ * namespaces (and a user namespace when it does not start as root), and the
+ * minimal root filesystem it then lives in.
+ *
+ * Landlock (landlock.c) refuses access to paths; a mount namespace makes
+ * the rest of the system absent instead, so that a kernel without Landlock,
+ * a Landlock ABI that does not cover an operation, or a mistake in the rule
+ * list does not reopen the host's files.  The two layers are applied one on
+ * top of the other: this file first (it needs mount(2), which the seccomp
+ * filter later refuses), Landlock last.
+ *
+ * The new root is a tmpfs, read-only once built, holding:
+ *
+ *   - read only, bound from the host where they exist: /usr, /lib, /lib32,
+ *     /lib64, /libx32 (a symbolic link, as on a merged-/usr system, is
+ *     copied as a link), and of /etc only what the dynamic loader and libc
+ *     read: ld.so.cache, ld.so.conf(.d), ld.so.preload, nsswitch.conf,
+ *     passwd, group, localtime and alternatives (Debian's library
+ *     symlinks, libblas among them, point into it); never shadow, hosts or
+ *     anything else;
+ *   - /sys/devices/system/cpu and /sys/devices/system/node read only (libc
+ *     and thread pools size themselves from them);
+ *   - /dev/null, /dev/zero, /dev/random and /dev/urandom (device nodes
+ *     bound from the host; nothing else of /dev);
+ *   - a fresh /proc mounted with hidepid=invisible where the worker is root
+ *     in the host's user namespace: another process's directory is listed
+ *     only if the worker may ptrace it, which Landlock's scoping limits to
+ *     the worker's own tree (a user namespace cannot mount a /proc for the
+ *     host's pid namespace; there the host's /proc is bound read-only, and
+ *     Landlock's ptrace scoping alone guards other processes' fd, mem and
+ *     environ);
+ *   - /tmp: a private tmpfs of TMP_MB MiB owned by the worker's uid, mode
+ *     0700 (TMPDIR points at it); each worker has its own, gone with it;
+ *   - the plugin directory and the allowlist file, read only, at their own
+ *     paths, in the one function bind_libraries() below (a stop-gap until
+ *     the daemon passes each library's descriptor);
+ *   - the gpu profile adds the driver's nodes (/dev/nvidia*, the
+ *     /dev/nvidia-caps directory), /proc/driver/nvidia comes with /proc,
+ *     all of /sys read only, and the CUDA toolkit directory the worker was
+ *     built against when it lies outside /usr.
+ *
+ * Nothing else: no /home, /root, /var, /run, no socket directory (the
+ * daemon's control socket cannot be reached, so a process an op started
+ * cannot become a client through it), no other /tmp.  The old root is
+ * unmounted after pivot_root(2).
+ *
+ * The network namespace has a loopback device only, and that one down.
+ */
+#include "server/worker/namespaces.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "mxop/errors.h"
+
+/* The private /tmp's size: scratch files, not data (ops get memory from regions). */
+#define TMP_MB 64
+
+/* Where the new root is built before pivot_root: a directory every system has. */
+#define STAGE "/tmp"
+
+#ifndef MXOP_CUDA_HOME
+#define MXOP_CUDA_HOME ""
+#endif
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Whether this worker lives in the minimal root, with a private /tmp. */
+static int private_tmp;
+
+int mxop__ns_private_tmp(void)
+{
+    return private_tmp;
+}
+
+int mxop__ns_profile_parse(const char *name, int *out)
+{
+    if (strcmp(name, "none") == 0)
+        *out = MXOP__NS_NONE;
+    else if (strcmp(name, "cpu") == 0)
+        *out = MXOP__NS_CPU;
+    else if (strcmp(name, "gpu") == 0)
+        *out = MXOP__NS_GPU;
+    else
+        return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Helpers */
+
+static int fail(char *err, size_t errlen, const char *what, const char *path)
+{
+    int e = errno;
+    mxop__fmt(err, errlen, "minimal root: %s %s: %s", what, path, strerror(e));
+    return MXOP_EDENIED;
+}
+
+static int write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(text);
+    ssize_t w = write(fd, text, n);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return w == (ssize_t)n ? 0 : -1;
+}
+
+/* mkdir -p of `path` (absolute), the directories made 0755. */
+static int make_dirs(const char *path)
+{
+    char buf[PATH_MAX];
+    if (strlen(path) >= sizeof(buf)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, path, strlen(path) + 1);
+    for (char *p = buf + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+/*
+ * The flags a remount must keep: in a user namespace the kernel refuses a
+ * remount that drops a flag the original mount had (nosuid, noexec,
+ * nodev, the atime ones).
+ */
+static unsigned long kept_flags(const char *path)
+{
+    struct statvfs sv;
+    unsigned long f = 0;
+    if (statvfs(path, &sv) != 0)
+        return 0;
+    if (sv.f_flag & ST_NOSUID)
+        f |= MS_NOSUID;
+    if (sv.f_flag & ST_NODEV)
+        f |= MS_NODEV;
+    if (sv.f_flag & ST_NOEXEC)
+        f |= MS_NOEXEC;
+    if (sv.f_flag & ST_NOATIME)
+        f |= MS_NOATIME;
+    if (sv.f_flag & ST_NODIRATIME)
+        f |= MS_NODIRATIME;
+    if (sv.f_flag & ST_RELATIME)
+        f |= MS_RELATIME;
+    return f;
+}
+
+/*
+ * Binds host path `src` (or /proc/self/fd/N) read-only at STAGE`dst`: a
+ * directory onto a directory, anything else onto an empty file.  `dev`
+ * keeps device nodes usable.  A source that does not exist is skipped
+ * unless `required`.
+ */
+static int bind_ro(const char *src, const char *dst, int dev, int required, char *err,
+                   size_t errlen)
+{
+    struct stat st;
+    if (stat(src, &st) != 0) {
+        if (!required && (errno == ENOENT || errno == ENOTDIR))
+            return 0;
+        return fail(err, errlen, "cannot see", src);
+    }
+    char at[PATH_MAX];
+    if (strlen(dst) + sizeof(STAGE) > sizeof(at)) {
+        errno = ENAMETOOLONG;
+        return fail(err, errlen, "path too long:", dst);
+    }
+    mxop__fmt(at, sizeof(at), STAGE "%s", dst);
+    if (S_ISDIR(st.st_mode)) {
+        if (make_dirs(at) != 0)
+            return fail(err, errlen, "cannot make the mount point", at);
+    } else {
+        char parent[PATH_MAX];
+        mxop__fmt(parent, sizeof(parent), "%s", at);
+        char *slash = strrchr(parent, '/');
+        if (slash != NULL && slash != parent)
+            *slash = '\0';
+        if (make_dirs(parent) != 0)
+            return fail(err, errlen, "cannot make the directory", parent);
+        int fd = open(at, O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
+        if (fd < 0)
+            return fail(err, errlen, "cannot make the mount point", at);
+        close(fd);
+    }
+    if (mount(src, at, NULL, MS_BIND | MS_REC, NULL) != 0)
+        return fail(err, errlen, "cannot bind", src);
+    unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | kept_flags(at);
+    if (!dev)
+        flags |= MS_NODEV;
+    if (mount(NULL, at, NULL, flags, NULL) != 0)
+        return fail(err, errlen, "cannot make read-only", at);
+    return 0;
+}
+
+/* Copies a symbolic link of the host (e.g. /lib -> usr/lib) into the new root. */
+static int copy_link(const char *path, char *err, size_t errlen)
+{
+    char target[PATH_MAX];
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n < 0)
+        return fail(err, errlen, "cannot read the link", path);
+    target[n] = '\0';
+    char at[PATH_MAX];
+    mxop__fmt(at, sizeof(at), STAGE "%s", path);
+    if (symlink(target, at) != 0 && errno != EEXIST)
+        return fail(err, errlen, "cannot copy the link", path);
+    return 0;
+}
+
+/* A system path: a link is copied as a link (its target is bound on its own), else bound. */
+static int system_path(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return 0;
+    if (S_ISLNK(st.st_mode) && strncmp(path, "/etc/", 5) != 0 && strchr(path + 1, '/') == NULL)
+        return copy_link(path, err, errlen);
+    return bind_ro(path, path, 0, 0, err, errlen);
+}
+
+static const char *const system_read_only[] = {
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/ld.so.preload",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/sys/devices/system/cpu",
+    "/sys/devices/system/node",
+};
+
+static const char *const device_nodes[] = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"};
+
+/* ------------------------------------------------------------------------ */
+/*
+ * TEMPORARY (issue 10, until the daemon passes each library's descriptor):
+ * the worker still opens libraries and the allowlist by path, so they are
+ * bound in read-only here, and only here.  Delete this function and its one
+ * call once libraries arrive as descriptors.
+ *
+ * A path under /tmp (the tests' plugin directories are) would otherwise get
+ * its parent directories made in the worker's writable /tmp, where an op
+ * could create files "in the socket's directory" (its private copy of the
+ * name, but a confusing one): those parents live on a small tmpfs of their
+ * own, made read-only once the binds are in.
+ */
+static int bind_libraries(int plugin_dir_fd, int allowlist_fd, const char *plugin_dir,
+                          const char *allowlist, char *err, size_t errlen)
+{
+    const char *paths[2] = {plugin_dir_fd >= 0 ? plugin_dir : NULL,
+                            allowlist_fd >= 0 ? allowlist : NULL};
+    const int fds[2] = {plugin_dir_fd, allowlist_fd};
+    char skel[2][PATH_MAX];
+    int n_skel = 0;
+    for (int i = 0; i < 2; i++) {
+        if (paths[i] == NULL || strncmp(paths[i], "/tmp/", 5) != 0)
+            continue;
+        /* The first component under /tmp: /tmp/A of /tmp/A/B/plugins. */
+        const char *end = strchr(paths[i] + 5, '/');
+        size_t len = end != NULL ? (size_t)(end - paths[i]) : strlen(paths[i]);
+        if (end == NULL || len + sizeof(STAGE) > PATH_MAX)
+            continue; /* a library path directly in /tmp: bound onto a file of its own */
+        char at[PATH_MAX];
+        mxop__fmt(at, sizeof(at), STAGE "%.*s", (int)len, paths[i]);
+        if (n_skel == 1 && strcmp(skel[0], at) == 0)
+            continue;
+        if (make_dirs(at) != 0)
+            return fail(err, errlen, "cannot make", at);
+        if (mount("mxop-skel", at, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "size=64k,mode=0755") != 0)
+            return fail(err, errlen, "cannot mount a tmpfs on", at);
+        mxop__fmt(skel[n_skel++], PATH_MAX, "%s", at);
+    }
+    char src[64];
+    for (int i = 0; i < 2; i++) {
+        if (paths[i] == NULL)
+            continue;
+        mxop__fmt(src, sizeof(src), "/proc/self/fd/%d", fds[i]);
+        int rc = bind_ro(src, paths[i], 0, 1, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    for (int i = 0; i < n_skel; i++)
+        if (mount(NULL, skel[i], NULL,
+                  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+            return fail(err, errlen, "cannot make read-only", skel[i]);
+    return 0;
+}
+
+/* The gpu profile: the driver's nodes and what the CUDA libraries read. */
+static int bind_gpu(char *err, size_t errlen)
+{
+    int rc = 0;
+    DIR *d = opendir("/dev");
+    if (d != NULL) {
+        struct dirent *e;
+        while (rc == 0 && (e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, "nvidia", 6) != 0)
+                continue;
+            char path[300];
+            mxop__fmt(path, sizeof(path), "/dev/%s", e->d_name);
+            rc = bind_ro(path, path, 1, 0, err, errlen);
+            /* The nodes are opened read-write: make those binds writable again. */
+            if (rc == 0) {
+                char at[PATH_MAX];
+                mxop__fmt(at, sizeof(at), STAGE "%s", path);
+                if (mount(NULL, at, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | kept_flags(at),
+                          NULL) != 0)
+                    rc = fail(err, errlen, "cannot make writable", at);
+            }
+        }
+        closedir(d);
+    }
+    if (rc == 0)
+        rc = bind_ro("/sys", "/sys", 0, 0, err, errlen);
+    if (rc == 0 && MXOP_CUDA_HOME[0] == '/' && strncmp(MXOP_CUDA_HOME, "/usr/", 5) != 0)
+        rc = bind_ro(MXOP_CUDA_HOME, MXOP_CUDA_HOME, 0, 0, err, errlen);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static int enter_user_ns(long uid, long gid, char *err, size_t errlen)
+{
+    char map[64];
+    if (write_file("/proc/self/setgroups", "deny") != 0 && errno != ENOENT)
+        return fail(err, errlen, "cannot write", "/proc/self/setgroups");
+    mxop__fmt(map, sizeof(map), "%ld %ld 1", uid, uid);
+    if (write_file("/proc/self/uid_map", map) != 0)
+        return fail(err, errlen, "cannot write", "/proc/self/uid_map");
+    mxop__fmt(map, sizeof(map), "%ld %ld 1", gid, gid);
+    if (write_file("/proc/self/gid_map", map) != 0)
+        return fail(err, errlen, "cannot write", "/proc/self/gid_map");
+    return 0;
+}
+
+static int build_root(int profile, int in_userns, long uid, long gid, const char *plugin_dir,
+                      const char *allowlist, char *err, size_t errlen)
+{
+    /* The libraries' directories, opened before STAGE hides them (they may lie under /tmp). */
+    int pfd = -1, afd = -1;
+    if (plugin_dir != NULL && plugin_dir[0] == '/' &&
+        (pfd = open(plugin_dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return fail(err, errlen, "cannot open the plugin directory", plugin_dir);
+    if (allowlist != NULL && allowlist[0] == '/' &&
+        (afd = open(allowlist, O_PATH | O_CLOEXEC)) < 0) {
+        close(pfd);
+        return fail(err, errlen, "cannot open the allowlist", allowlist);
+    }
+    int rc = 0;
+    char opts[96];
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+        rc = fail(err, errlen, "cannot make private", "/");
+        goto out;
+    }
+    if (mount("mxop-root", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") != 0) {
+        rc = fail(err, errlen, "cannot mount a tmpfs on", STAGE);
+        goto out;
+    }
+    for (size_t i = 0; rc == 0 && i < COUNT(system_read_only); i++)
+        rc = system_path(system_read_only[i], err, errlen);
+    for (size_t i = 0; rc == 0 && i < COUNT(device_nodes); i++)
+        rc = bind_ro(device_nodes[i], device_nodes[i], 1, 0, err, errlen);
+    if (rc == 0 && profile == MXOP__NS_GPU)
+        rc = bind_gpu(err, errlen);
+    /* The private /tmp before the libraries: a plugin directory may lie under /tmp. */
+    if (rc == 0) {
+        if (make_dirs(STAGE "/tmp") != 0)
+            rc = fail(err, errlen, "cannot make", STAGE "/tmp");
+        mxop__fmt(opts, sizeof(opts), "size=%dm,mode=0700,uid=%ld,gid=%ld", TMP_MB, uid, gid);
+        if (rc == 0 &&
+            mount("mxop-tmp", STAGE "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) != 0)
+            rc = fail(err, errlen, "cannot mount the private tmpfs on", "/tmp");
+    }
+    if (rc == 0)
+        rc = bind_libraries(pfd, afd, plugin_dir, allowlist, err, errlen);
+    /* /proc: a fresh one that lists only what the worker may trace, where the kernel lets us. */
+    if (rc == 0) {
+        if (make_dirs(STAGE "/proc") != 0)
+            rc = fail(err, errlen, "cannot make", STAGE "/proc");
+        else if (in_userns)
+            rc = bind_ro("/proc", "/proc", 0, 1, err, errlen);
+        else if (mount("proc", STAGE "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       "hidepid=invisible") != 0 &&
+                 mount("proc", STAGE "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       "hidepid=2") != 0)
+            rc = fail(err, errlen, "cannot mount", "/proc");
+    }
+    if (rc != 0)
+        goto out;
+    close(pfd);
+    close(afd);
+    pfd = afd = -1;
+
+    /* Into it; the old root detached, the new one read-only. */
+    if (chdir(STAGE) != 0 || syscall(SYS_pivot_root, ".", ".") != 0) {
+        rc = fail(err, errlen, "cannot pivot_root into", STAGE);
+        goto out;
+    }
+    if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0) {
+        rc = fail(err, errlen, "cannot detach", "the old root");
+        goto out;
+    }
+    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) !=
+        0) {
+        rc = fail(err, errlen, "cannot make read-only", "/");
+        goto out;
+    }
+    setenv("TMPDIR", "/tmp", 1);
+    private_tmp = 1;
+out:
+    if (pfd >= 0)
+        close(pfd);
+    if (afd >= 0)
+        close(afd);
+    return rc;
+}
+
+int mxop__ns_apply(int profile, int basic, long run_uid, long run_gid, const char *plugin_dir,
+                   const char *allowlist, char *err, size_t errlen)
+{
+    int root = geteuid() == 0;
+    if (profile == MXOP__NS_NONE) {
+        /* basic as root: the cheap namespaces, best effort (basic promises none). */
+        if (basic && root)
+            (void)unshare(CLONE_NEWIPC | CLONE_NEWUTS);
+        return 0;
+    }
+    /* Read before a user namespace is entered: until its maps are written, ids read 65534. */
+    long euid = (long)geteuid(), egid = (long)getegid();
+    long uid = run_uid >= 0 ? run_uid : euid;
+    long gid = run_gid >= 0 ? run_gid : egid;
+    int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS;
+    if (!root)
+        flags |= CLONE_NEWUSER;
+    if (unshare(flags) != 0) {
+        mxop__fmt(err, errlen, "cannot unshare the %s, ipc, network and uts namespaces: %s",
+                  root ? "mount" : "user, mount", strerror(errno));
+        return MXOP_EDENIED;
+    }
+    if (!root) {
+        int rc = enter_user_ns(euid, egid, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    int rc = build_root(profile, !root, uid, gid, plugin_dir, allowlist, err, errlen);
+    if (rc != 0)
+        return rc;
+    /* A change of credentials (the user namespace) clears the parent-death signal: again. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+        mxop__fmt(err, errlen, "prctl(PR_SET_PDEATHSIG) after the namespaces: %s", strerror(errno));
+        return MXOP_EINTERNAL;
+    }
+    if (getppid() == 1)
+        _exit(0);
+    return 0;
+}
