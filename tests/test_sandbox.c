@@ -129,8 +129,12 @@ Test(sandbox, probe_from_inside_finds_everything_refused)
             at += (size_t)snprintf(allowed + at, sizeof(allowed) - at, " %s", probes[i]);
     cr_assert_eq(rc, 0, "the probe says: %s (%s)", msg, mxop_err_name(rc));
     cr_assert_str_empty(allowed, "not refused:%s", allowed);
-    /* The connection to the daemon was refused by the daemon, the rest by the kernel. */
-    cr_assert_eq(r[probe_index("connect_daemon")], -(double)ECONNRESET);
+    /*
+     * The connection to the daemon: the socket is not in the worker's minimal root
+     * (server/worker/namespaces.c), or, without namespaces, the daemon refuses it.
+     */
+    double conn = r[probe_index("connect_daemon")];
+    cr_assert(conn == -(double)ENOENT || conn == -(double)ECONNRESET, "connect_daemon: %g", conn);
     cr_assert(mxt_daemon_alive(&daemon_));
 }
 

@@ -4,8 +4,9 @@
  *
  *   sandbox_probe   1 input (ignored), 1 output: f64 [MXOP_PROBE_COUNT].
  *                   out[i] = -errno when attempt i was refused (EPERM or
- *                   EACCES; for "connect_daemon", the daemon hanging up:
- *                   -ECONNRESET), 1 when it was not refused (it succeeded,
+ *                   EACCES; ENOENT or EROFS where the worker's minimal
+ *                   root lacks the path or binds it read-only; for
+ *                   "connect_daemon", the daemon hanging up: -ECONNRESET), 1 when it was not refused (it succeeded,
  *                   or failed for another reason after the permission
  *                   checks).  Returns 0 when everything was refused, else
  *                   MXOP_EOP_FAILED naming what was not.
@@ -82,10 +83,10 @@ static const char *const names[] = {
 };
 #define N_PROBES ((int)(sizeof(names) / sizeof(names[0])))
 
-/* -errno if the call was refused by a permission check, else 1. */
+/* -errno if the call was refused by a permission check or the minimal root, else 1. */
 static double verdict(long rc, int err)
 {
-    if (rc < 0 && (err == EPERM || err == EACCES))
+    if (rc < 0 && (err == EPERM || err == EACCES || err == ENOENT || err == EROFS))
         return -(double)err;
     return 1;
 }
