@@ -74,6 +74,12 @@
 /* Where the new root is built before pivot_root: a directory every system has. */
 #define STAGE "/tmp"
 
+/*
+ * The group /proc's hidepid exempts (it sees every process): by default 0,
+ * which a worker running as root is in; one no worker is in instead.
+ */
+#define PROC_GID "4294967294"
+
 #ifndef MXOP_CUDA_HOME
 #define MXOP_CUDA_HOME ""
 #endif
@@ -416,9 +422,9 @@ static int build_root(int profile, int in_userns, long uid, long gid, const char
         else if (in_userns)
             rc = bind_ro("/proc", "/proc", 0, 1, err, errlen);
         else if (mount("proc", STAGE "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                       "hidepid=invisible") != 0 &&
+                       "hidepid=invisible,gid=" PROC_GID) != 0 &&
                  mount("proc", STAGE "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                       "hidepid=2") != 0)
+                       "hidepid=2,gid=" PROC_GID) != 0)
             rc = fail(err, errlen, "cannot mount", "/proc");
     }
     if (rc != 0)
