@@ -178,6 +178,55 @@ static unsigned long kept_flags(const char *path)
     return f;
 }
 
+/* Undoes mountinfo's octal escapes (\040 for a space) in place. */
+static void unescape(char *p)
+{
+    char *out = p;
+    for (; *p != '\0'; p++) {
+        if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' &&
+            p[3] >= '0' && p[3] <= '7') {
+            *out++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+            p += 3;
+        } else {
+            *out++ = *p;
+        }
+    }
+    *out = '\0';
+}
+
+/*
+ * A recursive bind copies the mounts below the source with their own flags
+ * (a separate /usr/local may be writable): make each of them read-only too.
+ */
+static int submounts_read_only(const char *at, int dev, char *err, size_t errlen)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL)
+        return fail(err, errlen, "cannot read", "/proc/self/mountinfo");
+    size_t n = strlen(at);
+    char line[4096];
+    int rc = 0;
+    while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+        /* id parent major:minor root mount-point options ... */
+        char *save = NULL;
+        char *tok = strtok_r(line, " ", &save);
+        for (int i = 0; tok != NULL && i < 4; i++)
+            tok = strtok_r(NULL, " ", &save);
+        if (tok == NULL)
+            continue;
+        unescape(tok);
+        if (strncmp(tok, at, n) != 0 || tok[n] != '/')
+            continue;
+        unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | kept_flags(tok);
+        if (!dev)
+            flags |= MS_NODEV;
+        if (mount(NULL, tok, NULL, flags, NULL) != 0)
+            rc = fail(err, errlen, "cannot make read-only", tok);
+    }
+    fclose(f);
+    return rc;
+}
+
 /*
  * Binds host path `src` (or /proc/self/fd/N) read-only at STAGE`dst`: a
  * directory onto a directory, anything else onto an empty file.  `dev`
@@ -222,7 +271,7 @@ static int bind_ro(const char *src, const char *dst, int dev, int required, char
         flags |= MS_NODEV;
     if (mount(NULL, at, NULL, flags, NULL) != 0)
         return fail(err, errlen, "cannot make read-only", at);
-    return 0;
+    return submounts_read_only(at, dev, err, errlen);
 }
 
 /* Copies a symbolic link of the host (e.g. /lib -> usr/lib) into the new root. */
