@@ -401,8 +401,6 @@ static int bind_gpu(char *err, size_t errlen)
         }
         closedir(d);
     }
-    if (rc == 0)
-        rc = bind_ro("/sys", "/sys", 0, 0, err, errlen);
     if (rc == 0 && MXOP_CUDA_HOME[0] == '/' && strncmp(MXOP_CUDA_HOME, "/usr/", 5) != 0)
         rc = bind_ro(MXOP_CUDA_HOME, MXOP_CUDA_HOME, 0, 0, err, errlen);
     return rc;
@@ -447,6 +445,12 @@ static int build_root(int profile, int in_userns, long uid, long gid, const char
         rc = fail(err, errlen, "cannot mount a tmpfs on", STAGE);
         goto out;
     }
+    /*
+     * The gpu profile's whole /sys first: binding it over the cpu profile's parts of /sys
+     * would hide those mounts, and hidden mounts cannot be remounted read-only.
+     */
+    if (profile == MXOP__NS_GPU)
+        rc = bind_ro("/sys", "/sys", 0, 0, err, errlen);
     for (size_t i = 0; rc == 0 && i < COUNT(system_read_only); i++)
         rc = system_path(system_read_only[i], err, errlen);
     for (size_t i = 0; rc == 0 && i < COUNT(device_nodes); i++)
