@@ -222,11 +222,11 @@ int mxop__landlock_apply(int strict, const char *plugin_dir, const char *allowli
             rc = allow(fd, allowlist, LANDLOCK_ACCESS_FS_READ_FILE, h, err, errlen);
         if (rc == 0)
             rc = allow_gpu_nodes(fd, h, err, errlen);
-        /* The worker's private /tmp (namespaces.c): files and directories, no device, socket
-         * or fifo, nothing executed. */
         /* In the minimal root /dev holds only the nodes bound there: it may be listed. */
         if (rc == 0 && mxop__ns_private_tmp())
             rc = allow(fd, "/dev", LANDLOCK_ACCESS_FS_READ_DIR, h, err, errlen);
+        /* The worker's private /tmp (namespaces.c): files and directories, no device, socket
+         * or fifo, nothing executed. */
         if (rc == 0 && mxop__ns_private_tmp())
             rc = allow(fd, "/tmp",
                        READ_WRITE | LANDLOCK_ACCESS_FS_READ_DIR | LANDLOCK_ACCESS_FS_REMOVE_DIR |

@@ -6,9 +6,11 @@
  *                   out[i] = -errno when attempt i was refused (EPERM or
  *                   EACCES; ENOENT or EROFS where the worker's minimal
  *                   root lacks the path or binds it read-only; for
- *                   "connect_daemon", the daemon hanging up: -ECONNRESET), 1 when it was not
- * refused (it succeeded, or failed for another reason after the permission checks).  Returns 0 when
- * everything was refused, else MXOP_EOP_FAILED naming what was not.
+ *                   "connect_daemon", the daemon hanging up: -ECONNRESET),
+ *                   1 when it was not refused (it succeeded, or failed for
+ *                   another reason after the permission checks).  Returns
+ *                   0 when everything was refused, else MXOP_EOP_FAILED
+ *                   naming what was not.
  *
  * Attributes: daemon_pid (the daemon's pid), socket (its control socket),
  * dir (a directory the probe may create entries in).
