@@ -36,6 +36,19 @@ uint32_t mxop__lib_count(void)
     return n_libs;
 }
 
+/*
+ * A library loaded from its descriptor is known to the dynamic loader as
+ * /proc/self/fd/N; backtraces name it by the path it was loaded for.
+ * Called from the fault handler: plain comparisons only.
+ */
+const char *mxop__lib_path_of(const char *fname)
+{
+    for (uint32_t i = 0; i < n_libs; i++)
+        if (libs[i].fd_path[0] != '\0' && strcmp(libs[i].fd_path, fname) == 0)
+            return libs[i].path;
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* register_op */
 
@@ -219,10 +232,13 @@ static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size
     return 0;
 }
 
-int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *msg, size_t msglen)
+int mxop__plugin_load(const char *path, const char *name, int fd, const char *expect,
+                      const char *where, uint32_t *lib, char *msg, size_t msglen)
 {
     if (path == NULL || path[0] == '\0') {
         mxop__fmt(msg, msglen, "WorkerLoad has an empty path");
+        if (fd >= 0)
+            close(fd);
         return MXOP_EINVAL;
     }
     const char *lname = name != NULL && name[0] != '\0' ? name : base_name(path);
@@ -230,19 +246,18 @@ int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *m
     /* Loading a library twice is a no-op that answers its ops. */
     for (uint32_t i = 0; i < n_libs; i++) {
         if (strcmp(libs[i].path, path) == 0) {
+            if (fd >= 0)
+                close(fd);
             *lib = i;
             return 0;
         }
     }
 
-    /*
-     * Under an allowlist the descriptor whose digest was checked is the one
-     * loaded; it stays open while the library is loaded, so that its
-     * /proc/self/fd name never names another file to the dynamic loader.
-     */
+    /* What the daemon opened, as a sealed private copy (integrity.c); never the path. */
     int lib_fd = -1;
-    int rc = mxop__integrity_open(path, lname, &lib_fd, msg, msglen);
-    if (rc != 0)
+    int rc = 0;
+    if (fd >= 0 &&
+        (rc = mxop__integrity_load_fd(fd, lname, expect, where, &lib_fd, msg, msglen)) != 0)
         return rc;
     char fd_path[48];
     const char *open_path = path;
@@ -332,7 +347,9 @@ have_init:
 
     uint32_t first = mxop__op_count();
     /* The op messages name the library being registered, so it is in place first. */
-    libs[n_libs] = (mxop__worker_lib_t){h, path_copy, name_copy, first, 0};
+    libs[n_libs] = (mxop__worker_lib_t){h, path_copy, name_copy, first, 0, ""};
+    if (lib_fd >= 0)
+        snprintf(libs[n_libs].fd_path, sizeof(libs[n_libs].fd_path), "%s", fd_path);
     rc = run_init(init, lname, msg, msglen);
     /* A process started by a constructor or init would be a second reader of the channels. */
     pid_t child;

@@ -431,10 +431,10 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
     /*
      * fcntl commands that change the channels (flags such as O_NONBLOCK or
      * O_ASYNC, close-on-exec, the owner and signal of SIGIO, leases), and
-     * shutdown() of the supervisor channel.  The worker sets close-on-exec
-     * before the filter and never changes them afterwards.  shutdown() of the
-     * data channel stays allowed: the worker itself uses it to tell the client
-     * that the channel lost its framing (datachan.c).
+     * shutdown() of either channel.  The worker sets close-on-exec before
+     * the filter and never changes them afterwards, and never shuts a
+     * channel down itself: when the data channel loses its framing it exits,
+     * which ends the channel as surely (datachan.c).
      */
     static const int fcntl_cmds[] = {F_SETFD,     F_SETFL,    F_SETOWN, F_SETSIG,
                                      F_SETOWN_EX, F_SETLEASE, F_NOTIFY, F_SETPIPE_SZ};
@@ -446,9 +446,11 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
             if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "fcntl", 2, fc, err, errlen)) != 0)
                 return rc;
         }
-    struct scmp_arg_cmp sd = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)SUP_FD);
-    if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "shutdown", 1, &sd, err, errlen)) != 0)
-        return rc;
+    for (size_t k = 0; k < COUNT(fds); k++) {
+        struct scmp_arg_cmp sd = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fds[k]);
+        if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "shutdown", 1, &sd, err, errlen)) != 0)
+            return rc;
+    }
     /* close_range(first, last, flags) covering 3 or 4. */
     struct scmp_arg_cmp cr[2] = {SCMP_A0(SCMP_CMP_LE, DATA_FD), SCMP_A1(SCMP_CMP_GE, SUP_FD)};
     return rule(f, SCMP_ACT_ERRNO(EPERM), "close_range", 2, cr, err, errlen);
