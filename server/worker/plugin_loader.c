@@ -8,6 +8,8 @@
  * fails anywhere is unloaded and leaves no op behind.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -232,6 +234,42 @@ static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size
     return 0;
 }
 
+/* 1 when a loaded library was loaded as /proc/self/fd/`fd`. */
+static int fd_name_taken(int fd)
+{
+    char name[48];
+    snprintf(name, sizeof(name), "/proc/self/fd/%d", fd);
+    for (uint32_t i = 0; i < n_libs; i++)
+        if (strcmp(libs[i].fd_path, name) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * The dynamic loader recognises an object it has by its name: were the
+ * descriptor of a loaded library closed (by a library that closes
+ * descriptors it does not own) and its number reused for the next one,
+ * dlopen would answer the old library.  So each library's descriptor
+ * number is one no loaded library was loaded as; `fd` is moved if needed.
+ * Returns the number, or -errno (fd closed).
+ */
+static int unique_fd_name(int fd)
+{
+    int min = fd;
+    while (fd_name_taken(fd)) {
+        int moved = fcntl(fd, F_DUPFD_CLOEXEC, ++min);
+        if (moved < 0) {
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        close(fd);
+        fd = moved;
+        min = moved;
+    }
+    return fd;
+}
+
 int mxop__plugin_load(const char *path, const char *name, int fd, const char *expect,
                       const char *where, uint32_t *lib, char *msg, size_t msglen)
 {
@@ -261,6 +299,11 @@ int mxop__plugin_load(const char *path, const char *name, int fd, const char *ex
         return rc;
     char fd_path[48];
     const char *open_path = path;
+    if (lib_fd >= 0 && (lib_fd = unique_fd_name(lib_fd)) < 0) {
+        mxop__fmt(msg, msglen, "library '%s': no descriptor number for it: %s", lname,
+                  strerror(-lib_fd));
+        return MXOP_ELIB_INVALID;
+    }
     if (lib_fd >= 0) {
         snprintf(fd_path, sizeof(fd_path), "/proc/self/fd/%d", lib_fd);
         open_path = fd_path;

@@ -266,9 +266,9 @@ static int set_limits(char *err, size_t errlen)
 /* ------------------------------------------------------------------------ */
 /* Capabilities */
 
-static int drop_capabilities(char *err, size_t errlen)
+/* The bounding set (it needs CAP_SETPCAP, which capset and a change of uid remove). */
+static int drop_bounding_set(char *err, size_t errlen)
 {
-    /* The bounding set first (it needs CAP_SETPCAP, which capset then removes). */
     for (int cap = 0; cap < 64; cap++) {
         int r = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
         if (r < 0)
@@ -278,6 +278,14 @@ static int drop_capabilities(char *err, size_t errlen)
             return MXOP_EINTERNAL;
         }
     }
+    return 0;
+}
+
+static int drop_capabilities(char *err, size_t errlen)
+{
+    int rc = drop_bounding_set(err, errlen);
+    if (rc != 0)
+        return rc;
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
     struct __user_cap_data_struct data[2];
@@ -560,6 +568,9 @@ int mxop__sandbox_apply(char *err, size_t errlen)
 {
     int rc = prefer_for_oom(err, errlen);
     if (rc != 0)
+        return rc;
+    /* Least privilege: the bounding set goes while CAP_SETPCAP is still there (uid 0). */
+    if (level >= MXOP__SANDBOX_STRICT && (rc = drop_bounding_set(err, errlen)) != 0)
         return rc;
     rc = change_user(err, errlen);
     if (rc != 0)
