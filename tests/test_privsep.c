@@ -254,6 +254,32 @@ Test(privsep_basic, library_in_a_root_only_plugin_dir_loads_and_the_dir_stays_un
     plugin_dir_root_only();
 }
 
+/* Not a regular file under a library's name: the daemon's open refuses it, without blocking. */
+Test(privsep, fifo_or_directory_named_like_a_library_refused)
+{
+    mxt_baseline_t base = take_baseline();
+    char fifo[400], dir[400];
+    snprintf(fifo, sizeof(fifo), "%s/fifo.so", daemon_.plugins);
+    snprintf(dir, sizeof(dir), "%s/dir.so", daemon_.plugins);
+    cr_assert_eq(mkfifo(fifo, 0644), 0, "%s", strerror(errno));
+    cr_assert_eq(mkdir(dir, 0755), 0, "%s", strerror(errno));
+    mxop_client_t *c = mxt_connect(&daemon_);
+    const char *names[] = {"fifo.so", "dir.so"};
+    for (int i = 0; i < 2; i++) {
+        int rc = mxop_load_library(c, names[i]);
+        cr_assert_eq(rc, MXOP_ELIB_INVALID, "%s: %s (%s)", names[i], mxop_err_name(rc),
+                     mxop_last_error(c));
+        cr_assert(strstr(mxop_last_error(c), "not a regular file") != NULL, "%s",
+                  mxop_last_error(c));
+    }
+    cr_assert_eq(mxop_load_library(c, "relu.so"), 0, "%s", mxop_last_error(c));
+    relu_correct(c);
+    mxop_close(c);
+    unlink(fifo);
+    rmdir(dir);
+    expect_back_to(&base);
+}
+
 /* ------------------------------------------------------------------------ */
 /* shutdown() of the transport (strict) */
 
