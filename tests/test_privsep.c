@@ -471,6 +471,27 @@ Test(privsep_list, allowlist_without_trusted_gives_scratch_mode)
     overrun_with_list("", 0);
 }
 
+/* The column is read at every load, like the digests: an edit applies to the next session. */
+Test(privsep_list, trusted_column_edit_applies_at_the_next_load)
+{
+    char alias[65], relu[65], text[600];
+    build_digest("hostile_alias.so", alias);
+    build_digest("relu.so", relu);
+    snprintf(text, sizeof(text), "relu.so %s\nhostile_alias.so %s\n", relu, alias);
+    start_with_list(text);
+    mxt_baseline_t base = take_baseline();
+    const char *libs[] = {"hostile_alias.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(confined(c), 1u, "not listed trusted: scratch mode expected");
+    mxop_close(c);
+    snprintf(text, sizeof(text), "relu.so %s\nhostile_alias.so %s trusted\n", relu, alias);
+    write_list(text);
+    c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(confined(c), 0u, "listed trusted after the edit: zero-copy expected");
+    mxop_close(c);
+    expect_back_to(&base);
+}
+
 /* Runs the daemon with `extra`; returns its exit status, its stderr into err. */
 static int daemon_exit_status(const char *dir, const char *const *extra, char *err, size_t errlen)
 {
