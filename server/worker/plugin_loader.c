@@ -27,6 +27,8 @@
 static mxop__worker_lib_t *libs;
 static uint32_t n_libs;
 static uint32_t cap_libs;
+/* True while a library's init runs: libs[n_libs] is then that library. */
+static volatile int in_init;
 
 const mxop__worker_lib_t *mxop__lib_get(uint32_t i)
 {
@@ -45,7 +47,9 @@ uint32_t mxop__lib_count(void)
  */
 const char *mxop__lib_path_of(const char *fname)
 {
-    for (uint32_t i = 0; i < n_libs; i++)
+    /* The library whose init runs now is in place at libs[n_libs] (run_init). */
+    uint32_t n = n_libs + (in_init ? 1u : 0u);
+    for (uint32_t i = 0; i < n; i++)
         if (libs[i].fd_path[0] != '\0' && strcmp(libs[i].fd_path, fname) == 0)
             return libs[i].path;
     return NULL;
@@ -211,7 +215,9 @@ static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size
     c->reg_code = 0;
     c->reg_msg[0] = '\0';
 
+    in_init = 1;
     int rc = init(c, &mxop__host);
+    in_init = 0;
     mxop__ctx_end();
 
     /*
@@ -234,23 +240,44 @@ static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size
     return 0;
 }
 
-/* 1 when a loaded library was loaded as /proc/self/fd/`fd`. */
+/*
+ * Every descriptor number ever handed to dlopen as /proc/self/fd/N, loads
+ * that failed included: the dynamic loader recognises an object it has by
+ * its name, and an object it could not unload (a C++ library with unique
+ * symbols, say) keeps its name after a failed load.  Loads are few (a
+ * session's quota), so a list is enough.
+ */
+static int *used_fds;
+static uint32_t n_used_fds;
+static uint32_t cap_used_fds;
+
 static int fd_name_taken(int fd)
 {
-    char name[48];
-    snprintf(name, sizeof(name), "/proc/self/fd/%d", fd);
-    for (uint32_t i = 0; i < n_libs; i++)
-        if (strcmp(libs[i].fd_path, name) == 0)
+    for (uint32_t i = 0; i < n_used_fds; i++)
+        if (used_fds[i] == fd)
             return 1;
     return 0;
 }
 
+static int note_fd_name(int fd)
+{
+    if (n_used_fds == cap_used_fds) {
+        uint32_t cap = cap_used_fds ? cap_used_fds * 2 : 16;
+        int *p = realloc(used_fds, (size_t)cap * sizeof(*p));
+        if (p == NULL)
+            return MXOP_ENOMEM;
+        used_fds = p;
+        cap_used_fds = cap;
+    }
+    used_fds[n_used_fds++] = fd;
+    return 0;
+}
+
 /*
- * The dynamic loader recognises an object it has by its name: were the
- * descriptor of a loaded library closed (by a library that closes
+ * Were the descriptor of a loaded library closed (by a library that closes
  * descriptors it does not own) and its number reused for the next one,
- * dlopen would answer the old library.  So each library's descriptor
- * number is one no loaded library was loaded as; `fd` is moved if needed.
+ * dlopen would answer the old library.  So each library is loaded under a
+ * descriptor number never used for that before; `fd` is moved if needed.
  * Returns the number, or -errno (fd closed).
  */
 static int unique_fd_name(int fd)
@@ -266,6 +293,10 @@ static int unique_fd_name(int fd)
         close(fd);
         fd = moved;
         min = moved;
+    }
+    if (note_fd_name(fd) != 0) {
+        close(fd);
+        return -ENOMEM;
     }
     return fd;
 }
