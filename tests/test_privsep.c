@@ -14,7 +14,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,6 +413,110 @@ Test(privsep_list, swapped_library_runs_the_opened_file_or_is_refused_naming_bot
               mxop_last_error(c2));
     mxop_close(c2);
     cr_assert_eq(version_of(c), 1.0);
+    mxop_close(c);
+    expect_back_to(&base);
+}
+
+/* True once the daemon holds a descriptor of <plugins>/version.so (it opened it for a load). */
+static int daemon_holds_version(void *arg)
+{
+    (void)arg;
+    char want[600], dir[64];
+    snprintf(want, sizeof(want), "%s/version.so", daemon_.plugins);
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)daemon_.pid);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        char link[600], target[700];
+        snprintf(link, sizeof(link), "%s/%s", dir, e->d_name);
+        ssize_t n = readlink(link, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            found = strcmp(target, want) == 0;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+typedef struct loader {
+    mxop_client_t *c;
+    int rc;
+    char err[512];
+} loader_t;
+
+static void *load_version(void *arg)
+{
+    loader_t *l = arg;
+    l->rc = mxop_load_library(l->c, "version.so");
+    snprintf(l->err, sizeof(l->err), "%s", l->rc ? mxop_last_error(l->c) : "");
+    return NULL;
+}
+
+/*
+ * The swap lands between the daemon's open and the worker's load: the
+ * worker is stopped, the daemon opens version.so (version 1) and queues
+ * the load, version 2 is renamed over it, the worker goes on.  What it
+ * loads is what the daemon opened, whatever the path now holds.
+ */
+Test(privsep, library_swapped_after_the_daemon_opened_it_is_not_the_one_loaded)
+{
+    put_plugin("version_a.so", "version.so");
+    mxt_baseline_t base = take_baseline();
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    pid_t w = mxt_worker_pid(c);
+    cr_assert_eq(kill(w, SIGSTOP), 0);
+    loader_t l = {.c = c};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, load_version, &l), 0);
+    int opened = mxt_wait_until(daemon_holds_version, NULL, 10000);
+    put_plugin("version_b.so", "version.so");
+    cr_assert_eq(kill(w, SIGCONT), 0);
+    pthread_join(th, NULL);
+    cr_assert(opened, "the daemon never held version.so open");
+    cr_assert_eq(l.rc, 0, "%s: %s", mxop_err_name(l.rc), l.err);
+    cr_assert_eq(mxt_worker_pid(c), w, "the worker was replaced (and reloaded the path)");
+    cr_assert_eq(version_of(c), 1.0,
+                 "the worker loaded the file now at the path, not the opened one");
+    mxop_close(c);
+    expect_back_to(&base);
+}
+
+/* A replacement worker gets the file now at the path: with an allowlist, a swapped one is refused.
+ */
+Test(privsep_list, replay_of_a_swapped_library_refused_naming_both_digests)
+{
+    char a[65], b[65], relu[65], text[600];
+    build_digest("version_a.so", a);
+    build_digest("version_b.so", b);
+    build_digest("relu.so", relu);
+    snprintf(text, sizeof(text), "relu.so %s\nversion.so %s\n", relu, a);
+    start_with_list(text);
+    put_plugin("version_a.so", "version.so");
+    mxt_baseline_t base = take_baseline();
+    const char *libs[] = {"version.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(version_of(c), 1.0);
+    put_plugin("version_b.so", "version.so");
+    cr_assert_eq(kill(mxt_worker_pid(c), SIGKILL), 0);
+    /* The death, then the replay refused: the session says why, naming both digests. */
+    int rc = 0;
+    char err[1024] = "";
+    for (int i = 0; i < 40 && strstr(err, b) == NULL; i++) {
+        int64_t s1[] = {4};
+        mxop_array_t x, y;
+        mxt_array(c, MXOP_F64, 1, s1, 1, &x);
+        mxt_array(c, MXOP_F64, 1, s1, 2, &y);
+        rc = mxop_forward(c, mxt_op(c, "version"), NULL, &x, 1, &y, 1);
+        snprintf(err, sizeof(err), "%s", rc != 0 ? mxop_last_error(c) : "");
+        cr_assert_neq(rc, 0, "the session ran a call after its library was refused");
+        mxt_sleep_ms(250);
+    }
+    cr_assert(strstr(err, a) != NULL && strstr(err, b) != NULL, "%s: %s", mxop_err_name(rc), err);
     mxop_close(c);
     expect_back_to(&base);
 }

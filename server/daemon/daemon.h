@@ -412,6 +412,7 @@ typedef struct mxop__pending {
     char expect_sha256[65];
     char *allowlist_where;
     bool allow_trusted;
+    char *open_error; /* a replayed LOAD the daemon could not open: why (malloc'd), else NULL */
 } mxop__pending_t;
 
 /* A session's timer, allocated apart so that it can outlive the session until closed. */

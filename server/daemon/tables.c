@@ -167,6 +167,7 @@ void mxop__pending_free(mxop__pending_t *p)
     free(p->path);
     free(p->name);
     free(p->allowlist_where);
+    free(p->open_error);
     if (p->fd >= 0)
         close(p->fd);
     free(p);
