@@ -68,8 +68,10 @@ static size_t field(const char **p, const char *eol, const char **start)
 }
 
 int mxop__allowlist_find(const char *text, const char *name, char expected[65], int *line,
-                         char *err, size_t errlen)
+                         int *trusted, char *err, size_t errlen)
 {
+    if (trusted != NULL)
+        *trusted = 0;
     int found = 0;
     int n = 0;
     size_t name_len = name != NULL ? strlen(name) : 0;
@@ -86,10 +88,20 @@ int mxop__allowlist_find(const char *text, const char *name, char expected[65], 
         }
         size_t lb = field(&p, eol, &b);
         size_t lc = field(&p, eol, &c);
+        const char *d;
+        size_t ld = field(&p, eol, &d);
         int hex_ok = lb == 64;
         for (size_t i = 0; hex_ok && i < 64; i++)
             hex_ok = isxdigit((unsigned char)b[i]);
-        if (!hex_ok || lc != 0) {
+        /* The optional third field: only `trusted` is known; a typo must not pass silently. */
+        if (hex_ok && lc != 0 && (ld != 0 || lc != 7 || memcmp(c, "trusted", 7) != 0)) {
+            mxop__fmt(err, errlen,
+                      "allowlist line %d: after the name and the SHA-256 only 'trusted' may "
+                      "follow, got '%.*s'",
+                      n, (int)(eol - c > 120 ? 120 : eol - c), c);
+            return MXOP_EINVAL;
+        }
+        if (!hex_ok) {
             mxop__fmt(err, errlen,
                       "allowlist line %d: expected a library name and a SHA-256 of 64 hex "
                       "digits, got '%.*s'",
@@ -104,6 +116,8 @@ int mxop__allowlist_find(const char *text, const char *name, char expected[65], 
             }
             found = 1;
             *line = n;
+            if (trusted != NULL)
+                *trusted = lc != 0;
             for (size_t i = 0; i < 64; i++)
                 expected[i] = (char)tolower((unsigned char)b[i]);
             expected[64] = '\0';

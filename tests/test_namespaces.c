@@ -126,9 +126,10 @@ Test(namespaces, files_outside_the_minimal_root_are_absent)
     /* What libraries need is there. */
     cr_assert_eq(open_in_worker(c, "/etc/ld.so.cache"), 1);
     cr_assert_eq(open_in_worker(c, "/dev/urandom"), 1);
+    /* Nor is the plugin directory: libraries arrive as descriptors (server/daemon/libfd.c). */
     char lib[400];
     snprintf(lib, sizeof(lib), "%s/relu.so", daemon_.plugins);
-    cr_assert_eq(open_in_worker(c, lib), 1, "the plugin directory is readable");
+    cr_assert_eq(open_in_worker(c, lib), -(double)ENOENT, "the plugin directory");
     mxop_close(c);
     expect_back_to(&base);
 }
@@ -141,12 +142,13 @@ Test(namespaces, control_socket_cannot_be_reached)
     double r[NS_OUT];
     probe(c, "ns_connect", attrs, r);
     cr_assert_eq(r[0], -(double)ENOENT, "connect to the control socket: %g", r[0]);
-    /* Nor can anything be made in the socket's directory (the worker sees an empty skeleton). */
+    /* Nor can anything be made in the socket's directory: it is not in the worker's root. */
     char evil[400];
     snprintf(evil, sizeof(evil), "%s/evil.sock", daemon_.dir);
     const char *cattrs[] = {"path", evil, NULL};
     probe(c, "ns_create", cattrs, r);
-    cr_assert(r[0] == -(double)EROFS || r[0] == -(double)EACCES, "create: %g", r[0]);
+    cr_assert(r[0] == -(double)ENOENT || r[0] == -(double)EROFS || r[0] == -(double)EACCES,
+              "create: %g", r[0]);
     mxop_close(c);
     cr_assert_neq(access(evil, F_OK), 0, "%s appeared", evil);
     expect_back_to(&base);
@@ -202,14 +204,17 @@ Test(namespaces, plugin_directory_cannot_be_written)
     snprintf(path, sizeof(path), "%s/evil.so", daemon_.plugins);
     const char *a1[] = {"path", path, NULL};
     probe(c, "ns_create", a1, r);
-    cr_assert(r[0] == -(double)EROFS || r[0] == -(double)EACCES, "new file: %g", r[0]);
+    /* Absent from the worker's root (libraries arrive as descriptors), or read-only. */
+    cr_assert(r[0] == -(double)ENOENT || r[0] == -(double)EROFS || r[0] == -(double)EACCES,
+              "new file: %g", r[0]);
     cr_assert_neq(access(path, F_OK), 0, "%s appeared", path);
     snprintf(path, sizeof(path), "%s/relu.so", daemon_.plugins);
     struct stat before, after;
     cr_assert_eq(stat(path, &before), 0);
     const char *a2[] = {"path", path, NULL};
     probe(c, "ns_create", a2, r);
-    cr_assert(r[0] == -(double)EROFS || r[0] == -(double)EACCES, "relu.so: %g", r[0]);
+    cr_assert(r[0] == -(double)ENOENT || r[0] == -(double)EROFS || r[0] == -(double)EACCES,
+              "relu.so: %g", r[0]);
     cr_assert_eq(stat(path, &after), 0);
     cr_assert(before.st_size == after.st_size && before.st_mtime == after.st_mtime,
               "relu.so changed");
@@ -303,13 +308,14 @@ Test(namespaces_gpu, binds_the_driver_nodes_that_exist_and_keeps_the_host_pid_na
 Test(namespaces_basic, basic_keeps_the_host_filesystem)
 {
     mxt_baseline_t base = mxt_baseline_take(&daemon_);
-    char secret[400];
-    snprintf(secret, sizeof(secret), "%s/visible.txt", daemon_.dir);
-    int fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    cr_assert(fd >= 0);
-    close(fd);
+    /*
+     * A world-readable host file a strict worker's root does not hold (the
+     * test's own directory is 0700 root, closed to the worker's uid).
+     */
+    const char *host_file = "/etc/os-release";
+    cr_assert_eq(access(host_file, R_OK), 0, "%s: %s", host_file, strerror(errno));
     mxop_client_t *c = connect_ns();
-    cr_assert_eq(open_in_worker(c, secret), 1, "basic promises no filesystem view");
+    cr_assert_eq(open_in_worker(c, host_file), 1, "basic promises no filesystem view");
     pid_t w = mxt_worker_pid(c);
     char mine[128], theirs[128], path[64];
     snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)w);

@@ -103,23 +103,33 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
         mxop__client_reply_error(cl, req->id, rc, err);
         return;
     }
-    /* An untrusted library under strict: the session's regions become read-only to it first. */
-    if (!mxop__memconfine_trusted(s->d, resolved)) {
-        rc = mxop__memconfine_session(s, err, sizeof(err));
-        if (rc != 0) {
-            mxop__reply_errorf(cl, req->id, rc, "LoadLibrary of '%s' refused: %s", name, err);
-            return;
-        }
-    }
     mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_LOAD, req->id, false);
     if (p == NULL || (p->path = strdup(resolved)) == NULL || (p->name = strdup(name)) == NULL) {
         mxop__pending_free(p);
         mxop__client_reply_error(cl, req->id, MXOP_ENOMEM, "out of memory for a library load");
         return;
     }
-    /* The version the worker is about to load, for Reload and `mxop load` (libver.c). */
-    if (mxop__libver_read(resolved, &p->ver, err, sizeof(err)) != 0)
-        MXOP__LOGD(s->id, NULL, "%s", err);
+    /*
+     * The daemon opens the library and the worker loads that descriptor
+     * (libfd.c); its version, for Reload and `mxop load` (libver.c), and the
+     * allowlist's verdict come from the same descriptor.
+     */
+    rc = mxop__libfd_open(s->d, p, err, sizeof(err));
+    if (rc != 0) {
+        mxop__pending_free(p);
+        MXOP__LOGI(s->id, NULL, "LoadLibrary refused: %s", err);
+        mxop__client_reply_error(cl, req->id, rc, err);
+        return;
+    }
+    /* An untrusted library under strict: the session's regions become read-only to it first. */
+    if (!p->allow_trusted && !mxop__memconfine_trusted(s->d, resolved)) {
+        rc = mxop__memconfine_session(s, err, sizeof(err));
+        if (rc != 0) {
+            mxop__pending_free(p);
+            mxop__reply_errorf(cl, req->id, rc, "LoadLibrary of '%s' refused: %s", name, err);
+            return;
+        }
+    }
     rc = mxop__pending_send(s, p, -1, MXOP__FIFO_LIVE);
     if (rc != 0) {
         mxop__pending_free(p);

@@ -244,6 +244,9 @@ typedef struct mxop__config {
     gid_t worker_gid;
     bool warm_spare; /* keep a started spare worker per session */
 
+    /* Least privilege (workeruid.c, docs/security.md): the daemon chose the uid above. */
+    bool worker_uid_chosen; /* true: root daemon, no --worker-uid: nobody (or 65534) */
+
     /* Administrators and hot reload (admin.c, reload.c; docs/security.md, docs/operations.md). */
     uid_t admin_uids[MXOP__MAX_ALLOW_UIDS]; /* --admin-uid: may send daemon-wide requests */
     int n_admin_uids;
@@ -393,13 +396,23 @@ typedef struct mxop__pending {
     char *name;  /* LOAD: the client's name for it (malloc'd) */
     uint32_t region;
     uint64_t size;
-    int fd;    /* MAP of a new region: the region's fd until it is registered; else -1 */
+    int fd;    /* MAP of a new region: the region's fd until it is registered; LOAD: the
+                  library's (libfd.c); else -1 */
     bool cuda; /* MAP of a device region: the handle below instead of an fd */
     int32_t device;
     uint8_t ipc[MXOP__CUDA_IPC_BYTES];
     mxop__libver_t ver; /* LOAD: the version read for this load (libver.c) */
     /* Memory integrity (memconfine.c): MAP of the client's scratch region. */
     bool scratch;
+    /*
+     * Least privilege (libfd.c): a LOAD's fd above is the library the
+     * daemon opened; under an allowlist, the digest listed for it, where
+     * (malloc'd, NULL without one), and whether its line says `trusted`.
+     */
+    char expect_sha256[65];
+    char *allowlist_where;
+    bool allow_trusted;
+    char *open_error; /* a replayed LOAD the daemon could not open: why (malloc'd), else NULL */
 } mxop__pending_t;
 
 /* A session's timer, allocated apart so that it can outlive the session until closed. */

@@ -1,11 +1,13 @@
 /*
  * server/daemon/integrity.c - which op libraries may load.
  *
- * The digests themselves are checked by the worker, on the very descriptor
- * it then loads (server/worker/integrity.c); the daemon checks the
- * allowlist's syntax at start, so that a typo stops the daemon instead of
- * every load, and passes its path to each worker.  The file is read again
- * at every load: editing it is how it is reloaded.
+ * The daemon checks the allowlist's syntax at start, so that a typo stops
+ * the daemon instead of every load, and reads it again at every load
+ * (editing it is how it is reloaded): it opens the library itself
+ * (libfd.c), compares the digest of that descriptor with the listed one,
+ * and sends the worker the descriptor with the listed digest, which the
+ * worker checks again on the sealed copy it loads
+ * (server/worker/integrity.c).  The worker never reads the allowlist.
  *
  * A library is only as trustworthy as the directory it sits in: one that
  * someone other than its owner may write can be replaced or changed in
@@ -64,7 +66,7 @@ int mxop__integrity_option(const char *opt, const char *val, char *err, size_t e
     char digest[65];
     int line;
     if (mxop__allowlist_read(real, &text, why, sizeof(why)) != 0 ||
-        mxop__allowlist_find(text, NULL, digest, &line, why, sizeof(why)) < 0) {
+        mxop__allowlist_find(text, NULL, digest, &line, NULL, why, sizeof(why)) < 0) {
         free(text);
         mxop__fmt(err, errlen, "%s: %s", real, why);
         return MXOP_EINVAL;
@@ -132,4 +134,40 @@ int mxop__integrity_reload_allowlist(const char *val, char *err, size_t errlen)
     if (rc != 0)
         mxop__fmt(allowlist_path, sizeof(allowlist_path), "%s", old);
     return rc;
+}
+
+int mxop__integrity_lookup(const char *plugin_dir, const char *resolved, const char *lname,
+                           char expected[65], char *where, size_t wherelen, int *trusted, char *err,
+                           size_t errlen)
+{
+    expected[0] = '\0';
+    where[0] = '\0';
+    *trusted = 0;
+    if (allowlist_path[0] == '\0')
+        return 0;
+    /* The library's name in the allowlist: its path below the plugin directory. */
+    const char *name = resolved;
+    size_t n = strlen(plugin_dir);
+    while (n > 1 && plugin_dir[n - 1] == '/')
+        n--;
+    if (strncmp(resolved, plugin_dir, n) == 0 && resolved[n] == '/')
+        name = resolved + n + 1;
+    char *text = NULL;
+    char why[256];
+    int line = 0;
+    int rc = mxop__allowlist_read(allowlist_path, &text, why, sizeof(why));
+    if (rc == 0)
+        rc = mxop__allowlist_find(text, name, expected, &line, trusted, why, sizeof(why));
+    free(text);
+    if (rc < 0) {
+        mxop__fmt(err, errlen, "library '%s' refused: %s: %s", lname, allowlist_path, why);
+        return MXOP_EDENIED;
+    }
+    if (rc == 0) {
+        mxop__fmt(err, errlen, "library '%s' refused: '%s' is not in the allowlist %s", lname, name,
+                  allowlist_path);
+        return MXOP_EDENIED;
+    }
+    mxop__fmt(where, wherelen, "%s (line %d)", allowlist_path, line);
+    return 1;
 }

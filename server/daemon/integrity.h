@@ -33,4 +33,16 @@ const char *mxop__integrity_allowlist(void);
  */
 int mxop__integrity_reload_allowlist(const char *val, char *err, size_t errlen);
 
+/**
+ * Looks the library at `resolved` (inside `plugin_dir`) up in the
+ * allowlist, read again now (edits apply at the next load).  Returns 0
+ * when there is no allowlist; 1 when listed, with its digest in
+ * expected[65], "FILE (line N)" in where and the line's `trusted` field in
+ * *trusted; or MXOP_EDENIED (not listed, or the file unreadable or
+ * malformed) with a sentence naming `lname` in err.
+ */
+int mxop__integrity_lookup(const char *plugin_dir, const char *resolved, const char *lname,
+                           char expected[65], char *where, size_t wherelen, int *trusted, char *err,
+                           size_t errlen);
+
 #endif /* MXOP_SERVER_DAEMON_INTEGRITY_H */

@@ -5,7 +5,8 @@
  * daemon: seccomp (required: a worker that cannot load its filter does
  * not start), Landlock (its ABI decides the filesystem view, TCP and the
  * scoping of signals and abstract sockets), a cgroup of its own (root and a
- * memory controller), and another uid (--worker-uid).  The daemon asks the
+ * memory controller), and another uid (workeruid.c: --worker-uid, or an
+ * unprivileged one the daemon chooses when it runs as root).  The daemon asks the
  * kernel the same questions the worker will and logs the answer once, so
  * an operator sees what "strict" means on this machine.  strict promises
  * the filesystem view; on a kernel without Landlock the daemon refuses to
@@ -140,10 +141,11 @@ static int choose_namespaces(char *out, size_t outlen, char *err, size_t errlen)
     return 0;
 }
 
-int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size_t errlen)
+int mxop__layers_check(const char *sandbox, const char *workers_as, char *err, size_t errlen)
 {
     if (strcmp(sandbox, "none") == 0) {
-        mxop__fmt(described, sizeof(described), "none: workers are not confined");
+        mxop__fmt(described, sizeof(described), "none: workers are not confined; workers run as %s",
+                  workers_as);
         MXOP__LOGW(0, NULL,
                    "sandbox none: workers are not confined (libraries run with the "
                    "daemon's privileges)");
@@ -171,15 +173,9 @@ int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size
     } else if (geteuid() == 0) {
         mxop__fmt(ns, sizeof(ns), "ipc and uts namespaces where the kernel allows (basic)");
     }
-    char uid[96];
-    if (worker_uid_set)
-        mxop__fmt(uid, sizeof(uid), "their own uid and network namespace");
-    else
-        mxop__fmt(uid, sizeof(uid), "the daemon's uid %u (--worker-uid to change it)",
-                  (unsigned)geteuid());
     mxop__fmt(described, sizeof(described), "%s; %s; %s; %s; oom_score_adj 1000; workers run as %s",
               seccomp ? "seccomp filter" : "NO seccomp", landlock, ns, mxop__cgroup_describe(),
-              uid);
+              workers_as);
     MXOP__LOGI(0, NULL, "sandbox %s layers: %s", sandbox, described);
     if (strict && abi == 0) {
         if (fallback) {

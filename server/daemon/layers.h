@@ -20,7 +20,7 @@ int mxop__layers_option(const char *opt, const char *val, char *err, size_t errl
  * and what of it, cgroup, uid).  Under strict without Landlock, returns
  * MXOP_EDENIED with a sentence in err unless --sandbox-fallback on.
  */
-int mxop__layers_check(const char *sandbox, bool worker_uid_set, char *err, size_t errlen);
+int mxop__layers_check(const char *sandbox, const char *workers_as, char *err, size_t errlen);
 
 /**
  * The namespace profile strict workers get (`--ns-profile` of the worker,

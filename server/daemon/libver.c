@@ -8,12 +8,10 @@
  * reports it, and --watch compares the identity with the file now at the
  * path to find a library that changed.
  *
- * The daemon reads the file just before the worker opens it by the same
- * path.  Were the file replaced in between, the worker would run the
- * newer file under the older version's name; with --watch, the next check
- * sees the identity differ and reloads the session, which ends the
- * mismatch.  (Under --allowlist the worker checks its own digest of the
- * descriptor it loads.)
+ * The daemon reads the version from the very descriptor it sends the
+ * worker to load (libfd.c): the version shown is the file the worker runs,
+ * even if the path is replaced meanwhile; with --watch, the next check
+ * sees the identity at the path differ and reloads the session.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +41,22 @@ void mxop__libver_identity(const struct stat *st, mxop__libver_t *v)
     v->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
 }
 
+int mxop__libver_fd(int fd, const struct stat *st, mxop__libver_t *v, char *err, size_t errlen)
+{
+    memset(v, 0, sizeof(*v));
+    v->loaded_at_ms = realtime_ms();
+    /* Identity and digest of the same descriptor: they describe one file. */
+    mxop__libver_identity(st, v);
+    int rc = mxop__sha256_fd(fd, v->sha256);
+    if (rc != 0) {
+        mxop__fmt(err, errlen, "library cannot be read for its digest: %s", strerror(-rc));
+        v->sha256[0] = '\0';
+        return MXOP_ELIB_INVALID;
+    }
+    v->known = true;
+    return 0;
+}
+
 int mxop__libver_read(const char *path, mxop__libver_t *v, char *err, size_t errlen)
 {
     memset(v, 0, sizeof(*v));
@@ -56,17 +70,9 @@ int mxop__libver_read(const char *path, mxop__libver_t *v, char *err, size_t err
             close(fd);
         return MXOP_ELIB_INVALID;
     }
-    /* Identity and digest of the same descriptor: they describe one file. */
-    mxop__libver_identity(&st, v);
-    int rc = mxop__sha256_fd(fd, v->sha256);
+    int rc = mxop__libver_fd(fd, &st, v, err, errlen);
     close(fd);
-    if (rc != 0) {
-        mxop__fmt(err, errlen, "library %s cannot be read for its digest: %s", path, strerror(-rc));
-        v->sha256[0] = '\0';
-        return MXOP_ELIB_INVALID;
-    }
-    v->known = true;
-    return 0;
+    return rc;
 }
 
 bool mxop__libver_changed(const mxop__libver_t *v, const struct stat *st)

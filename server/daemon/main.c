@@ -31,6 +31,7 @@
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
 #include "server/daemon/memconfine.h"
+#include "server/daemon/workeruid.h"
 #include "server/daemon/options.h"
 
 /* How long shutdown waits for killed workers to be reaped before giving up. */
@@ -176,7 +177,14 @@ int main(int argc, char **argv)
                    d.cfg.worker_path, strerror(errno));
 
     char err[MXOP__MSG_MAX];
-    if (mxop__layers_check(d.cfg.sandbox, d.cfg.has_worker_uid, err, sizeof(err)) != 0) {
+    char workers_as[160];
+    if (mxop__workeruid_settle(&d.cfg, err, sizeof(err)) != 0) {
+        MXOP__LOGE(0, NULL, "%s", err);
+        rc = 2;
+        goto out_loop;
+    }
+    mxop__workeruid_describe(&d.cfg, workers_as, sizeof(workers_as));
+    if (mxop__layers_check(d.cfg.sandbox, workers_as, err, sizeof(err)) != 0) {
         MXOP__LOGE(0, NULL, "%s", err);
         rc = 2;
         goto out_loop;
@@ -212,13 +220,9 @@ int main(int argc, char **argv)
 
     MXOP__LOGI(0, NULL, "mxop-serverd %s listening on %s (plugins %s, worker %s)",
                MXOP_VERSION_STRING, d.cfg.socket_path, d.cfg.plugin_dir, d.cfg.worker_path);
-    char as_uid[48] = "";
-    if (d.cfg.has_worker_uid)
-        mxop__fmt(as_uid, sizeof(as_uid), ", as uid %u in their own network namespaces",
-                  (unsigned)d.cfg.worker_uid);
-    MXOP__LOGI(0, NULL, "workers: sandbox %s, %llu MiB for ops, %llu descriptors%s, %s spare",
+    MXOP__LOGI(0, NULL, "workers: sandbox %s, %llu MiB for ops, %llu descriptors, as %s, %s spare",
                d.cfg.sandbox, (unsigned long long)d.cfg.worker_memory_mb,
-               (unsigned long long)d.cfg.worker_max_fds, as_uid,
+               (unsigned long long)d.cfg.worker_max_fds, workers_as,
                d.cfg.warm_spare ? "a warm" : "no");
     uv_run(&loop, UV_RUN_DEFAULT);
 

@@ -27,10 +27,18 @@ static mxop__pending_t *load_entry(mxop__session_t *s, const mxop__lib_t *lib)
         p = NULL;
     }
     if (p != NULL) {
-        /* The version this worker gets: the file now at the path (libver.c). */
+        /*
+         * The version this worker gets: the file now at the path, opened
+         * here and sent as a descriptor (libfd.c).  If it cannot be (gone,
+         * or refused by the allowlist), the entry goes without one and the
+         * worker's refusal makes the session unrestorable, with the reason
+         * logged here.
+         */
         char err[MXOP__MSG_MAX];
-        if (mxop__libver_read(lib->path, &p->ver, err, sizeof(err)) != 0)
-            MXOP__LOGD(s->id, NULL, "%s", err);
+        if (mxop__libfd_open(s->d, p, err, sizeof(err)) != 0) {
+            MXOP__LOGW(s->id, NULL, "library '%s' for a new worker: %s", lib->name, err);
+            p->open_error = strdup(err); /* the reason the session is given (sup_load_done) */
+        }
     }
     return p;
 }
@@ -180,6 +188,9 @@ void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r)
 static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__SupReply *r)
 {
     const char *msg = r->message != NULL && r->message[0] != '\0' ? r->message : NULL;
+    /* A library the daemon could not open went without a descriptor: the daemon's reason. */
+    if (r->status != 0 && p->open_error != NULL)
+        msg = p->open_error;
     if (p->replay) {
         if (r->status != 0) {
             /*

@@ -189,6 +189,21 @@ mxop__worker_t *mxop__spare_take(mxop__session_t *s, int *client_fd);
 struct stat;
 /* Reads `path`'s identity and SHA-256 into *v (v->known false, a sentence in err, on failure). */
 int mxop__libver_read(const char *path, mxop__libver_t *v, char *err, size_t errlen);
+/* The same from an open descriptor `fd` whose fstat is `st`. */
+int mxop__libver_fd(int fd, const struct stat *st, mxop__libver_t *v, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* libfd.c */
+
+/*
+ * Opens the LOAD entry p's library (p->path), takes its version into
+ * p->ver from that descriptor and checks it against the allowlist; the
+ * descriptor goes into p->fd, sent with the WorkerLoad and closed with p.
+ * Returns 0, or MXOP_ELIB_NOT_FOUND, MXOP_ELIB_INVALID (not a regular
+ * file, a symbolic link, unreadable), MXOP_EDENIED (allowlist: not listed,
+ * or a digest mismatch naming both digests) or MXOP_ENOMEM with a sentence.
+ */
+int mxop__libfd_open(const mxop__daemon_t *d, mxop__pending_t *p, char *err, size_t errlen);
 /* The identity fields of *v from a stat. */
 void mxop__libver_identity(const struct stat *st, mxop__libver_t *v);
 /* True if the file `st` describes is not the one *v was read from (or *v is unknown). */

@@ -166,6 +166,8 @@ void mxop__pending_free(mxop__pending_t *p)
         return;
     free(p->path);
     free(p->name);
+    free(p->allowlist_where);
+    free(p->open_error);
     if (p->fd >= 0)
         close(p->fd);
     free(p);
@@ -244,6 +246,10 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
         load.path = p->path;
         load.name = p->name;
         load.confine = s->mem_confined;
+        /* The library goes as the descriptor the daemon opened (libfd.c); never by path alone. */
+        load.sha256 = p->expect_sha256;
+        load.allowlist_where = p->allowlist_where != NULL ? p->allowlist_where : "";
+        fd = p->fd;
         req.body_case = MXOP__SUP_REQUEST__BODY_LOAD;
         req.load = &load;
         break;

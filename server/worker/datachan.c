@@ -86,11 +86,16 @@ static void close_mbox(void)
     mxop__mbox_close(&mbox);
 }
 
-/* The client is gone or the stream lost its framing: nothing more is read. */
+/*
+ * The client is gone or the stream lost its framing: nothing more is read.
+ * The channel is not shut down: under strict the filter refuses shutdown()
+ * of fd 4 to everyone in the worker (a library could otherwise cut its own
+ * session's channel), and none is needed - a client that hung up is gone,
+ * and a channel without framing ends with the worker's _exit, which closes
+ * the last descriptor of this end (the daemon keeps none).
+ */
 static void close_data(void)
 {
-    if (data_open)
-        shutdown(data_fd, SHUT_RDWR);
     data_open = 0;
     close_mbox();
     mxop__rxbuf_reset(&rx);

@@ -218,8 +218,11 @@ static size_t put_frame(char *m, size_t at, size_t cap, uintptr_t pc, int exact)
     if (dladdr((void *)look, &info) == 0 || info.dli_fname == NULL) {
         return put_hex(m, at, cap, pc);
     }
-    const char *base = info.dli_fname;
-    for (const char *p = info.dli_fname; *p != '\0'; p++)
+    const char *fname = mxop__lib_path_of(info.dli_fname);
+    if (fname == NULL)
+        fname = info.dli_fname;
+    const char *base = fname;
+    for (const char *p = fname; *p != '\0'; p++)
         if (*p == '/')
             base = p + 1;
     if (info.dli_sname != NULL && info.dli_saddr != NULL) {

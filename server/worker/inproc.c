@@ -39,7 +39,8 @@ int mxop_inproc_load(const char *path)
     if (path == NULL)
         return fail(MXOP_EINVAL, "mxop_inproc_load: path is NULL");
     const char *base = strrchr(path, '/');
-    return mxop__plugin_load(path, base != NULL ? base + 1 : path, &li, last_msg, sizeof(last_msg));
+    return mxop__plugin_load(path, base != NULL ? base + 1 : path, -1, NULL, NULL, &li, last_msg,
+                             sizeof(last_msg));
 }
 
 /* The attribute list as the worker's call set-up takes it. */

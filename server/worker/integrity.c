@@ -1,94 +1,114 @@
 /*
  * server/worker/integrity.c - the file checked is the file loaded.
  *
- * With an allowlist (--allowlist FILE, common/allowlist.h) the worker opens
- * the library once, computes the SHA-256 of what that descriptor reads,
- * compares it with the digest listed for the library's name (its path
- * relative to the plugin directory), and hands the loader that same
- * descriptor as /proc/self/fd/N.  A file swapped in the plugin directory
- * between check and load is never the one loaded: the descriptor keeps the
- * inode that was checked.  (Its content could still change if someone may
- * write to it in place: the daemon warns about, or with
- * --strict-plugin-dir refuses, a plugin directory or library writable by
- * anyone but its owner.)
+ * The worker never opens a library by its path: the daemon opens it (it
+ * may read the plugin directory; the worker, under an unprivileged uid and
+ * a Landlock view without that directory, may not) and sends the
+ * descriptor with the WorkerLoad.  Here that descriptor's content is
+ * copied into a sealed memfd, whose digest is checked against the one the
+ * daemon took from the allowlist, and the loader is handed that memfd as
+ * /proc/self/fd/N.
  *
- * The allowlist is read at every load, so an edited file applies from the
- * next load on without restarting the daemon.
+ * Why a copy, and not the received descriptor itself: the dynamic loader
+ * needs a path, and opening /proc/self/fd/N of a regular file reopens the
+ * file at its real path, which Landlock checks against the plugin
+ * directory the worker no longer may read.  A memfd lives on no path a
+ * rule could cover and reopens freely.  The copy also makes the check
+ * exact: once sealed (no write, no resize), nothing, not even someone who
+ * may write the library in place, can change what was checked before the
+ * loader maps it.
+ *
+ * The descriptor (the memfd) stays open while the library is loaded, so
+ * that its /proc/self/fd name never names another file to the dynamic
+ * loader, which recognises an object it already has by that name.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/allowlist.h"
+#include "common/sha256.h"
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "server/worker/sandbox.h"
 #include "server/worker/worker.h"
 
-/* The library's name in the allowlist: its path below the plugin directory. */
-static const char *listed_name(const char *path)
+/* Copies all of `src` (read with pread, so its offset is irrelevant) into `dst`. */
+static int copy_all(int src, int dst)
 {
-    const char *dir = mxop__sandbox_plugin_dir();
-    size_t n = dir != NULL ? strlen(dir) : 0;
-    if (n > 0 && strncmp(path, dir, n) == 0 && path[n] == '/')
-        return path + n + 1;
-    const char *slash = strrchr(path, '/');
-    return slash != NULL ? slash + 1 : path;
+    static char buf[64 * 1024];
+    off_t off = 0;
+    for (;;) {
+        ssize_t n = pread(src, buf, sizeof(buf), off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return 0;
+        for (ssize_t done = 0; done < n;) {
+            ssize_t w = write(dst, buf + done, (size_t)(n - done));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0)
+                return -errno;
+            done += w;
+        }
+        off += n;
+    }
 }
 
-int mxop__integrity_open(const char *path, const char *lname, int *fd_out, char *msg, size_t msglen)
+int mxop__integrity_load_fd(int fd, const char *lname, const char *expect, const char *where,
+                            int *fd_out, char *msg, size_t msglen)
 {
     *fd_out = -1;
-    const char *list = mxop__sandbox_allowlist();
-    if (list == NULL || list[0] == '\0')
-        return 0;
-    const char *name = listed_name(path);
-    char *text = NULL;
-    char why[256];
-    int rc = mxop__allowlist_read(list, &text, why, sizeof(why));
-    if (rc != 0) {
-        mxop__fmt(msg, msglen, "library '%s' refused: %s", lname, why);
-        return MXOP_EDENIED;
-    }
-    char expected[65];
-    int line = 0;
-    rc = mxop__allowlist_find(text, name, expected, &line, why, sizeof(why));
-    free(text);
-    if (rc < 0) {
-        mxop__fmt(msg, msglen, "library '%s' refused: %s: %s", lname, list, why);
-        return MXOP_EDENIED;
-    }
-    if (rc == 0) {
-        mxop__fmt(msg, msglen, "library '%s' refused: '%s' is not in the allowlist %s", lname, name,
-                  list);
-        return MXOP_EDENIED;
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        mxop__fmt(msg, msglen, "library '%s' cannot be opened for its digest: %s", lname,
-                  fd < 0 ? strerror(errno) : "not a regular file");
-        if (fd >= 0)
-            close(fd);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        mxop__fmt(msg, msglen, "library '%s': the descriptor the daemon sent is not a regular file",
+                  lname);
+        close(fd);
         return MXOP_ELIB_INVALID;
     }
-    char actual[65];
-    rc = mxop__sha256_fd(fd, actual);
+    int mfd = memfd_create("mxop-lib", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (mfd < 0) {
+        mxop__fmt(msg, msglen, "library '%s': memfd_create for its private copy: %s", lname,
+                  strerror(errno));
+        close(fd);
+        return MXOP_ELIB_INVALID;
+    }
+    int rc = copy_all(fd, mfd);
+    close(fd);
     if (rc != 0) {
-        mxop__fmt(msg, msglen, "library '%s': reading it for its digest: %s", lname, strerror(-rc));
-        close(fd);
+        mxop__fmt(msg, msglen, "library '%s': copying it into memory: %s", lname, strerror(-rc));
+        close(mfd);
+        return rc == -ENOMEM || rc == -ENOSPC ? MXOP_ENOMEM : MXOP_ELIB_INVALID;
+    }
+    /* Sealed before the digest: the bytes checked are the bytes mapped. */
+    if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+        mxop__fmt(msg, msglen, "library '%s': sealing its private copy: %s", lname,
+                  strerror(errno));
+        close(mfd);
         return MXOP_ELIB_INVALID;
     }
-    if (strcmp(actual, expected) != 0) {
-        mxop__fmt(msg, msglen,
-                  "library '%s' refused: its SHA-256 is %s, the allowlist %s (line %d) expects %s",
-                  lname, actual, list, line, expected);
-        close(fd);
-        return MXOP_EDENIED;
+    if (expect != NULL && expect[0] != '\0') {
+        char actual[65];
+        rc = mxop__sha256_fd(mfd, actual);
+        if (rc != 0) {
+            mxop__fmt(msg, msglen, "library '%s': reading it for its digest: %s", lname,
+                      strerror(-rc));
+            close(mfd);
+            return MXOP_ELIB_INVALID;
+        }
+        if (strcmp(actual, expect) != 0) {
+            mxop__fmt(msg, msglen,
+                      "library '%s' refused: its SHA-256 is %s, the allowlist %s expects %s", lname,
+                      actual, where != NULL && where[0] != '\0' ? where : "", expect);
+            close(mfd);
+            return MXOP_EDENIED;
+        }
     }
-    *fd_out = fd;
+    *fd_out = mfd;
     return 0;
 }

@@ -15,8 +15,10 @@
  *     nsswitch.conf, passwd, group, localtime; never shadow), /proc and
  *     /sys (libraries size their thread pools from them; other processes'
  *     /proc/<pid>/mem and fd stay out of reach through ptrace scoping),
- *     /dev/random and /dev/urandom, the plugin directory and the
- *     allowlist file;
+ *     /dev/random and /dev/urandom; not the plugin directory nor the
+ *     allowlist: the daemon opens each library and sends its descriptor,
+ *     which the worker copies into a sealed memfd and loads from there
+ *     (integrity.c); the daemon reads the allowlist and sends the digest;
  *   - read and write: /dev/null, /dev/zero; and in the GPU profile (where
  *     /dev/nvidiactl exists) the driver's /dev/nvidia* nodes, ioctls
  *     included;
@@ -216,10 +218,12 @@ int mxop__landlock_apply(int strict, const char *plugin_dir, const char *allowli
             rc = allow(fd, system_read_only[i], READ_ONLY, h, err, errlen);
         for (size_t i = 0; rc == 0 && i < COUNT(read_write); i++)
             rc = allow(fd, read_write[i], READ_WRITE, h, err, errlen);
-        if (rc == 0 && plugin_dir != NULL && plugin_dir[0] != '\0')
-            rc = allow(fd, plugin_dir, READ_ONLY, h, err, errlen);
-        if (rc == 0 && allowlist != NULL && allowlist[0] != '\0')
-            rc = allow(fd, allowlist, LANDLOCK_ACCESS_FS_READ_FILE, h, err, errlen);
+        /*
+         * Neither the plugin directory nor the allowlist is readable: the
+         * worker loads only descriptors the daemon sent (integrity.c).
+         */
+        (void)plugin_dir;
+        (void)allowlist;
         if (rc == 0)
             rc = allow_gpu_nodes(fd, h, err, errlen);
         /* In the minimal root /dev holds only the nodes bound there: it may be listed. */

@@ -32,9 +32,9 @@
  *     environ);
  *   - /tmp: a private tmpfs of TMP_MB MiB owned by the worker's uid, mode
  *     0700 (TMPDIR points at it); each worker has its own, gone with it;
- *   - the plugin directory and the allowlist file, read only, at their own
- *     paths, in the one function bind_libraries() below (a stop-gap until
- *     the daemon passes each library's descriptor);
+ *   - no plugin directory and no allowlist: the daemon opens each library
+ *     and sends the descriptor with the load (server/daemon/libfd.c), and
+ *     checks the allowlist itself, so the worker opens neither by path;
  *   - the gpu profile adds the driver's nodes (/dev/nvidia*, the
  *     /dev/nvidia-caps directory), /proc/driver/nvidia comes with /proc,
  *     all of /sys read only, and the CUDA toolkit directory the worker was
@@ -321,62 +321,6 @@ static const char *const system_read_only[] = {
 
 static const char *const device_nodes[] = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"};
 
-/* ------------------------------------------------------------------------ */
-/*
- * TEMPORARY (issue 10, until the daemon passes each library's descriptor):
- * the worker still opens libraries and the allowlist by path, so they are
- * bound in read-only here, and only here.  Delete this function and its one
- * call once libraries arrive as descriptors.
- *
- * A path under /tmp (the tests' plugin directories are) would otherwise get
- * its parent directories made in the worker's writable /tmp, where an op
- * could create files "in the socket's directory" (its private copy of the
- * name, but a confusing one): those parents live on a small tmpfs of their
- * own, made read-only once the binds are in.
- */
-static int bind_libraries(int plugin_dir_fd, int allowlist_fd, const char *plugin_dir,
-                          const char *allowlist, char *err, size_t errlen)
-{
-    const char *paths[2] = {plugin_dir_fd >= 0 ? plugin_dir : NULL,
-                            allowlist_fd >= 0 ? allowlist : NULL};
-    const int fds[2] = {plugin_dir_fd, allowlist_fd};
-    char skel[2][PATH_MAX];
-    int n_skel = 0;
-    for (int i = 0; i < 2; i++) {
-        if (paths[i] == NULL || strncmp(paths[i], "/tmp/", 5) != 0)
-            continue;
-        /* The first component under /tmp: /tmp/A of /tmp/A/B/plugins. */
-        const char *end = strchr(paths[i] + 5, '/');
-        size_t len = end != NULL ? (size_t)(end - paths[i]) : strlen(paths[i]);
-        if (end == NULL || len + sizeof(STAGE) > PATH_MAX)
-            continue; /* a library path directly in /tmp: bound onto a file of its own */
-        char at[PATH_MAX];
-        mxop__fmt(at, sizeof(at), STAGE "%.*s", (int)len, paths[i]);
-        if (n_skel == 1 && strcmp(skel[0], at) == 0)
-            continue;
-        if (make_dirs(at) != 0)
-            return fail(err, errlen, "cannot make", at);
-        if (mount("mxop-skel", at, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                  "size=64k,mode=0755") != 0)
-            return fail(err, errlen, "cannot mount a tmpfs on", at);
-        mxop__fmt(skel[n_skel++], PATH_MAX, "%s", at);
-    }
-    char src[64];
-    for (int i = 0; i < 2; i++) {
-        if (paths[i] == NULL)
-            continue;
-        mxop__fmt(src, sizeof(src), "/proc/self/fd/%d", fds[i]);
-        int rc = bind_ro(src, paths[i], 0, 1, err, errlen);
-        if (rc != 0)
-            return rc;
-    }
-    for (int i = 0; i < n_skel; i++)
-        if (mount(NULL, skel[i], NULL,
-                  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-            return fail(err, errlen, "cannot make read-only", skel[i]);
-    return 0;
-}
-
 /* The gpu profile: the driver's nodes and what the CUDA libraries read. */
 static int bind_gpu(char *err, size_t errlen)
 {
@@ -422,19 +366,8 @@ static int enter_user_ns(long uid, long gid, char *err, size_t errlen)
     return 0;
 }
 
-static int build_root(int profile, int in_userns, long uid, long gid, const char *plugin_dir,
-                      const char *allowlist, char *err, size_t errlen)
+static int build_root(int profile, int in_userns, long uid, long gid, char *err, size_t errlen)
 {
-    /* The libraries' directories, opened before STAGE hides them (they may lie under /tmp). */
-    int pfd = -1, afd = -1;
-    if (plugin_dir != NULL && plugin_dir[0] == '/' &&
-        (pfd = open(plugin_dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return fail(err, errlen, "cannot open the plugin directory", plugin_dir);
-    if (allowlist != NULL && allowlist[0] == '/' &&
-        (afd = open(allowlist, O_PATH | O_CLOEXEC)) < 0) {
-        close(pfd);
-        return fail(err, errlen, "cannot open the allowlist", allowlist);
-    }
     int rc = 0;
     char opts[96];
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
@@ -457,7 +390,7 @@ static int build_root(int profile, int in_userns, long uid, long gid, const char
         rc = bind_ro(device_nodes[i], device_nodes[i], 1, 0, err, errlen);
     if (rc == 0 && profile == MXOP__NS_GPU)
         rc = bind_gpu(err, errlen);
-    /* The private /tmp before the libraries: a plugin directory may lie under /tmp. */
+    /* The private /tmp: the only place the worker may write files. */
     if (rc == 0) {
         if (make_dirs(STAGE "/tmp") != 0)
             rc = fail(err, errlen, "cannot make", STAGE "/tmp");
@@ -466,8 +399,6 @@ static int build_root(int profile, int in_userns, long uid, long gid, const char
             mount("mxop-tmp", STAGE "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) != 0)
             rc = fail(err, errlen, "cannot mount the private tmpfs on", "/tmp");
     }
-    if (rc == 0)
-        rc = bind_libraries(pfd, afd, plugin_dir, allowlist, err, errlen);
     /* /proc: a fresh one that lists only what the worker may trace, where the kernel lets us. */
     if (rc == 0) {
         if (make_dirs(STAGE "/proc") != 0)
@@ -482,9 +413,6 @@ static int build_root(int profile, int in_userns, long uid, long gid, const char
     }
     if (rc != 0)
         goto out;
-    close(pfd);
-    close(afd);
-    pfd = afd = -1;
 
     /* Into it; the old root detached, the new one read-only. */
     if (chdir(STAGE) != 0 || syscall(SYS_pivot_root, ".", ".") != 0) {
@@ -503,15 +431,10 @@ static int build_root(int profile, int in_userns, long uid, long gid, const char
     setenv("TMPDIR", "/tmp", 1);
     private_tmp = 1;
 out:
-    if (pfd >= 0)
-        close(pfd);
-    if (afd >= 0)
-        close(afd);
     return rc;
 }
 
-int mxop__ns_apply(int profile, int basic, long run_uid, long run_gid, const char *plugin_dir,
-                   const char *allowlist, char *err, size_t errlen)
+int mxop__ns_apply(int profile, int basic, long run_uid, long run_gid, char *err, size_t errlen)
 {
     int root = geteuid() == 0;
     if (profile == MXOP__NS_NONE) {
@@ -537,7 +460,7 @@ int mxop__ns_apply(int profile, int basic, long run_uid, long run_gid, const cha
         if (rc != 0)
             return rc;
     }
-    int rc = build_root(profile, !root, uid, gid, plugin_dir, allowlist, err, errlen);
+    int rc = build_root(profile, !root, uid, gid, err, errlen);
     if (rc != 0)
         return rc;
     /* A change of credentials (the user namespace) clears the parent-death signal: again. */

@@ -35,13 +35,12 @@ int mxop__ns_profile_parse(const char *name, int *out);
  * Gives the calling (single-threaded, still privileged) worker the
  * namespaces of `profile` and, for cpu and gpu, pivots into the minimal
  * root.  `run_uid`/`run_gid` are the ids the worker will run as (-1: its
- * own); they own the private /tmp.  `plugin_dir` and `allowlist` (NULL or
- * "": none) are bound in read-only at their own paths.  `basic` asks only
+ * own); they own the private /tmp.  No library path is bound in: libraries
+ * arrive as descriptors (server/daemon/libfd.c).  `basic` asks only
  * for the ipc and uts namespaces (root only, best effort).
  * Returns 0, or a negative MXOP_E* code with a sentence in err.
  */
-int mxop__ns_apply(int profile, int basic, long run_uid, long run_gid, const char *plugin_dir,
-                   const char *allowlist, char *err, size_t errlen);
+int mxop__ns_apply(int profile, int basic, long run_uid, long run_gid, char *err, size_t errlen);
 
 /**
  * 1 once mxop__ns_apply built the minimal root: /tmp is the worker's own

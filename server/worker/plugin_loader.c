@@ -8,6 +8,8 @@
  * fails anywhere is unloaded and leaves no op behind.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -25,6 +27,8 @@
 static mxop__worker_lib_t *libs;
 static uint32_t n_libs;
 static uint32_t cap_libs;
+/* True while a library's init runs: libs[n_libs] is then that library. */
+static volatile int in_init;
 
 const mxop__worker_lib_t *mxop__lib_get(uint32_t i)
 {
@@ -34,6 +38,21 @@ const mxop__worker_lib_t *mxop__lib_get(uint32_t i)
 uint32_t mxop__lib_count(void)
 {
     return n_libs;
+}
+
+/*
+ * A library loaded from its descriptor is known to the dynamic loader as
+ * /proc/self/fd/N; backtraces name it by the path it was loaded for.
+ * Called from the fault handler: plain comparisons only.
+ */
+const char *mxop__lib_path_of(const char *fname)
+{
+    /* The library whose init runs now is in place at libs[n_libs] (run_init). */
+    uint32_t n = n_libs + (in_init ? 1u : 0u);
+    for (uint32_t i = 0; i < n; i++)
+        if (libs[i].fd_path[0] != '\0' && strcmp(libs[i].fd_path, fname) == 0)
+            return libs[i].path;
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -196,7 +215,9 @@ static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size
     c->reg_code = 0;
     c->reg_msg[0] = '\0';
 
+    in_init = 1;
     int rc = init(c, &mxop__host);
+    in_init = 0;
     mxop__ctx_end();
 
     /*
@@ -219,10 +240,74 @@ static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size
     return 0;
 }
 
-int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *msg, size_t msglen)
+/*
+ * Every descriptor number ever handed to dlopen as /proc/self/fd/N, loads
+ * that failed included: the dynamic loader recognises an object it has by
+ * its name, and an object it could not unload (a C++ library with unique
+ * symbols, say) keeps its name after a failed load.  Loads are few (a
+ * session's quota), so a list is enough.
+ */
+static int *used_fds;
+static uint32_t n_used_fds;
+static uint32_t cap_used_fds;
+
+static int fd_name_taken(int fd)
+{
+    for (uint32_t i = 0; i < n_used_fds; i++)
+        if (used_fds[i] == fd)
+            return 1;
+    return 0;
+}
+
+static int note_fd_name(int fd)
+{
+    if (n_used_fds == cap_used_fds) {
+        uint32_t cap = cap_used_fds ? cap_used_fds * 2 : 16;
+        int *p = realloc(used_fds, (size_t)cap * sizeof(*p));
+        if (p == NULL)
+            return MXOP_ENOMEM;
+        used_fds = p;
+        cap_used_fds = cap;
+    }
+    used_fds[n_used_fds++] = fd;
+    return 0;
+}
+
+/*
+ * Were the descriptor of a loaded library closed (by a library that closes
+ * descriptors it does not own) and its number reused for the next one,
+ * dlopen would answer the old library.  So each library is loaded under a
+ * descriptor number never used for that before; `fd` is moved if needed.
+ * Returns the number, or -errno (fd closed).
+ */
+static int unique_fd_name(int fd)
+{
+    int min = fd;
+    while (fd_name_taken(fd)) {
+        int moved = fcntl(fd, F_DUPFD_CLOEXEC, ++min);
+        if (moved < 0) {
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        close(fd);
+        fd = moved;
+        min = moved;
+    }
+    if (note_fd_name(fd) != 0) {
+        close(fd);
+        return -ENOMEM;
+    }
+    return fd;
+}
+
+int mxop__plugin_load(const char *path, const char *name, int fd, const char *expect,
+                      const char *where, uint32_t *lib, char *msg, size_t msglen)
 {
     if (path == NULL || path[0] == '\0') {
         mxop__fmt(msg, msglen, "WorkerLoad has an empty path");
+        if (fd >= 0)
+            close(fd);
         return MXOP_EINVAL;
     }
     const char *lname = name != NULL && name[0] != '\0' ? name : base_name(path);
@@ -230,22 +315,26 @@ int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *m
     /* Loading a library twice is a no-op that answers its ops. */
     for (uint32_t i = 0; i < n_libs; i++) {
         if (strcmp(libs[i].path, path) == 0) {
+            if (fd >= 0)
+                close(fd);
             *lib = i;
             return 0;
         }
     }
 
-    /*
-     * Under an allowlist the descriptor whose digest was checked is the one
-     * loaded; it stays open while the library is loaded, so that its
-     * /proc/self/fd name never names another file to the dynamic loader.
-     */
+    /* What the daemon opened, as a sealed private copy (integrity.c); never the path. */
     int lib_fd = -1;
-    int rc = mxop__integrity_open(path, lname, &lib_fd, msg, msglen);
-    if (rc != 0)
+    int rc = 0;
+    if (fd >= 0 &&
+        (rc = mxop__integrity_load_fd(fd, lname, expect, where, &lib_fd, msg, msglen)) != 0)
         return rc;
     char fd_path[48];
     const char *open_path = path;
+    if (lib_fd >= 0 && (lib_fd = unique_fd_name(lib_fd)) < 0) {
+        mxop__fmt(msg, msglen, "library '%s': no descriptor number for it: %s", lname,
+                  strerror(-lib_fd));
+        return MXOP_ELIB_INVALID;
+    }
     if (lib_fd >= 0) {
         snprintf(fd_path, sizeof(fd_path), "/proc/self/fd/%d", lib_fd);
         open_path = fd_path;
@@ -332,7 +421,9 @@ have_init:
 
     uint32_t first = mxop__op_count();
     /* The op messages name the library being registered, so it is in place first. */
-    libs[n_libs] = (mxop__worker_lib_t){h, path_copy, name_copy, first, 0};
+    libs[n_libs] = (mxop__worker_lib_t){h, path_copy, name_copy, first, 0, ""};
+    if (lib_fd >= 0)
+        snprintf(libs[n_libs].fd_path, sizeof(libs[n_libs].fd_path), "%s", fd_path);
     rc = run_init(init, lname, msg, msglen);
     /* A process started by a constructor or init would be a second reader of the channels. */
     pid_t child;

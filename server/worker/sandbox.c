@@ -275,9 +275,9 @@ static int set_limits(char *err, size_t errlen)
 /* ------------------------------------------------------------------------ */
 /* Capabilities */
 
-static int drop_capabilities(char *err, size_t errlen)
+/* The bounding set (it needs CAP_SETPCAP, which capset and a change of uid remove). */
+static int drop_bounding_set(char *err, size_t errlen)
 {
-    /* The bounding set first (it needs CAP_SETPCAP, which capset then removes). */
     for (int cap = 0; cap < 64; cap++) {
         int r = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
         if (r < 0)
@@ -287,6 +287,14 @@ static int drop_capabilities(char *err, size_t errlen)
             return MXOP_EINTERNAL;
         }
     }
+    return 0;
+}
+
+static int drop_capabilities(char *err, size_t errlen)
+{
+    int rc = drop_bounding_set(err, errlen);
+    if (rc != 0)
+        return rc;
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
     struct __user_cap_data_struct data[2];
@@ -440,10 +448,10 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
     /*
      * fcntl commands that change the channels (flags such as O_NONBLOCK or
      * O_ASYNC, close-on-exec, the owner and signal of SIGIO, leases), and
-     * shutdown() of the supervisor channel.  The worker sets close-on-exec
-     * before the filter and never changes them afterwards.  shutdown() of the
-     * data channel stays allowed: the worker itself uses it to tell the client
-     * that the channel lost its framing (datachan.c).
+     * shutdown() of either channel.  The worker sets close-on-exec before
+     * the filter and never changes them afterwards, and never shuts a
+     * channel down itself: when the data channel loses its framing it exits,
+     * which ends the channel as surely (datachan.c).
      */
     static const int fcntl_cmds[] = {F_SETFD,     F_SETFL,    F_SETOWN, F_SETSIG,
                                      F_SETOWN_EX, F_SETLEASE, F_NOTIFY, F_SETPIPE_SZ};
@@ -455,9 +463,11 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
             if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "fcntl", 2, fc, err, errlen)) != 0)
                 return rc;
         }
-    struct scmp_arg_cmp sd = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)SUP_FD);
-    if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "shutdown", 1, &sd, err, errlen)) != 0)
-        return rc;
+    for (size_t k = 0; k < COUNT(fds); k++) {
+        struct scmp_arg_cmp sd = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fds[k]);
+        if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "shutdown", 1, &sd, err, errlen)) != 0)
+            return rc;
+    }
     /* close_range(first, last, flags) covering 3 or 4. */
     struct scmp_arg_cmp cr[2] = {SCMP_A0(SCMP_CMP_LE, DATA_FD), SCMP_A1(SCMP_CMP_GE, SUP_FD)};
     return rule(f, SCMP_ACT_ERRNO(EPERM), "close_range", 2, cr, err, errlen);
@@ -570,9 +580,11 @@ int mxop__sandbox_apply(char *err, size_t errlen)
         return rc;
     /* Namespaces and the minimal root (namespaces.c) while still privileged: strict only. */
     int profile = level >= MXOP__SANDBOX_STRICT ? ns_profile : MXOP__NS_NONE;
-    rc = mxop__ns_apply(profile, level == MXOP__SANDBOX_BASIC, run_uid, run_gid, plugin_dir,
-                        allowlist, err, errlen);
+    rc = mxop__ns_apply(profile, level == MXOP__SANDBOX_BASIC, run_uid, run_gid, err, errlen);
     if (rc != 0)
+        return rc;
+    /* Least privilege: the bounding set goes while CAP_SETPCAP is still there (uid 0). */
+    if (level >= MXOP__SANDBOX_STRICT && (rc = drop_bounding_set(err, errlen)) != 0)
         return rc;
     rc = change_user(profile != MXOP__NS_NONE, err, errlen);
     if (rc != 0)

@@ -48,13 +48,24 @@ static void fill_info(Mxop__OpInfo *info, const mxop__worker_op_t *op)
             (op->def.forward != NULL ? 1u : 0u) | (op->def.forward_gpu != NULL ? 2u : 0u);
 }
 
-static int load(const Mxop__WorkerLoad *wl, Mxop__SupReply *reply)
+static int load(const Mxop__WorkerLoad *wl, int *fds, int nfds, Mxop__SupReply *reply)
 {
     uint32_t li;
+    /* The worker loads only what the daemon opened for it: it never opens a library by path. */
+    if (nfds != 1) {
+        mxop__fmt(msg, sizeof(msg),
+                  "WorkerLoad of '%s' came with %d descriptors, not the library's 1 (the daemon "
+                  "could not open it: see its log)",
+                  wl->name != NULL ? wl->name : "", nfds);
+        return MXOP_EINVAL;
+    }
+    int fd = fds[0];
+    fds[0] = -1; /* the loader takes it */
     /* Before any code of an untrusted library runs, the engine's regions become read-only. */
     if (wl->confine)
         mxop__regions_confine();
-    int rc = mxop__plugin_load(wl->path, wl->name, &li, msg, sizeof(msg));
+    int rc = mxop__plugin_load(wl->path, wl->name, fd, wl->sha256, wl->allowlist_where, &li, msg,
+                               sizeof(msg));
     if (rc != 0)
         return rc;
     const mxop__worker_lib_t *lib = mxop__lib_get(li);
@@ -112,7 +123,7 @@ void mxop__sup_handle(const Mxop__SupRequest *req, int *fds, int nfds, Mxop__Sup
     msg[0] = '\0';
     reply->id = req->id;
     switch (req->body_case) {
-    case MXOP__SUP_REQUEST__BODY_LOAD: rc = load(req->load, reply); break;
+    case MXOP__SUP_REQUEST__BODY_LOAD: rc = load(req->load, fds, nfds, reply); break;
     case MXOP__SUP_REQUEST__BODY_MAP: rc = map(req->map, fds, nfds); break;
     case MXOP__SUP_REQUEST__BODY_UNMAP:
         rc = mxop__region_remove(req->unmap->region, msg, sizeof(msg));

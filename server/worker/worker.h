@@ -191,6 +191,7 @@ typedef struct mxop__worker_lib {
     char *name;   /* owned; as the client named it */
     uint32_t first_op;
     uint32_t n_ops;
+    char fd_path[48]; /* "/proc/self/fd/N" it was loaded as, or "" (loaded by path) */
 } mxop__worker_lib_t;
 
 /** The op with index `i`, or NULL. */
@@ -225,12 +226,20 @@ static inline int mxop__op_has_backward(const mxop__worker_op_t *op)
 
 /**
  * Loads the library at `path` (named `name` in messages), runs its init
- * and registers its ops.  On success *lib is its index (an already loaded
- * library answers its existing index).  Returns 0 or MXOP_ELIB_INVALID,
- * MXOP_EABI, MXOP_ELIB_INIT, MXOP_EDUPLICATE, MXOP_EINVAL, MXOP_ENOMEM, with
- * the reason in msg[msglen]; a failed library leaves nothing behind.
+ * and registers its ops.  With `fd` >= 0 (taken: the descriptor the daemon
+ * opened) the file is never opened by path: that descriptor's content is
+ * what loads (integrity.c, with `expect` and `where` as there); `path` then
+ * only names it.  fd -1 (in-process use, no daemon) loads by path.  On
+ * success *lib is its index (an already loaded library answers its
+ * existing index).  Returns 0 or MXOP_ELIB_INVALID, MXOP_EABI,
+ * MXOP_ELIB_INIT, MXOP_EDUPLICATE, MXOP_EINVAL, MXOP_ENOMEM, MXOP_EDENIED,
+ * with the reason in msg[msglen]; a failed library leaves nothing behind.
  */
-int mxop__plugin_load(const char *path, const char *name, uint32_t *lib, char *msg, size_t msglen);
+int mxop__plugin_load(const char *path, const char *name, int fd, const char *expect,
+                      const char *where, uint32_t *lib, char *msg, size_t msglen);
+
+/** The path the library whose loader name is `fname` was loaded for, or NULL (signal-safe). */
+const char *mxop__lib_path_of(const char *fname);
 
 /** The host's register_op (plugin_loader.c). */
 int mxop__register_op(mxop_ctx_t *ctx, const mxop_op_def_t *def);
@@ -331,13 +340,15 @@ int mxop__fault_install(void);
 #include "common/sha256.h"
 
 /**
- * With an allowlist configured (integrity.c): opens `path`, checks its
- * SHA-256 against the allowlist and gives the checked descriptor in *fd
- * (to be loaded as /proc/self/fd/N and kept open while the library is).
- * Without one: *fd = -1 and 0.  Returns 0, MXOP_EDENIED (not listed, or a
- * digest mismatch naming both digests) or MXOP_ELIB_INVALID.
+ * Takes `fd`, the library the daemon opened (always closed): copies it into
+ * a sealed memfd and, when `expect` (64 hex digits, from the daemon's
+ * allowlist, listed at `where`) is not empty, checks the copy's SHA-256.
+ * Gives the memfd in *fd_out (to be loaded as /proc/self/fd/N and kept
+ * open while the library is).  Returns 0, MXOP_EDENIED (a digest mismatch
+ * naming both digests), MXOP_ENOMEM or MXOP_ELIB_INVALID.
  */
-int mxop__integrity_open(const char *path, const char *lname, int *fd, char *msg, size_t msglen);
+int mxop__integrity_load_fd(int fd, const char *lname, const char *expect, const char *where,
+                            int *fd_out, char *msg, size_t msglen);
 
 /**
  * Leaves a note for the daemon in the status page (code and sentence), as

@@ -54,7 +54,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         char path[4096];
         snprintf(path, sizeof(path), "%s/%s", MXOP_FUZZ_PLUGINS, libraries[i]);
         uint32_t lib;
-        if (mxop__plugin_load(path, libraries[i], &lib, msg, sizeof(msg)) != 0) {
+        if (mxop__plugin_load(path, libraries[i], -1, NULL, NULL, &lib, msg, sizeof(msg)) != 0) {
             fprintf(stderr, "fuzz_call: %s\n", msg);
             abort();
         }
