@@ -130,7 +130,7 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
             return;
         }
     }
-    rc = mxop__pending_send(s, p, -1, MXOP__FIFO_LIVE);
+    rc = mxop__pending_send_client(s, p, -1);
     if (rc != 0) {
         mxop__pending_free(p);
         mxop__reply_errorf(cl, req->id, rc, "cannot forward LoadLibrary of '%s' to the worker: %s",
@@ -199,7 +199,7 @@ static void handle_register_cuda(mxop__client_t *cl, mxop__session_t *s, const M
     p->cuda = true;
     p->device = rr->device;
     memcpy(p->ipc, rr->cuda_ipc_handle.data, sizeof(p->ipc));
-    rc = mxop__pending_send(s, p, -1, MXOP__FIFO_LIVE);
+    rc = mxop__pending_send_client(s, p, -1);
     if (rc != 0) {
         mxop__pending_free(p);
         mxop__reply_errorf(cl, req->id, rc, "cannot forward the region to the worker: %s",
@@ -257,7 +257,7 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
     p->region = mxop__session_new_region_id(s);
     p->size = size;
     p->scratch = req->register_region->scratch;
-    rc = mxop__pending_send(s, p, fd, MXOP__FIFO_LIVE);
+    rc = mxop__pending_send_client(s, p, fd);
     if (rc != 0) {
         mxop__pending_free(p);
         mxop__reply_errorf(cl, req->id, rc, "cannot forward the region to the worker: %s",

@@ -369,7 +369,8 @@ void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message
 
 /*
  * Requests a retired worker never read (it exits at its Retire, and these
- * came after): re-sent, in order, to its replacement, which has by then
+ * came after), and requests that met a dying worker before its exit was
+ * reaped (mxop__pending_send_client): sent, in order, to its replacement, which has by then
  * been given the session's libraries and regions.  A release needs no
  * worker: its region left the session when it was asked for.
  */
@@ -392,8 +393,8 @@ void mxop__replay_held(mxop__session_t *s, bool send, int code, const char *msg)
                 s->pending_map_bytes -= p->size;
             }
             mxop__reply_errorf(s->client, p->req_id, code,
-                               "the session's worker was being replaced for a reload and its "
-                               "replacement could not take the request: %s",
+                               "the session's worker was being replaced (a reload or its death) "
+                               "and its replacement could not take the request: %s",
                                msg);
             mxop__pending_free(p);
         }

@@ -69,6 +69,14 @@ void mxop__fifo_free(mxop__session_t *s, enum mxop__pending_fifo q);
  * failure the entry is still the caller's.
  */
 int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop__pending_fifo q);
+/*
+ * A client's request for the live worker: sent as mxop__pending_send does,
+ * or, when the live worker is dying (its channel gone, its exit not yet
+ * reaped), held for its replacement (s->held), which gets it after the
+ * session's libraries and regions.  Returns 0 when sent or held; on failure
+ * the entry is still the caller's.
+ */
+int mxop__pending_send_client(mxop__session_t *s, mxop__pending_t *p, int fd);
 /* Frees the session's memory and descriptors (the workers are already detached). */
 void mxop__session_free(mxop__session_t *s);
 

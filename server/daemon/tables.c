@@ -294,6 +294,28 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
     return rc;
 }
 
+int mxop__pending_send_client(mxop__session_t *s, mxop__pending_t *p, int fd)
+{
+    int rc = mxop__pending_send(s, p, fd, MXOP__FIFO_LIVE);
+    /*
+     * A worker that broke its channel is killed and reaped a moment later;
+     * until then the session still says RUNNING.  A request caught in that
+     * window is not the one that crashed: it waits for the replacement, as
+     * requests after a Retire do, instead of failing with another's crash.
+     * (A held load or map is re-sent with its descriptor, p->fd.)
+     */
+    if (rc != MXOP_EWORKER_CRASHED || s->state != MXOP__SESS_RUNNING)
+        return rc;
+    p->next = NULL;
+    mxop__pending_t **tail = &s->held;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = p;
+    MXOP__LOGD(s->id, NULL, "request %llu held for the replacement of the dying worker",
+               (unsigned long long)p->req_id);
+    return 0;
+}
+
 void mxop__session_free(mxop__session_t *s)
 {
     (void)mxop__worker_output_set_libs(s->id, NULL);
