@@ -66,6 +66,22 @@ TestSuite(confine, .init = setup_strict, .fini = teardown, .timeout = 60);
 TestSuite(confine_memory, .init = setup_small_memory, .fini = teardown, .timeout = 90);
 TestSuite(confine_basic, .init = setup_basic, .fini = teardown, .timeout = 60);
 
+/* No cgroup for workers (as on a node where the daemon may make none): RLIMIT_AS instead. */
+static void setup_no_cgroup(void)
+{
+    const char *args[] = {"--worker-memory-mb",
+                          "256",
+                          "--worker-cgroup",
+                          "off",
+                          "--session-max-region-mb",
+                          "64",
+                          NULL};
+    mxt_daemon_start(&daemon_, args);
+    warm_up();
+}
+
+TestSuite(confine_no_cgroup, .init = setup_no_cgroup, .fini = teardown, .timeout = 90);
+
 /* ------------------------------------------------------------------------ */
 /* What must hold after every attack. */
 
@@ -460,6 +476,66 @@ Test(confine_memory, shared_memory_within_the_limit_is_fine)
     int rc = mxop_forward(c, mxt_op(c, "shm_hog"), &call, &x, 1, &y, 1);
     cr_assert_eq(rc, 0, "%s (%s)", mxop_err_name(rc), mxop_last_error(c));
     cr_assert_eq(((float *)y.data)[0], 64.0f);
+    mxop_close(c);
+}
+
+/*
+ * Without a cgroup the same attack meets RLIMIT_AS: the mapping is refused
+ * inside the library (its own MXOP_ENOMEM), nothing is touched, the worker
+ * serves on.
+ */
+Test(confine_no_cgroup, shared_memory_beyond_the_limit_is_refused_by_rlimit_as)
+{
+    mxt_baseline_t base = take_baseline();
+    const char *libs[] = {"hostile_shm.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    pid_t w = mxt_worker_pid(c);
+    cr_assert(!have_worker_cgroup(w), "--worker-cgroup off still made a cgroup");
+    int64_t s[] = {4};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    static unsigned char saved[16];
+    memcpy(saved, x.data, x.nbytes);
+    const char *attrs[] = {"mb", "768", NULL};
+    mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs, .timeout_ms = 60000};
+    int rc = mxop_forward(c, mxt_op(c, "shm_hog"), &call, &x, 1, &y, 1);
+    cr_assert_eq(rc, MXOP_ENOMEM, "768 MiB of shared memory under RLIMIT_AS: %s (%s)",
+                 mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "768") != NULL, "%s", mxop_last_error(c));
+    cr_assert_eq(memcmp(saved, x.data, x.nbytes), 0, "the caller's input changed");
+    cr_assert_eq(mxt_worker_pid(c), w, "the worker was replaced");
+    next_call_succeeds(c);
+    other_session_correct();
+    mxop_close(c);
+    expect_back_to(&base);
+}
+
+/* The budget still covers what an op legitimately uses: its memory and the session's regions. */
+Test(confine_no_cgroup, memory_and_regions_within_the_budget_work)
+{
+    const char *libs[] = {"hostile_shm.so", "relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    int64_t s[] = {4};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    const char *attrs[] = {"mb", "64", NULL};
+    mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs};
+    int rc = mxop_forward(c, mxt_op(c, "shm_hog"), &call, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert_eq(((float *)y.data)[0], 64.0f);
+    /* Two 12 MiB tensors: 24 MiB of the session's 64 MiB region quota. */
+    int64_t big[] = {3 << 20};
+    mxop_array_t bx, by;
+    mxt_array(c, MXOP_F32, 1, big, 1, &bx);
+    mxt_array(c, MXOP_F32, 1, big, 2, &by);
+    ((float *)bx.data)[0] = -5.0f;
+    ((float *)bx.data)[(3 << 20) - 1] = 3.0f;
+    rc = mxop_forward(c, mxt_op(c, "relu"), NULL, &bx, 1, &by, 1);
+    cr_assert_eq(rc, 0, "relu on 12 MiB: %s (%s)", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert_eq(((float *)by.data)[0], 0.0f);
+    cr_assert_eq(((float *)by.data)[(3 << 20) - 1], 3.0f);
     mxop_close(c);
 }
 

@@ -666,3 +666,60 @@ Test(privsep_list, worker_uid_0_refused_unless_sandbox_none)
     cr_assert_eq(st, 2, "the daemon exited with %d: %s", st, err);
     cr_assert(strstr(err, "--worker-uid 0") != NULL, "%s", err);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The control socket: a worker's cgroup is never a client's */
+
+/*
+ * A process in a worker's cgroup is refused even when its ancestry does not
+ * lead to the daemon (here the test's own child, moved into the group, as a
+ * process an op started would be there whoever adopted it).
+ */
+Test(privsep, process_in_a_worker_cgroup_cannot_connect)
+{
+    mxt_baseline_t base = take_baseline();
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    pid_t w = mxt_worker_pid(c);
+    char procs[128];
+    snprintf(procs, sizeof(procs), "/sys/fs/cgroup/memory/mxop-w%d/cgroup.procs", (int)w);
+    if (access(procs, W_OK) != 0)
+        snprintf(procs, sizeof(procs), "/sys/fs/cgroup/mxop-w%d/cgroup.procs", (int)w);
+    if (access(procs, W_OK) != 0) {
+        mxop_close(c);
+        cr_skip_test("no per-worker cgroup here (not root, or no memory controller)");
+    }
+    int go[2];
+    cr_assert_eq(pipe(go), 0);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        char b;
+        close(go[1]);
+        if (read(go[0], &b, 1) != 1)
+            _exit(3);
+        mxop_client_t *cc = NULL;
+        mxop_connect_opts_t opts = {.struct_size = sizeof(opts), .timeout_ms = 20000};
+        int rc = mxop_connect(daemon_.sock, &opts, &cc);
+        if (rc == 0)
+            _exit(1);
+        _exit(rc == MXOP_EDENIED && strstr(mxop_connect_error(), "workers may not connect") != NULL
+                  ? 0
+                  : 2);
+    }
+    close(go[0]);
+    FILE *f = fopen(procs, "we");
+    cr_assert(f != NULL, "%s: %s", procs, strerror(errno));
+    fprintf(f, "%d\n", (int)child);
+    cr_assert_eq(fclose(f), 0, "moving the child into %s", procs);
+    cr_assert_eq(write(go[1], "g", 1), 1);
+    close(go[1]);
+    int status = 0;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFEXITED(status), "the child died by a signal");
+    cr_assert_eq(WEXITSTATUS(status), 0,
+                 "a process in the worker's cgroup: 1 = it connected, 2 = refused otherwise");
+    relu_correct(c);
+    mxop_close(c);
+    expect_back_to(&base);
+}

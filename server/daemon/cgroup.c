@@ -44,6 +44,7 @@
 enum layout { UNKNOWN, NONE, V1, V2 };
 
 static enum layout layout = UNKNOWN;
+static bool switched_off; /* --worker-cgroup off */
 static bool warned;
 static uint64_t limit_mb; /* of the groups made, for the OOM note */
 
@@ -98,6 +99,8 @@ static void sweep_stale(const char *root)
 
 static enum layout detect(void)
 {
+    if (switched_off)
+        return NONE;
     char buf[512];
     if (read_str(ROOT "/cgroup.controllers", buf, sizeof(buf)) == 0 &&
         strstr(buf, "memory") != NULL) {
@@ -147,8 +150,51 @@ const char *mxop__cgroup_describe(void)
     switch (layout) {
     case V2: return "a cgroup v2 per worker (memory with shared mappings, pids, cgroup.kill)";
     case V1: return "a cgroup v1 per worker (memory with shared mappings, pids)";
-    default: return "no per-worker cgroup (shared memory not limited)";
+    default:
+        return switched_off
+                   ? "no per-worker cgroup (--worker-cgroup off: memory limited by RLIMIT_AS)"
+                   : "no per-worker cgroup (shared memory limited only by RLIMIT_AS, where "
+                     "--session-max-region-mb sizes it)";
     }
+}
+
+bool mxop__cgroup_holds_worker_process(pid_t pid)
+{
+    if (!mxop__cgroup_in_use())
+        return false;
+    char path[64], buf[2048];
+    mxop__fmt(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    if (read_str(path, buf, sizeof(buf)) != 0)
+        return false;
+    /* Lines "ID:CONTROLLERS:/PATH"; a worker's group is /mxop-w<pid> (dir_of). */
+    return strstr(buf, ":/mxop-w") != NULL;
+}
+
+int mxop__cgroup_option(const char *val, char *err, size_t errlen)
+{
+    if (strcmp(val, "off") == 0)
+        switched_off = true;
+    else if (strcmp(val, "auto") == 0)
+        switched_off = false;
+    else {
+        mxop__fmt(err, errlen, "--worker-cgroup must be auto or off, not '%s'", val);
+        return MXOP_EINVAL;
+    }
+    return 0;
+}
+
+bool mxop__cgroup_in_use(void)
+{
+    if (layout == UNKNOWN)
+        layout = detect();
+    return layout == V1 || layout == V2;
+}
+
+uint64_t mxop__cgroup_address_space_mb(uint64_t memory_mb, uint64_t region_quota_mb)
+{
+    if (mxop__cgroup_in_use() || memory_mb == 0 || region_quota_mb == 0)
+        return 0;
+    return memory_mb + 2 * region_quota_mb;
 }
 
 void mxop__cgroup_enter(pid_t pid, const char *sandbox, uint64_t memory_mb)
@@ -158,10 +204,11 @@ void mxop__cgroup_enter(pid_t pid, const char *sandbox, uint64_t memory_mb)
     if (layout == UNKNOWN)
         layout = detect();
     if (layout == NONE) {
-        if (!warned)
+        if (!warned && !switched_off)
             MXOP__LOGW(0, NULL,
                        "no per-worker cgroup (no writable memory controller under "
-                       "%s): memory in shared mappings is not limited",
+                       "%s): memory in shared mappings is limited only by RLIMIT_AS, "
+                       "which needs --session-max-region-mb",
                        ROOT);
         warned = true;
         return;

@@ -7,6 +7,7 @@
 #define MXOP_SERVER_DAEMON_CGROUP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -31,6 +32,23 @@ bool mxop__cgroup_release(pid_t pid, mxop__status_page_t *page);
 
 /** One phrase for the start-up log: the cgroup layout workers will get, or why none. */
 const char *mxop__cgroup_describe(void);
+/* Whether `pid` is in a worker's cgroup: the worker or anything its ops started. */
+bool mxop__cgroup_holds_worker_process(pid_t pid);
+/* --worker-cgroup auto|off: 0, or MXOP_EINVAL with a sentence in err. */
+int mxop__cgroup_option(const char *val, char *err, size_t errlen);
+/*
+ * Whether workers get a cgroup of their own.  Without one the worker's
+ * memory limit is RLIMIT_AS (mxop__cgroup_address_space_mb).
+ */
+bool mxop__cgroup_in_use(void);
+/*
+ * The address-space budget (MiB) a worker without a cgroup gets on top of
+ * what it has mapped at start: its --worker-memory-mb plus twice the
+ * session's region quota (a region may be mapped read-only and writable).
+ * 0 (no RLIMIT_AS) when a cgroup is in use, there is no memory limit, or
+ * the region quota is unlimited (RLIMIT_AS would then refuse regions).
+ */
+uint64_t mxop__cgroup_address_space_mb(uint64_t memory_mb, uint64_t region_quota_mb);
 
 /* Tasks (threads included) a worker's cgroup may hold. */
 #define MXOP__CGROUP_PIDS_MAX 1024

@@ -167,6 +167,19 @@ static void accept_one(mxop__daemon_t *d, int fd)
      * sessions, one op could start workers without end.  Workers, and what
      * their ops start, are refused.
      */
+    /*
+     * The workers' own uid (a root daemon runs them as another user) is
+     * never a client's, whatever --allow-uid says: anything a worker starts
+     * keeps it, since strict's filter refuses every change of uid.
+     */
+    if (d->cfg.has_worker_uid && cred.uid == d->cfg.worker_uid && cred.uid != geteuid()) {
+        MXOP__LOGW(0, NULL, "refused connection from uid %u (pid %d): the workers' uid",
+                   (unsigned)cred.uid, (int)cred.pid);
+        mxop__fmt(msg, sizeof(msg), "uid %u is the workers' uid (--worker-uid) and may not connect",
+                  (unsigned)cred.uid);
+        refuse(fd, MXOP_EDENIED, msg);
+        return;
+    }
     if (mxop__is_worker_process(d, cred.pid)) {
         MXOP__LOGW(0, NULL, "refused connection from pid %d: it is a worker (or started by one)",
                    (int)cred.pid);

@@ -19,6 +19,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "server/daemon/cgroup.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/integrity.h"
 #include "server/daemon/introspect.h"
@@ -50,7 +51,7 @@ static const char usage_text[] =
     "                    [--session-max-states N]\n"
     "                    [--allowlist FILE] [--strict-plugin-dir on|off]\n"
     "                    [--trusted-library NAME]...\n"
-    "                    [--sandbox-fallback on|off]\n"
+    "                    [--sandbox-fallback on|off] [--worker-cgroup auto|off]\n"
     "                    [--sandbox-profile auto|cpu|gpu]\n"
     "                    [--admin-uid UID]... [--watch on|off]\n"
     "                    [--log-format text|json] [--metrics-file PATH]\n"
@@ -97,6 +98,9 @@ static const char usage_text[] =
     "  --sandbox-profile auto|cpu|gpu  strict workers' minimal root: gpu binds in the CUDA\n"
     "                       driver's /dev/nvidia* nodes and keeps the host pid namespace;\n"
     "                       auto (default): gpu where /dev/nvidiactl exists\n"
+    "  --worker-cgroup auto|off  a cgroup per worker where the daemon can make one (auto,\n"
+    "                       default), or none (off: the memory limit is then RLIMIT_AS,\n"
+    "                       sized with --session-max-region-mb; docs/security.md)\n"
     "  --trusted-library NAME  (repeatable) a library that keeps the zero-copy path under\n"
     "                       strict; a session loading any other runs in scratch mode: its\n"
     "                       worker gets regions read-only (docs/security.md)\n"
@@ -326,7 +330,9 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             /* Memory integrity (memconfine.c). */
             "--trusted-library",
             /* Namespaces of strict workers (layers.c, server/worker/namespaces.c). */
-            "--sandbox-profile"};
+            "--sandbox-profile",
+            /* Memory limits without a cgroup (cgroup.c, the worker's RLIMIT_AS). */
+            "--worker-cgroup"};
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -427,7 +433,7 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
         } else if (reloading &&
                    (strcmp(opt, "--allowlist") == 0 || strcmp(opt, "--strict-plugin-dir") == 0 ||
                     strcmp(opt, "--sandbox-fallback") == 0 ||
-                    strcmp(opt, "--sandbox-profile") == 0)) {
+                    strcmp(opt, "--sandbox-profile") == 0 || strcmp(opt, "--worker-cgroup") == 0)) {
             /* At SIGHUP only the allowlist changes; main applies it once all else is read. */
             if (strcmp(opt, "--allowlist") == 0)
                 reload_allowlist = val;
@@ -445,6 +451,11 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
                    strcmp(opt, "--sandbox-profile") == 0) {
             char why[256];
             if (mxop__layers_option(opt, val, why, sizeof(why)) != 0)
+                return usage_error("%s", why);
+        } else if (strcmp(opt, "--worker-cgroup") == 0) {
+            /* Memory limits without a cgroup (cgroup.c): fixed at start. */
+            char why[256];
+            if (mxop__cgroup_option(val, why, sizeof(why)) != 0)
                 return usage_error("%s", why);
         } else if (strcmp(opt, "--admin-uid") == 0) {
             /* Administrators and hot reload (admin.c, reload.c). */

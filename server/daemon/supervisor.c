@@ -450,6 +450,13 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     char uid_arg[16];
     char gid_arg[16];
     char states_arg[24];
+    char as_arg[24];
+    /* Without a cgroup of its own the worker's memory limit is RLIMIT_AS (cgroup.c). */
+    uint64_t as_mb =
+        strcmp(d->cfg.sandbox, "none") == 0
+            ? 0
+            : mxop__cgroup_address_space_mb(d->cfg.worker_memory_mb, d->cfg.session_max_region_mb);
+    mxop__fmt(as_arg, sizeof(as_arg), "%llu", (unsigned long long)as_mb);
     mxop__fmt(states_arg, sizeof(states_arg), "%llu",
               (unsigned long long)d->cfg.session_max_states);
     mxop__fmt(sess_arg, sizeof(sess_arg), "%llu", (unsigned long long)session_id);
@@ -477,6 +484,8 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
                     (char *)mxop__layers_ns_profile(),
                     "--max-states",
                     states_arg,
+                    "--address-space-mb",
+                    as_arg,
                     d->cfg.has_worker_uid ? "--uid" : NULL,
                     uid_arg,
                     "--gid",
@@ -627,7 +636,11 @@ bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid)
             return true;
         p = parent_of(p);
     }
-    return false;
+    /*
+     * Nor can ancestry be the only word: a worker's cgroup holds all it
+     * started, whoever its parent is now (cgroup.c).
+     */
+    return mxop__cgroup_holds_worker_process(pid);
 }
 
 void mxop__worker_detach_kill(mxop__worker_t *w)

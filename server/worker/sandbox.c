@@ -11,6 +11,7 @@
 #include "server/worker/sandbox.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
@@ -52,6 +53,7 @@
 
 static int level = MXOP__SANDBOX_STRICT;
 static uint64_t memory_mb;
+static uint64_t address_space_mb; /* --address-space-mb: 0, or the RLIMIT_AS budget */
 static uint64_t max_fds = 1024;
 static long run_uid = -1;
 static long run_gid = -1;
@@ -101,7 +103,9 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
     static const char *const opts[] = {"--sandbox", "--memory-mb", "--max-fds", "--uid", "--gid",
                                        "--plugin-dir", "--allowlist",
                                        /* Namespaces (namespaces.c). */
-                                       "--ns-profile"};
+                                       "--ns-profile",
+                                       /* RLIMIT_AS where the worker has no cgroup. */
+                                       "--address-space-mb"};
     const char *opt = argv[*i];
     int which = -1;
     for (int k = 0; k < (int)(sizeof(opts) / sizeof(opts[0])); k++)
@@ -155,6 +159,11 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
     case 7:
         if (mxop__ns_profile_parse(val, &ns_profile) != 0)
             goto bad;
+        return 0;
+    case 8:
+        if (parse_num(val, 1ull << 30, &v) != 0)
+            goto bad;
+        address_space_mb = v;
         return 0;
     default:
         if (parse_num(val, 0xfffffffeull, &v) != 0)
@@ -210,8 +219,8 @@ static int change_user(int have_netns, char *err, size_t errlen)
 /* ------------------------------------------------------------------------ */
 /* Limits */
 
-/* VmData of this process in bytes (what RLIMIT_DATA counts), or 0 if unknown. */
-static uint64_t current_data_bytes(void)
+/* A "Vm...:" line of /proc/self/status in bytes, or 0 if unknown. */
+static uint64_t status_bytes(const char *field)
 {
     char buf[4096];
     int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
@@ -222,10 +231,10 @@ static uint64_t current_data_bytes(void)
     if (n <= 0)
         return 0;
     buf[n] = '\0';
-    const char *p = strstr(buf, "\nVmData:");
+    const char *p = strstr(buf, field);
     if (p == NULL)
         return 0;
-    return strtoull(p + 8, NULL, 10) * 1024u;
+    return strtoull(p + strlen(field), NULL, 10) * 1024u;
 }
 
 static int set_limit(int res, uint64_t v, const char *name, char *err, size_t errlen)
@@ -237,6 +246,35 @@ static int set_limit(int res, uint64_t v, const char *name, char *err, size_t er
         return MXOP_EINTERNAL;
     }
     return 0;
+}
+
+/*
+ * Where the daemon could give the worker no cgroup of its own (not root, no
+ * memory controller, --worker-cgroup off), RLIMIT_DATA leaves shared
+ * anonymous memory and memfds unlimited.  RLIMIT_AS counts every mapping:
+ * the budget is what is mapped now, plus --worker-memory-mb, plus twice the
+ * session's region quota (the daemon computes it: cgroup.c).  Its caveats,
+ * in docs/security.md: address space is not memory (thread stacks and
+ * malloc's arenas reserve more than they touch), so glibc is held to two
+ * arenas here; and a library may spend on itself what the regions did not
+ * use of their quota.
+ */
+static int set_address_space_limit(char *err, size_t errlen)
+{
+    if (address_space_mb == 0)
+        return 0;
+    uint64_t now = status_bytes("\nVmSize:");
+    if (now == 0) {
+        mxop__fmt(err, errlen, "cannot read VmSize for RLIMIT_AS");
+        return MXOP_EINTERNAL;
+    }
+    mallopt(M_ARENA_MAX, 2);
+    struct rlimit cur;
+    uint64_t limit = now + (address_space_mb << 20);
+    if (getrlimit(RLIMIT_AS, &cur) == 0 && cur.rlim_max != RLIM_INFINITY &&
+        (uint64_t)cur.rlim_max < limit)
+        limit = cur.rlim_max;
+    return set_limit(RLIMIT_AS, limit, "RLIMIT_AS", err, errlen);
 }
 
 static int set_limits(char *err, size_t errlen)
@@ -264,12 +302,15 @@ static int set_limits(char *err, size_t errlen)
      * what ops may add to what the worker already uses at this point.
      */
     uint64_t budget = memory_mb << 20;
-    uint64_t now = current_data_bytes();
+    uint64_t now = status_bytes("\nVmData:");
     data_limit = now + budget;
     if (getrlimit(RLIMIT_DATA, &cur) == 0 && cur.rlim_max != RLIM_INFINITY &&
         (uint64_t)cur.rlim_max < data_limit)
         data_limit = cur.rlim_max;
-    return set_limit(RLIMIT_DATA, data_limit, "RLIMIT_DATA", err, errlen);
+    rc = set_limit(RLIMIT_DATA, data_limit, "RLIMIT_DATA", err, errlen);
+    if (rc != 0)
+        return rc;
+    return set_address_space_limit(err, errlen);
 }
 
 /* ------------------------------------------------------------------------ */
