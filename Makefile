@@ -161,13 +161,17 @@ DEPS_OK  := $(B)/.deps-ok
 PY_INCLUDE := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 NP_INCLUDE := $(shell $(PYTHON) -c 'import numpy; print(numpy.get_include())' 2>/dev/null)
 FASTCALL := $(if $(and $(wildcard $(PY_INCLUDE)/Python.h),$(NP_INCLUDE)),$(B)/python/_fastcall.so)
+# torch.ops.mxop's C++ kernels (see its rule below); empty without libtorch-dev.
+TORCH_HDR  ?= /usr/include/torch/library.h
+TORCHOPS := $(if $(wildcard $(TORCH_HDR)),$(B)/python/_torchops.so)
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
         format format-check deb check-packages
 .DEFAULT_GOAL := all
 
 all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
-     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST) $(FASTCALL)
+     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST) $(FASTCALL) $(TORCHOPS)
+	$(if $(TORCHOPS),,@echo "mxop: $(TORCH_HDR) absent (libtorch-dev): torch.ops.mxop kernels stay in Python")
 
 # Installs the Debian packages the build needs, once per build tree.
 deps: $(DEPS_OK)
@@ -308,6 +312,16 @@ $(B)/python/_fastcall.so: python/mxop/_fastcall.c include/mxop/client.h include/
 	@$(if $(Q),echo "  PYEXT   $@")
 	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude -I$(PY_INCLUDE) -I$(NP_INCLUDE) \
 	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
+
+# torch.ops.mxop's CPU and Autograd kernels in C++ (python/mxop/_torchops.cpp,
+# issue 12), against Debian's libtorch-dev.  Like _fastcall.so it links no
+# libmxop (it is handed libmxop's functions); without the headers it is left
+# out, and the Python kernels serve (the package says so once).
+$(B)/python/_torchops.so: python/mxop/_torchops.cpp include/mxop/client.h include/mxop/types.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $@")
+	$(Q)$(CXX) -std=c++17 -O2 -D_GNU_SOURCE -Iinclude -Wall -Wextra -Werror -shared -fPIC \
+	    $< -o $@ -ltorch -ltorch_cpu -lc10
 
 # Benchmarks share the helpers of bench/lib/ (not programs of their own).
 $(B)/bin/%: $(B)/obj/bench/%.o $(patsubst %.c,$(B)/obj/%.o,$(wildcard bench/lib/*.c)) $(LIB_A)

@@ -22,6 +22,9 @@ import threading
 # The worker pid of the call in flight (0: none).  One slot: a call that
 # blocks the main thread is the one Ctrl-C is meant for.
 inflight = [0]
+# The C++ kernels' slot (torch.ops calls made without Python), once loaded:
+# a function returning the worker pid of their call in flight.
+cpp_inflight = None
 
 _state = {"armed": None}  # None: not tried yet; True/False: the outcome
 
@@ -38,6 +41,8 @@ def _watch(fd):
             return
         if signal.SIGINT in data:
             pid = inflight[0]
+            if not pid and cpp_inflight is not None:
+                pid = cpp_inflight()
             # Only while Ctrl-C means KeyboardInterrupt: a handler installed
             # later may mean to ignore it, and then the call must go on.
             if pid > 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
