@@ -20,6 +20,10 @@ PLUGINDIR  ?= $(PREFIX)/lib/mxop/plugins
 SYSCONFDIR ?= $(PREFIX)/etc
 DATADIR    ?= $(PREFIX)/share
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+# The Python package (with its C extensions), where this prefix's python3 looks:
+# Debian's own /usr/lib/python3/dist-packages, else PREFIX/lib/python3.N/dist-packages.
+PYTHON_VER := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYTHON_VER)/dist-packages)
 DESTDIR    ?=
 PYTHON     ?= /usr/bin/python3
 
@@ -430,9 +434,10 @@ check-packages: all
 INSTALL_ENV = DESTDIR='$(DESTDIR)' PREFIX='$(PREFIX)' BINDIR='$(BINDIR)' LIBDIR='$(LIBDIR)' \
               INCLUDEDIR='$(INCLUDEDIR)' LIBEXECDIR='$(LIBEXECDIR)' PLUGINDIR='$(PLUGINDIR)' \
               SYSTEMDUNITDIR='$(SYSTEMDUNITDIR)' SYSCONFDIR='$(SYSCONFDIR)' DATADIR='$(DATADIR)' \
-              B='$(B)' VERSION='$(VERSION)'
+              B='$(B)' VERSION='$(VERSION)' PYTHONDIR='$(PYTHONDIR)'
 
-install: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS)
+install: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS) \
+         $(FASTCALL) $(TORCHOPS)
 	$(Q)$(INSTALL_ENV) sh scripts/install.sh install
 
 uninstall:
@@ -440,7 +445,8 @@ uninstall:
 
 # Debian packages (dpkg-deb): mxop-serverd (daemon, worker, mxop, units, example
 # plugins), libmxop0, libmxop-dev (headers, .pc, static libraries), python3-mxop.
-deb: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS)
+deb: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS) \
+     $(FASTCALL) $(TORCHOPS)
 	$(Q)sh scripts/make-deb.sh $(abspath $(B)) $(VERSION)
 
 FORMAT_SRC = $(filter-out $(B)/%,$(shell git ls-files '*.c' '*.h' 2>/dev/null))

@@ -189,3 +189,45 @@ def test_missing_cpp_kernels_warn_once(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     lines = [ln for ln in p.stderr.splitlines() if "_torchops.so" in ln]
     assert len(lines) == 1 and "run in Python" in lines[0], p.stderr
+
+
+def test_pip_install_carries_the_c_extensions(tmp_path, daemon):
+    # pip (as python/README.md says) puts the build's extensions beside the
+    # package, which loads them from there without MXOP_BUILD_DIR.
+    target = tmp_path / "site"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MXOP_BUILD_DIR")}
+    env.update(MXOP_BUILD_DIR=BUILD, TMPDIR=str(tmp_path))
+    p = subprocess.run([PYTHON, "-m", "pip", "install", "-q", "--no-build-isolation",
+                        "--no-deps", "--no-index", "--target", str(target),
+                        os.path.join(SOURCE, "python")],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    want = [n for n in ("_fastcall.so", "_torchops.so")
+            if os.path.exists(os.path.join(BUILD, "python", n))]
+    for n in want:
+        assert (target / "mxop" / n).exists(), n
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "MXOP_BUILD_DIR", "MXOP_NO_FASTCALL", "MXOP_SOCKET")}
+    env.update(PYTHONPATH=str(target), MXOP_LIB=os.path.join(BUILD, "lib", "libmxop.so"),
+               TMPDIR=str(tmp_path), WANT=" ".join(want))
+    code = textwrap.dedent("""
+        import os, torch, mxop, mxop.torch as mt
+        from mxop import _fast, _torch_library as tl
+        here = os.path.dirname(os.path.abspath(mxop.__file__))
+        c = mxop.connect(%r)
+        relu = mt.load(c, "relu.so").relu
+        x = torch.tensor([-1.0, 2.0])
+        ys = [torch.ops.mxop.relu(x).tolist() for _ in range(3)]
+        assert ys == [[0.0, 2.0]] * 3, ys
+        want = os.environ["WANT"].split()
+        if "_fastcall.so" in want:
+            assert os.path.dirname(_fast.load().__file__) == here
+        if "_torchops.so" in want:
+            assert os.path.dirname(tl.cpp()._name) == here and tl.cpp_calls() >= 2
+        c.close()
+        print(here)
+    """ % daemon.socket)
+    p = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip() == str(target / "mxop")
