@@ -356,7 +356,9 @@ std::string plain_key(size_t n_in, size_t n_args, const torch::jit::Stack &s)
 struct CpuKernel : c10::OperatorKernel {
     std::string name;
     int n_in;
-    explicit CpuKernel(std::string n, int k) : name(std::move(n)), n_in(k)
+    c10::OperatorHandle shadow; /* mxop_py::<name>, defined before this kernel */
+    explicit CpuKernel(std::string n, int k)
+        : name(std::move(n)), n_in(k), shadow(handle("mxop_py::" + name))
     {
     }
     void operator()(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit::Stack *s)
@@ -365,7 +367,7 @@ struct CpuKernel : c10::OperatorKernel {
         if (call_here(name, n_args, s))
             return;
         std::string key = plain_key(static_cast<size_t>(n_in), n_args, *s);
-        handle("mxop_py::" + name).redispatchBoxed(ks, s);
+        shadow.redispatchBoxed(ks, s);
         if (!key.empty())
             learn(name, key, op.schema().returns().size(), s);
     }
@@ -376,7 +378,8 @@ struct CpuKernel : c10::OperatorKernel {
  * other goes below autograd, to the CPU kernel above (or Meta, CUDA). */
 struct AutogradKernel : c10::OperatorKernel {
     std::string name;
-    explicit AutogradKernel(std::string n) : name(std::move(n))
+    c10::OperatorHandle shadow;
+    explicit AutogradKernel(std::string n) : name(std::move(n)), shadow(handle("mxop_py::" + name))
     {
     }
     void operator()(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit::Stack *s)
@@ -393,7 +396,7 @@ struct AutogradKernel : c10::OperatorKernel {
             }
         }
         if (grad) {
-            handle("mxop_py::" + name).callBoxed(s);
+            shadow.callBoxed(s);
             return;
         }
         at::AutoDispatchBelowADInplaceOrView below;

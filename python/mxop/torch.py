@@ -720,7 +720,18 @@ class _Target:
 
     def run(self, tensors, attrs, timeout, seed, grad):
         t = self.top
-        if not attrs and timeout is None and seed is None:
+        plain = not attrs and timeout is None and seed is None
+        if grad and plain and t.op.client._h and _needs_graph(tensors) and \
+                not tensors[0].is_meta:
+            # The graph-building call (all the C++ Autograd kernel hands over):
+            # straight to the autograd Function, no detour through the C path.
+            op = t.op
+            r = _Fn.apply(op, t._ent, *tensors)
+            if op.mutated_inputs:
+                n = op.num_outputs
+                return r[0] if n == 1 else tuple(r[:n])
+            return r
+        if plain:
             fc = _cl._fc
             if fc:
                 # The whole call in C when it needs no graph (else NotImplemented).
