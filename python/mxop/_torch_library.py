@@ -73,7 +73,7 @@ def cpp():
             d = ctypes.CDLL(path)
             vp = ctypes.c_void_p
             d.mxop_torchops_error.restype = ctypes.c_char_p
-            d.mxop_torchops_init.argtypes = [vp] * 4
+            d.mxop_torchops_init.argtypes = [vp] * 5
             d.mxop_torchops_register.argtypes = [ctypes.c_char_p, ctypes.c_int]
             d.mxop_torchops_bind.argtypes = [ctypes.c_char_p, vp, vp, vp, ctypes.c_int,
                                              ctypes.c_int, ctypes.c_int]
@@ -85,12 +85,15 @@ def cpp():
             d.mxop_torchops_calls.restype = ctypes.c_long
             d.mxop_torchops_set_forward.argtypes = [vp]
             d.mxop_torchops_set_forward.restype = vp
+            d.mxop_torchops_set_backward.argtypes = [vp]
+            d.mxop_torchops_set_backward.restype = vp
             lib = _mxlib.lib
 
             def addr(f):
                 return ctypes.cast(f, vp).value
 
-            d.mxop_torchops_init(addr(lib.mxop_forward), addr(lib.mxop_array_alloc),
+            d.mxop_torchops_init(addr(lib.mxop_forward), addr(lib.mxop_backward),
+                                 addr(lib.mxop_array_alloc),
                                  addr(lib.mxop_array_free), addr(lib.mxop_close))
             _shadow_library().define("_raise(Tensor x, str name, int rc) -> Tensor")
             _shadow_library().impl("_raise", _raise, "CPU")
@@ -156,8 +159,9 @@ def _bind(e):
     b = e.target.binding()
     if b is None:
         return
-    c, p, call, fast, n_in, n_out = b
-    d.mxop_torchops_bind(e.name.encode(), c._h, p, call, 1 if fast else 0, n_in, n_out)
+    c, p, call, fast, backward, n_in, n_out = b
+    d.mxop_torchops_bind(e.name.encode(), c._h, p, call, (1 if fast else 0) | (2 if backward else 0),
+                         n_in, n_out)
     _cl._tops.regions(c)
     _cl._tops.wpid(c, c.__dict__.get("_wpid", 0))
 
@@ -286,6 +290,7 @@ def register(name, n_in, n_out, decl, target, mutated=0):
         sh.define(schema)
         sh.impl(name, run(False), "CPU")
         sh.impl(name, run(True), "Autograd")
+        sh.impl(name, run(False), "CUDA")
         sh.impl(name, meta, "Meta")
         e.cpp = d.mxop_torchops_register(name.encode(), n_in) == 0
         if not e.cpp:

@@ -26,6 +26,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <unistd.h>
@@ -50,6 +54,7 @@ using free_fn = void (*)(mxop_client_t *, mxop_array_t *);
 using close_fn = void (*)(mxop_client_t *);
 
 call_fn fn_forward;
+call_fn fn_backward;
 alloc_fn fn_alloc;
 free_fn fn_free;
 close_fn fn_close;
@@ -92,6 +97,7 @@ struct Op {
     const mxop_op_t *op = nullptr;
     const mxop_call_t *call = nullptr; /* the call without keywords */
     bool fast = false;                 /* no in-place, strided or dynamic-shape outputs */
+    bool backward = false;             /* the op has a backward */
     int n_in = 0, n_out = 0;
     std::unordered_map<std::string, std::vector<Spec>> specs; /* per input signature */
 };
@@ -182,9 +188,60 @@ bool shared_storage(const at::Tensor &t)
            at::RefcountedMapAllocator::fromDataPtr(d) != nullptr;
 }
 
+/* The record of CPU tensor t (its region in c's table, else the heap:
+ * libmxop stages it); false for one the Python path must take. */
+bool pack(const Client &c, const at::Tensor &t, mxop_array_t *r)
+{
+    int code = code_of(t.scalar_type());
+    if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || code < 0 ||
+        t.dim() > MXOP_MAX_DIMS || t.numel() == 0 || !t.is_contiguous())
+        return false;
+    std::memset(r, 0, sizeof *r);
+    r->data = t.data_ptr();
+    r->dtype = code;
+    r->ndim = static_cast<int32_t>(t.dim());
+    for (int d = 0; d < r->ndim; d++)
+        r->shape[d] = t.size(d);
+    r->nbytes = t.nbytes();
+    if (!region_of(c, reinterpret_cast<uintptr_t>(r->data), r->nbytes, &r->region, &r->offset)) {
+        if (shared_storage(t))
+            return false;
+        r->region = MXOP_REGION_HEAP;
+    }
+    return true;
+}
+
+/* A tensor over block a of client c, which frees the block when it dies. */
+at::Tensor wrap(const std::shared_ptr<Client> &c, const mxop_array_t &a)
+{
+    std::vector<int64_t> sizes(a.shape, a.shape + a.ndim);
+    mxop_array_t b = a;
+    return at::from_blob(
+        b.data, sizes, [c, b](void *) mutable { free_block(c, &b); },
+        at::TensorOptions().dtype(type_of[a.dtype]));
+}
+
+/* Raises the mxop exception of a failed call (the Python kernel of
+ * mxop_py::_raise raises it; the check below is never reached). */
+[[noreturn]] void raise_rc(const std::string &name, int rc)
+{
+    torch::jit::Stack st{at::empty({0}), name, static_cast<int64_t>(rc)};
+    at::AutoDispatchBelowADInplaceOrView below;
+    handle("mxop_py::_raise").redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);
+    TORCH_CHECK(false, "mxop op '", name, "' failed (", rc, ")");
+}
+
+bool is_float(int32_t code)
+{
+    return code >= 0 && code <= 3;
+}
+
 /* The plain call, done here; false (nothing done, the stack untouched)
- * when it is one for the Python kernel. */
-bool call_here(const std::string &name, size_t n_args, torch::jit::Stack *s)
+ * when it is one for the Python kernel.  With `grad`, only for an op with
+ * a backward and floating-point inputs and outputs; *used gets the
+ * binding the call used (what its backward must use too). */
+bool call_here(const std::string &name, size_t n_args, torch::jit::Stack *s, bool grad = false,
+               std::shared_ptr<Op> *used = nullptr)
 {
     std::shared_ptr<Op> op;
     std::shared_ptr<Client> c;
@@ -207,29 +264,14 @@ bool call_here(const std::string &name, size_t n_args, torch::jit::Stack *s)
         for (size_t i = op->n_in; i < n_args; i++)
             if (!args[i].isNone())
                 return false;
+        if (grad && !op->backward)
+            return false;
         std::string key;
         for (int i = 0; i < op->n_in; i++) {
-            if (!args[i].isTensor())
+            if (!args[i].isTensor() || !pack(*c, args[i].toTensor(), &in[i]) ||
+                (grad && !is_float(in[i].dtype)))
                 return false;
-            const at::Tensor &t = args[i].toTensor();
-            int code = code_of(t.scalar_type());
-            if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || code < 0 ||
-                t.dim() > MXOP_MAX_DIMS || t.numel() == 0 || !t.is_contiguous())
-                return false;
-            mxop_array_t &r = in[i];
-            std::memset(&r, 0, sizeof r);
-            r.data = t.data_ptr();
-            r.dtype = code;
-            r.ndim = static_cast<int32_t>(t.dim());
-            for (int d = 0; d < r.ndim; d++)
-                r.shape[d] = t.size(d);
-            r.nbytes = t.nbytes();
-            if (!region_of(*c, reinterpret_cast<uintptr_t>(r.data), r.nbytes, &r.region,
-                           &r.offset)) {
-                if (shared_storage(t))
-                    return false;
-                r.region = MXOP_REGION_HEAP; /* libmxop stages it (one copy) */
-            }
+            const mxop_array_t &r = in[i];
             key.append(reinterpret_cast<const char *>(&r.dtype), sizeof r.dtype);
             key.append(reinterpret_cast<const char *>(&r.ndim), sizeof r.ndim);
             key.append(reinterpret_cast<const char *>(r.shape), sizeof(int64_t) * r.ndim);
@@ -238,6 +280,9 @@ bool call_here(const std::string &name, size_t n_args, torch::jit::Stack *s)
         if (sp == op->specs.end())
             return false;
         specs = sp->second;
+        for (const Spec &p : specs)
+            if (grad && !is_float(p.dtype))
+                return false;
         wpid = c->wpid;
         c->live += static_cast<long>(specs.size()); /* the blocks below, made outside the lock */
     }
@@ -275,26 +320,19 @@ bool call_here(const std::string &name, size_t n_args, torch::jit::Stack *s)
     inflight.store(0);
     std::vector<at::Tensor> res;
     res.reserve(n_out);
-    for (int i = 0; i < n_out; i++) {
-        std::vector<int64_t> sizes(specs[i].shape, specs[i].shape + specs[i].ndim);
-        mxop_array_t a = out[i];
-        res.push_back(at::from_blob(
-            a.data, sizes, [c, a](void *) mutable { free_block(c, &a); },
-            at::TensorOptions().dtype(type_of[specs[i].dtype])));
-    }
+    for (int i = 0; i < n_out; i++)
+        res.push_back(wrap(c, out[i]));
     if (rc < 0) {
         res.clear(); /* the blocks go back */
         {
             std::lock_guard<std::mutex> g(mu);
             c->wpid = 0; /* the worker may be a new one */
         }
-        /* The mxop exception, raised by the Python kernel of mxop_py::_raise. */
         torch::jit::drop(*s, n_args);
-        torch::jit::Stack st{at::empty({0}), name, static_cast<int64_t>(rc)};
-        at::AutoDispatchBelowADInplaceOrView below;
-        handle("mxop_py::_raise").redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);
-        TORCH_CHECK(false, "mxop op '", name, "' failed (", rc, ")"); /* _raise raised */
+        raise_rc(name, rc);
     }
+    if (used != nullptr)
+        *used = op;
     torch::jit::drop(*s, n_args);
     for (auto &t : res)
         s->push_back(std::move(t));
@@ -352,6 +390,103 @@ std::string plain_key(size_t n_in, size_t n_args, const torch::jit::Stack &s)
     return key;
 }
 
+/* The backward of a call made here: mxop_backward with in = [output
+ * gradients, inputs, outputs], as the Python autograd Function does, and
+ * as it, once-differentiable: under create_graph the gradients hang from
+ * an Error node, so that differentiating them again raises instead of
+ * giving a silently wrong (zero) second derivative. */
+struct Backward : torch::autograd::Node {
+    std::string op_name;
+    std::shared_ptr<Op> op;
+    std::vector<torch::autograd::SavedVariable> inputs, outputs;
+
+    std::string name() const override
+    {
+        return "MxopBackward";
+    }
+    void release_variables() override
+    {
+        inputs.clear();
+        outputs.clear();
+    }
+    torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override
+    {
+        auto self = shared_from_this();
+        std::vector<at::Tensor> ins, outs, gs;
+        for (auto &v : inputs)
+            ins.push_back(v.unpack());
+        for (auto &v : outputs)
+            outs.push_back(v.unpack(self));
+        for (size_t i = 0; i < grads.size(); i++)
+            gs.push_back(grads[i].defined() ? grads[i].contiguous() : at::zeros_like(outs[i]));
+        size_t n_in = ins.size(), n_all = gs.size() + n_in + outs.size();
+        auto c = op->client;
+        mxop_array_t in[MXOP_MAX_TENSORS], out[MXOP_MAX_TENSORS];
+        bool needs[MXOP_MAX_TENSORS];
+        bool closed = false;
+        {
+            std::lock_guard<std::mutex> g(mu);
+            TORCH_CHECK(n_all <= MXOP_MAX_TENSORS, "mxop op '", op_name, "': too many tensors");
+            if (c->h == nullptr || !c->usable || c->pid != getpid()) {
+                closed = true;
+            } else {
+                size_t k = 0;
+                for (auto *list : {&gs, &ins, &outs})
+                    for (const at::Tensor &t : *list)
+                        if (!pack(*c, t.detach(), &in[k++]))
+                            in[k - 1].region = UINT32_MAX; /* not plain: see below */
+                c->live += static_cast<long>(n_in);
+            }
+        }
+        if (closed)
+            raise_rc(op_name, -1007); /* MXOP_EDISCONNECTED: the client is closed */
+        int made = 0, rc = 0;
+        for (size_t i = 0; i < n_all; i++)
+            if (in[i].region == UINT32_MAX)
+                rc = -1001; /* MXOP_EINVAL */
+        for (; rc == 0 && made < static_cast<int>(n_in); made++) {
+            const mxop_array_t &x = in[grads.size() + made];
+            needs[made] = task_should_compute_output(made);
+            rc = fn_alloc(c->h, x.dtype, x.ndim, x.shape, &out[made]);
+            if (rc < 0)
+                break;
+            if (!needs[made])
+                out[made].req = MXOP_REQ_NULL;
+        }
+        if (rc == 0)
+            calls_here.fetch_add(1, std::memory_order_relaxed);
+        if (rc == 0)
+            rc = fn_backward(c->h, op->op, op->call, in, static_cast<int>(n_all), out,
+                             static_cast<int>(n_in));
+        torch::autograd::variable_list res(n_in);
+        for (int i = 0; i < made; i++) {
+            at::Tensor t = wrap(c, out[i]);
+            if (rc == 0 && needs[i])
+                res[i] = t;
+        }
+        {
+            std::lock_guard<std::mutex> g(mu);
+            c->live -= static_cast<long>(n_in) - made;
+        }
+        if (rc < 0) {
+            res.clear();
+            raise_rc(op_name, rc);
+        }
+        if (c10::GradMode::is_enabled()) {
+            auto err = std::make_shared<torch::autograd::Error>(
+                "mxop op '" + op_name +
+                    "' is once-differentiable: its backward runs in the worker and cannot "
+                    "itself be differentiated (double backward, e.g. a gradient penalty or "
+                    "gradgradcheck, is not supported)",
+                torch::autograd::collect_next_edges(grads, ins));
+            for (auto &t : res)
+                if (t.defined())
+                    torch::autograd::set_history(t, err);
+        }
+        return res;
+    }
+};
+
 /* CPU: the call here, else the shadow op's Python CPU kernel. */
 struct CpuKernel : c10::OperatorKernel {
     std::string name;
@@ -396,6 +531,28 @@ struct AutogradKernel : c10::OperatorKernel {
             }
         }
         if (grad) {
+            std::vector<at::Tensor> ins;
+            for (const auto &v : torch::jit::last(*s, n_args))
+                if (v.isTensor())
+                    ins.push_back(v.toTensor());
+            std::shared_ptr<Op> used;
+            if (call_here(name, n_args, s, true, &used)) {
+                /* The call's outputs are on the stack: into the graph, with a
+                 * node that runs the op's backward here too. */
+                auto node = std::make_shared<Backward>();
+                node->op_name = name;
+                node->op = used;
+                node->set_next_edges(torch::autograd::collect_next_edges(ins));
+                for (const at::Tensor &t : ins)
+                    node->inputs.emplace_back(t, false);
+                size_t n_ret = op.schema().returns().size();
+                for (size_t i = s->size() - n_ret; i < s->size(); i++) {
+                    at::Tensor t = (*s)[i].toTensor();
+                    torch::autograd::set_history(t, node);
+                    node->outputs.emplace_back(t, true);
+                }
+                return;
+            }
             shadow.callBoxed(s);
             return;
         }
@@ -414,10 +571,11 @@ const char *mxop_torchops_error(void)
     return last_error.c_str();
 }
 
-/* libmxop's forward, alloc, free and close, as addresses. */
-void mxop_torchops_init(void *forward, void *alloc, void *free_, void *close_)
+/* libmxop's forward, backward, alloc, free and close, as addresses. */
+void mxop_torchops_init(void *forward, void *backward, void *alloc, void *free_, void *close_)
 {
     fn_forward = reinterpret_cast<call_fn>(forward);
+    fn_backward = reinterpret_cast<call_fn>(backward);
     fn_alloc = reinterpret_cast<alloc_fn>(alloc);
     fn_free = reinterpret_cast<free_fn>(free_);
     fn_close = reinterpret_cast<close_fn>(close_);
@@ -428,6 +586,14 @@ void *mxop_torchops_set_forward(void *forward)
 {
     void *old = reinterpret_cast<void *>(fn_forward);
     fn_forward = reinterpret_cast<call_fn>(forward);
+    return old;
+}
+
+/* Replaces libmxop's backward (the bench's stub); returns the previous one. */
+void *mxop_torchops_set_backward(void *backward)
+{
+    void *old = reinterpret_cast<void *>(fn_backward);
+    fn_backward = reinterpret_cast<call_fn>(backward);
     return old;
 }
 
@@ -455,7 +621,8 @@ int mxop_torchops_register(const char *name, int n_in)
     }
 }
 
-/* Points mxop::<name> at an op of session h (its call without keywords). */
+/* Points mxop::<name> at an op of session h (its call without keywords);
+ * flags: 1 the op is fast (see Op), 2 it has a backward. */
 void mxop_torchops_bind(const char *name, void *h, const void *op, const void *call, int fast,
                         int n_in, int n_out)
 {
@@ -470,7 +637,8 @@ void mxop_torchops_bind(const char *name, void *h, const void *op, const void *c
     o->client = c;
     o->op = static_cast<const mxop_op_t *>(op);
     o->call = static_cast<const mxop_call_t *>(call);
-    o->fast = fast != 0;
+    o->fast = (fast & 1) != 0;
+    o->backward = (fast & 2) != 0;
     o->n_in = n_in;
     o->n_out = n_out;
     ops[name] = o;

@@ -284,7 +284,8 @@ def _python_layer_only(c, relu, x, tx, n):
         from mxop import _torch_library as _tl
 
         tops = _tl.cpp()
-    old_tops = tops.mxop_torchops_set_forward(sa) if tops is not None else None
+    old_tops = (tops.mxop_torchops_set_forward(sa), tops.mxop_torchops_set_backward(sa)) \
+        if tops is not None else None
     try:
         rows["stub_numpy_op_call"] = _time(lambda: relu(x), n)
         if tx is not None:
@@ -308,7 +309,8 @@ def _python_layer_only(c, relu, x, tx, n):
             fc.set_forward(old[0])
             fc.set_backward(old[1])
         if tops is not None:
-            tops.mxop_torchops_set_forward(old_tops)
+            tops.mxop_torchops_set_forward(old_tops[0])
+            tops.mxop_torchops_set_backward(old_tops[1])
     return rows
 
 

@@ -760,13 +760,15 @@ class _Target:
         return outs[0] if len(outs) == 1 else outs
 
     def binding(self):
-        """(client, op pointer, call pointer, fast, inputs, outputs) of the
-        call without keywords, for the C++ kernels; None when closed."""
+        """(client, op pointer, call pointer, fast, has a backward, inputs,
+        outputs) of the call without keywords, for the C++ kernels; None
+        when closed."""
         op = self.top.op
         c = op.client
         if not c._h or c._close_pending:
             return None
-        return (c, op._p, self.top._ent.addr, op._fast, op.num_inputs, op.num_outputs)
+        return (c, op._p, self.top._ent.addr, op._fast, op.has_backward, op.num_inputs,
+                op.num_outputs)
 
     def raise_rc(self, rc):
         """Raises the error of a call the C++ kernel made (its exception class)."""

@@ -42,14 +42,40 @@ def test_plain_calls_run_in_the_cpp_kernel(T):
     # The first call of a signature teaches the kernel its outputs (Python);
     # both inputs have the same signature: 5 of the 6 calls are made in C++.
     assert tl.cpp_calls() - before == 5
-    # Keywords and graphs go to the Python kernels, with the same results.
+    # Keywords go to the Python kernels, with the same results.
     a, b = torch.randn(3, 4), torch.randn(5, 4)
     n = tl.cpp_calls()
     torch.testing.assert_close(torch.ops.mxop.gemm(a, b, transpose_b=True), a @ b.T)
-    g = heap.detach().requires_grad_()
-    torch.ops.mxop.relu(g).sum().backward()
-    torch.testing.assert_close(g.grad, (heap > 0).float())
     assert tl.cpp_calls() == n
+    # A graph-building call of a known signature: forward and backward here.
+    g = heap.detach().requires_grad_()
+    y = torch.ops.mxop.relu(g)
+    assert y.grad_fn.name() == "MxopBackward"
+    y.sum().backward()
+    torch.testing.assert_close(g.grad, (heap > 0).float())
+    assert tl.cpp_calls() == n + 2
+
+
+@need_cpp
+def test_cpp_autograd_is_once_differentiable(T):
+    A = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    B = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    torch.ops.mxop.gemm(A.detach(), B.detach())  # the signature, learnt
+    n = tl.cpp_calls()
+    y = torch.ops.mxop.gemm(A, B)
+    assert y.grad_fn.name() == "MxopBackward"
+    torch.testing.assert_close(y, A @ B)
+    gA, = torch.autograd.grad(y.sum(), A, create_graph=True)
+    torch.testing.assert_close(gA, torch.ones(3, 2, dtype=torch.float64) @ B.T)
+    assert tl.cpp_calls() == n + 2
+    with pytest.raises(RuntimeError, match="gemm.*once-differentiable"):
+        gA.sum().backward()
+    # Only the input that needs it gets a gradient.
+    x = A.detach()
+    y = torch.ops.mxop.gemm(x, B)
+    y.sum().backward()
+    assert x.grad is None
+    torch.testing.assert_close(B.grad, x.T @ torch.ones(3, 2, dtype=torch.float64))
 
 
 @need_cpp
