@@ -87,6 +87,7 @@ def cpp():
             d.mxop_torchops_set_forward.restype = vp
             d.mxop_torchops_set_backward.argtypes = [vp]
             d.mxop_torchops_set_backward.restype = vp
+            d.mxop_torchops_enable.argtypes = [ctypes.c_int]
             lib = _mxlib.lib
 
             def addr(f):

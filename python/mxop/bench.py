@@ -23,8 +23,9 @@ Rows (microseconds per call, median of 5 runs of N calls):
                   sessions, issue 15; target 2 vs 1 >= 1.6)
   fastcall        1 when the C call path (mxop._fastcall) made the calls, else 0
   torchops        1 when torch.ops.mxop's C++ kernels (mxop/_torchops.so) are loaded
-  ctypes_stub_*   the stub rows again through the ctypes path (the fallback,
-                  what MXOP_NO_FASTCALL=1 gives), in the same run
+  ctypes_stub_*   the stub rows again through the ctypes path and torch.ops'
+                  Python kernels (the fallback, what MXOP_NO_FASTCALL=1 gives),
+                  in the same run
   torch_ops_*_ratio  torch.ops.mxop.relu against torch.relu (no grad), a
                   Python autograd.Function (building the graph), and forward
                   + backward against the Function's (target <= 1.5)
@@ -186,11 +187,21 @@ def _run(c, n, gemm_n):
 
         rows["torchops"] = 1.0 if _tl.cpp() is not None else 0.0
     if fc:
+        # torch.ops' C++ kernels off too: the torch.ops rows are then the
+        # Python kernels' (what a build without _torchops.so gives).
+        tops = None
+        if torch is not None:
+            from mxop import _torch_library as _tl
+
+            tops = _tl.cpp()
         _cl._fc = False
+        was = tops.mxop_torchops_enable(0) if tops is not None else None
         try:
             slow = _python_layer_only(c, relu, x, tx if torch is not None else None, n)
         finally:
             _cl._fc = fc
+            if tops is not None:
+                tops.mxop_torchops_enable(was)
         rows.update({"ctypes_" + k: v for k, v in slow.items() if k != "stub_ctypes_call"})
     c.close()
     return rows
