@@ -136,15 +136,36 @@ c10::OperatorHandle handle(const std::string &qualified)
 
 /* Frees a block made here; closes the session when Python let go of it
  * and this was its last block. */
+/* Takes n blocks off c's count (blocks reserved and not made, or freed);
+ * closes the session when Python let go of it and no block is left. */
+void unreserve(const std::shared_ptr<Client> &c, long n)
+{
+    mxop_client_t *close_now = nullptr;
+    {
+        std::lock_guard<std::mutex> g(mu);
+        c->live -= n;
+        if (c->live == 0 && c->released && c->h != nullptr) {
+            close_now = c->h;
+            c->h = nullptr;
+        }
+    }
+    if (close_now != nullptr)
+        fn_close(close_now);
+}
+
 void free_block(const std::shared_ptr<Client> &c, mxop_array_t *a)
 {
-    std::lock_guard<std::mutex> g(mu);
-    if (c->h != nullptr)
-        fn_free(c->h, a);
-    if (--c->live == 0 && c->released && c->h != nullptr) {
-        fn_close(c->h);
-        c->h = nullptr;
+    mxop_client_t *h;
+    {
+        std::lock_guard<std::mutex> g(mu);
+        h = c->h;
     }
+    /* Outside the lock: libmxop may wait for the client's own lock, held by
+     * another thread's call.  The session stays open meanwhile, since this
+     * block still counts in c->live. */
+    if (h != nullptr)
+        fn_free(h, a);
+    unreserve(c, 1);
 }
 
 /* A region holding [p, p + n) in c's table: its id and the offset. */
@@ -311,12 +332,7 @@ bool call_here(const std::string &name, size_t n_args, torch::jit::Stack *s, boo
         /* Nothing was sent: give the blocks back, and the call to Python. */
         for (int i = 0; i < made; i++)
             free_block(c, &out[i]);
-        std::lock_guard<std::mutex> g(mu);
-        c->live -= n_out - made;
-        if (c->live == 0 && c->released && c->h != nullptr) {
-            fn_close(c->h);
-            c->h = nullptr;
-        }
+        unreserve(c, n_out - made);
         return false;
     }
     inflight.store(wpid);
@@ -469,10 +485,7 @@ struct Backward : torch::autograd::Node {
             if (rc == 0 && needs[i])
                 res[i] = t;
         }
-        {
-            std::lock_guard<std::mutex> g(mu);
-            c->live -= static_cast<long>(n_in) - made;
-        }
+        unreserve(c, static_cast<long>(n_in) - made);
         if (rc < 0) {
             res.clear();
             raise_rc(op_name, rc);
