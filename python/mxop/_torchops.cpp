@@ -571,7 +571,12 @@ struct AutogradKernel : c10::OperatorKernel {
                 }
                 return;
             }
+            /* The Python Function's call; like the CPU kernel's, it teaches
+             * this file the signature (a model may never call without grad). */
+            std::string key = plain_key(ins.size(), n_args, *s);
             shadow.callBoxed(s);
+            if (!key.empty())
+                learn(name, key, op.schema().returns().size(), s);
             return;
         }
         at::AutoDispatchBelowADInplaceOrView below;

@@ -257,3 +257,52 @@ def test_pip_install_carries_the_c_extensions(tmp_path, daemon):
                        timeout=300, cwd=str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.strip() == str(target / "mxop")
+
+
+@need_cpp
+def test_graph_calls_alone_teach_the_signature(T):
+    # A training loop calls with grad every time: its first call (Python)
+    # teaches the C++ kernel the signature; the next ones run there.
+    a = torch.randn(5, 3)
+    b = torch.randn(3, 7, requires_grad=True)
+    torch.ops.mxop.gemm(a, b).sum().backward()
+    n = tl.cpp_calls()
+    for _ in range(3):
+        b.grad = None
+        torch.ops.mxop.gemm(a, b).sum().backward()
+        torch.testing.assert_close(b.grad, a.T @ torch.ones(5, 7))
+    assert tl.cpp_calls() - n == 6
+
+
+@need_cpp
+def test_cpp_kernels_from_threads(T):
+    # Three threads share the client (its pool of sessions); each checks its
+    # own forward, backward and relu results.
+    errors = []
+
+    def work(seed):
+        try:
+            gen = torch.Generator().manual_seed(seed)
+            a = torch.randn(32, 32, generator=gen)
+            b = torch.randn(32, 32, generator=gen, requires_grad=True)
+            for _ in range(50):
+                y = torch.ops.mxop.gemm(a, b)
+                torch.testing.assert_close(y, a @ b, atol=1e-4, rtol=1e-4)
+                y.sum().backward()
+                torch.testing.assert_close(b.grad, a.T @ torch.ones(32, 32), atol=1e-3,
+                                           rtol=1e-4)
+                b.grad = None
+                assert torch.equal(torch.ops.mxop.relu(a), torch.relu(a))
+        except Exception as e:  # reported below, in the test's thread
+            errors.append(repr(e))
+
+    import threading
+
+    n = tl.cpp_calls()
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    assert tl.cpp_calls() - n > 300
