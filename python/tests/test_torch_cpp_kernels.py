@@ -16,7 +16,10 @@ from mxop import _torch_library as tl
 from conftest import PYTHON, SOURCE, BUILD
 
 BUILT = os.path.exists(os.path.join(BUILD, "python", "_torchops.so"))
-need_cpp = pytest.mark.skipif(not BUILT, reason="_torchops.so not built (no libtorch-dev)")
+OFF = os.environ.get("MXOP_NO_FASTCALL", "") not in ("", "0")
+need_cpp = pytest.mark.skipif(not BUILT or OFF,
+                              reason="_torchops.so not built (no libtorch-dev), or "
+                                     "MXOP_NO_FASTCALL=1")
 
 
 @pytest.fixture
@@ -165,7 +168,8 @@ SCRIPT = textwrap.dedent("""
 
 def _run(tmp, **env_extra):
     env = {k: v for k, v in os.environ.items()
-           if k not in ("MXOP_SOCKET", "MXOP_PLUGIN_DIR", "MXOP_EMBEDDED_SOCKET")}
+           if k not in ("MXOP_SOCKET", "MXOP_PLUGIN_DIR", "MXOP_EMBEDDED_SOCKET",
+                        "MXOP_NO_FASTCALL")}
     env.update(PYTHONPATH=os.path.join(SOURCE, "python"), MXOP_BUILD_DIR=BUILD, TMPDIR=tmp)
     env.update(env_extra)
     path = os.path.join(tmp, "agree.py")  # TorchScript reads the module's source
@@ -200,7 +204,8 @@ def test_missing_cpp_kernels_warn_once(tmp_path):
     if os.path.exists(fc):
         os.symlink(fc, b / "python" / "_fastcall.so")
     env = {k: v for k, v in os.environ.items()
-           if k not in ("MXOP_SOCKET", "MXOP_PLUGIN_DIR", "MXOP_EMBEDDED_SOCKET")}
+           if k not in ("MXOP_SOCKET", "MXOP_PLUGIN_DIR", "MXOP_EMBEDDED_SOCKET",
+                        "MXOP_NO_FASTCALL")}
     env.update(PYTHONPATH=os.path.join(SOURCE, "python"), MXOP_BUILD_DIR=str(b),
                TMPDIR=str(tmp_path))
     code = ("import torch, mxop.torch as mt\n"
