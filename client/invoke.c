@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "client/client_internal.h"
-#include "client/inflight.h"
 #include "common/util.h"
 #include "shm/call_page.h"
 #include "shm/desc.h"
@@ -603,10 +602,7 @@ static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxo
     c->stats.calls++;
     uint64_t staged0 = c->stats.staged_bytes;
     int64_t t0 = mxop__now_ns();
-    /* A sibling's call published its own worker in mxop__pool_try's call. */
-    int32_t prev = mxop__inflight_enter((int32_t)c->worker_pid);
     int rc = run_invoke(c, op, backward, call, in, n_in, out, n_out);
-    mxop__inflight_leave(prev);
     if (rc < 0)
         c->stats.errors++;
     /* The per-op counters the daemon reports (shm/call_stats.h): a few relaxed stores. */

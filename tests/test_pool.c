@@ -390,6 +390,10 @@ Test(pool, the_inflight_slot_names_the_sibling_worker_running_the_call)
             mxt_sleep_ms(1);
     }
     cr_assert_gt(pid, 0, "the slot never named a worker");
+    /* Well inside the call by then: a worker killed before it took the call
+     * would see the call retried on its replacement (call.c), not abandoned. */
+    mxt_sleep_ms(300);
+    cr_assert_eq(__atomic_load_n(&w.slot, __ATOMIC_ACQUIRE), pid, "the slot changed mid-call");
     cr_assert_neq(pid, own, "the slot names the client's own worker %d, busy with another call",
                   (int)own);
     cr_assert_eq(kill(pid, SIGKILL), 0);
