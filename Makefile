@@ -20,6 +20,10 @@ PLUGINDIR  ?= $(PREFIX)/lib/mxop/plugins
 SYSCONFDIR ?= $(PREFIX)/etc
 DATADIR    ?= $(PREFIX)/share
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+# The Python package (with its C extensions), where this prefix's python3 looks:
+# Debian's own /usr/lib/python3/dist-packages, else PREFIX/lib/python3.N/dist-packages.
+PYTHON_VER := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYTHON_VER)/dist-packages)
 DESTDIR    ?=
 PYTHON     ?= /usr/bin/python3
 
@@ -161,13 +165,17 @@ DEPS_OK  := $(B)/.deps-ok
 PY_INCLUDE := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 NP_INCLUDE := $(shell $(PYTHON) -c 'import numpy; print(numpy.get_include())' 2>/dev/null)
 FASTCALL := $(if $(and $(wildcard $(PY_INCLUDE)/Python.h),$(NP_INCLUDE)),$(B)/python/_fastcall.so)
+# torch.ops.mxop's C++ kernels (see its rule below); empty without libtorch-dev.
+TORCH_HDR  ?= /usr/include/torch/library.h
+TORCHOPS := $(if $(wildcard $(TORCH_HDR)),$(B)/python/_torchops.so)
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
         format format-check deb check-packages
 .DEFAULT_GOAL := all
 
 all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
-     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST) $(FASTCALL)
+     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST) $(FASTCALL) $(TORCHOPS)
+	$(if $(TORCHOPS),,@echo "mxop: $(TORCH_HDR) absent (libtorch-dev): torch.ops.mxop kernels stay in Python")
 
 # Installs the Debian packages the build needs, once per build tree.
 deps: $(DEPS_OK)
@@ -311,6 +319,16 @@ $(B)/python/_fastcall.so: python/mxop/_fastcall.c include/mxop/client.h include/
 	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude -I$(PY_INCLUDE) -I$(NP_INCLUDE) \
 	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
 
+# torch.ops.mxop's CPU and Autograd kernels in C++ (python/mxop/_torchops.cpp,
+# issue 12), against Debian's libtorch-dev.  Like _fastcall.so it links no
+# libmxop (it is handed libmxop's functions); without the headers it is left
+# out, and the Python kernels serve (the package says so once).
+$(B)/python/_torchops.so: python/mxop/_torchops.cpp include/mxop/client.h include/mxop/types.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $@")
+	$(Q)$(CXX) -std=c++17 -O2 -D_GNU_SOURCE -Iinclude -Wall -Wextra -Werror -shared -fPIC \
+	    $< -o $@ -ltorch -ltorch_cpu -lc10
+
 # Benchmarks share the helpers of bench/lib/ (not programs of their own).
 $(B)/bin/%: $(B)/obj/bench/%.o $(patsubst %.c,$(B)/obj/%.o,$(wildcard bench/lib/*.c)) $(LIB_A)
 	@mkdir -p $(@D)
@@ -418,9 +436,10 @@ check-packages: all
 INSTALL_ENV = DESTDIR='$(DESTDIR)' PREFIX='$(PREFIX)' BINDIR='$(BINDIR)' LIBDIR='$(LIBDIR)' \
               INCLUDEDIR='$(INCLUDEDIR)' LIBEXECDIR='$(LIBEXECDIR)' PLUGINDIR='$(PLUGINDIR)' \
               SYSTEMDUNITDIR='$(SYSTEMDUNITDIR)' SYSCONFDIR='$(SYSCONFDIR)' DATADIR='$(DATADIR)' \
-              B='$(B)' VERSION='$(VERSION)'
+              B='$(B)' VERSION='$(VERSION)' PYTHONDIR='$(PYTHONDIR)'
 
-install: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS)
+install: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS) \
+         $(FASTCALL) $(TORCHOPS)
 	$(Q)$(INSTALL_ENV) sh scripts/install.sh install
 
 uninstall:
@@ -428,7 +447,8 @@ uninstall:
 
 # Debian packages (dpkg-deb): mxop-serverd (daemon, worker, mxop, units, example
 # plugins), libmxop0, libmxop-dev (headers, .pc, static libraries), python3-mxop.
-deb: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS)
+deb: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS) \
+     $(FASTCALL) $(TORCHOPS)
 	$(Q)sh scripts/make-deb.sh $(abspath $(B)) $(VERSION)
 
 FORMAT_SRC = $(filter-out $(B)/%,$(shell git ls-files '*.c' '*.h' 2>/dev/null))

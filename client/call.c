@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "client/inflight.h"
 #include "common/util.h"
 #include "shm/call_page.h"
 
@@ -366,7 +367,12 @@ static int call_once(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms, Mxo
     c->cb.call.id = id;
     int64_t start = mxop__now_ns();
     publish_call(c, id, start + (int64_t)wait_ms * 1000000, call_kind(c), op);
+    /* The worker this call goes to, for the calling thread's Ctrl-C
+     * (inflight.c): named here, after the session's news was heard, on a
+     * sibling session as on the client's own. */
+    int32_t prev = mxop__inflight_enter((int32_t)c->worker_pid);
     int rc = call_once_published(c, op, wait_ms, res, id, start);
+    mxop__inflight_leave(prev);
     publish_call(c, 0, 0, MXOP__CALLK_NONE, NULL);
     return rc;
 }

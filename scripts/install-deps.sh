@@ -5,7 +5,7 @@
 set -e
 PKGS="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler
 libcriterion-dev libopenblas-dev libseccomp-dev python3-numpy python3-torch python3-pytest
-python3-dev
+python3-dev libtorch-dev
 clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do

@@ -6,7 +6,7 @@
 #
 # The Makefile passes the directories in the environment: DESTDIR PREFIX
 # BINDIR LIBDIR INCLUDEDIR LIBEXECDIR PLUGINDIR SYSTEMDUNITDIR SYSCONFDIR
-# DATADIR, and B (the build directory), VERSION.
+# DATADIR PYTHONDIR, and B (the build directory), VERSION.
 #
 # An install records every file, link and directory it created in a
 # manifest, $(DATADIR)/mxop/install-manifest (one "f PATH", "l PATH" or
@@ -92,6 +92,16 @@ do_install() {
     subst 644 contrib/systemd/mxop-serverd.socket "$SYSTEMDUNITDIR/mxop-serverd.socket"
     if [ ! -e "$DESTDIR$SYSCONFDIR/mxop/mxop-serverd.conf" ]; then
         subst 644 contrib/mxop-serverd.conf "$SYSCONFDIR/mxop/mxop-serverd.conf"
+    fi
+    # The Python package, with the C extensions the build made beside it
+    # (the package loads them from its own directory).
+    if [ -n "${PYTHONDIR:-}" ]; then
+        for f in python/mxop/*.py; do
+            inst 644 "$f" "$PYTHONDIR/mxop/$(basename "$f")"
+        done
+        for so in _fastcall.so _torchops.so; do
+            [ -f "$B/python/$so" ] && inst 755 "$B/python/$so" "$PYTHONDIR/mxop/$so"
+        done
     fi
     if [ -f docs/operations.md ]; then
         inst 644 docs/operations.md "$DATADIR/doc/mxop/operations.md"

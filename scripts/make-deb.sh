@@ -46,6 +46,15 @@ move libmxop-dev usr/include usr/lib/pkgconfig usr/lib/libmxop.so "usr/lib/*.a"
 py=$OUT/python3-mxop/usr/lib/python3/dist-packages/mxop
 mkdir -p "$py"
 cp python/mxop/*.py "$py/"
+# The C extensions the build made (the package loads them from beside itself):
+# with them the package is of this architecture.
+PYARCH=all
+for so in _fastcall.so _torchops.so; do
+    if [ -f "$B/python/$so" ]; then
+        install -m 755 "$B/python/$so" "$py/$so"
+        PYARCH=$ARCH
+    fi
+done
 left=$(find "$stage" -type f -o -type l)
 if [ -n "$left" ]; then
     echo "make-deb.sh: staged files no package took:" >&2
@@ -87,13 +96,13 @@ echo "activate-noawait ldconfig" >"$OUT/libmxop0/DEBIAN/triggers"
 control libmxop-dev "$ARCH" "libmxop0 (= $VERSION), libprotobuf-c-dev" \
     "mxop client library and op-library ABI: development files
  Headers, pkg-config files (mxop, mxop-plugin) and static libraries."
-control python3-mxop all "python3, python3-numpy, libmxop0 (= $VERSION)" \
+control python3-mxop "$PYARCH" "python3, python3-numpy, libmxop0 (= $VERSION)" \
     "mxop for Python: NumPy and PyTorch proxy ops
  The mxop package calls ops of mxop-serverd from NumPy and PyTorch."
 
 for pkg in mxop-serverd libmxop0 libmxop-dev python3-mxop; do
     a=$ARCH
-    [ "$pkg" = python3-mxop ] && a=all
+    [ "$pkg" = python3-mxop ] && a=$PYARCH
     dpkg-deb --root-owner-group -Zxz --build "$OUT/$pkg" "$OUT/${pkg}_${VERSION}_$a.deb" >/dev/null
     rm -rf "${OUT:?}/$pkg"
     echo "  DEB     $OUT/${pkg}_${VERSION}_$a.deb"

@@ -4,8 +4,9 @@
 #      package binds, and has the soname libmxop.so.0;
 #   2. the uninstalled mxop.pc / mxop-plugin.pc build a client and an op library
 #      from the build tree, and the client runs against a daemon;
-#   3. make install into a temporary root installs mxop, the units and the
-#      library's links, its .pc files build the same client and op library,
+#   3. make install into a temporary root installs mxop, the units, the
+#      library's links and the Python package with its C extensions (which
+#      it loads from beside itself), its .pc files build the same client and op library,
 #      and make uninstall removes exactly what it installed (a file that was
 #      there before stays);
 #   4. make deb's packages, unpacked with dpkg-deb -x into a temporary root:
@@ -169,6 +170,40 @@ cc $(pkg-config --cflags mxop-plugin) -shared -fPIC "$T/plugin.c" -o "$T/plugin-
     fail "building with the installed mxop-plugin.pc"
 start_daemon "$R/usr/local/bin/mxop-serverd" "$R/usr/local/lib/mxop/plugins"
 LD_LIBRARY_PATH="$R/usr/local/lib" expect_relu "$T/client-inst"
+# The installed Python package loads the C extensions installed beside it
+# (no MXOP_BUILD_DIR): _fastcall.so, and _torchops.so for torch.ops.mxop.
+PYDIR=/usr/local/lib/python$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')/dist-packages
+for f in "$PYDIR/mxop/__init__.py" "$PYDIR/mxop/torch.py"; do
+    [ -e "$R$f" ] || fail "make install did not install $f"
+done
+want=""
+for so in _fastcall.so _torchops.so; do
+    if [ -f "$B/python/$so" ]; then
+        [ -e "$R$PYDIR/mxop/$so" ] || fail "make install did not install $PYDIR/mxop/$so"
+        want="$want $so"
+    fi
+done
+out=$(cd "$T" && env -u MXOP_BUILD_DIR -u MXOP_NO_FASTCALL LD_PRELOAD="$SAN_RT" PYTHONPATH="$R$PYDIR" \
+    MXOP_LIB="$R/usr/local/lib/libmxop.so.0" WANT="$want" "$PY" -c "
+import os, numpy as np, mxop
+from mxop import _fast
+here = os.path.dirname(os.path.abspath(mxop.__file__))
+assert here == '$R$PYDIR/mxop', here
+c = mxop.connect('$T/d.sock')
+relu = c.load('relu.so').relu
+print(' '.join('%g' % v for v in relu(np.arange(-2, 3, dtype=np.float32))))
+want = os.environ['WANT'].split()
+if '_fastcall.so' in want:
+    assert os.path.dirname(_fast.load().__file__) == here, _fast.load()
+if '_torchops.so' in want and not os.environ.get('LD_PRELOAD'):
+    import torch, mxop.torch as mt
+    from mxop import _torch_library as tl
+    mt.TorchOp(relu)
+    x = torch.tensor([-1.0, 2.0])
+    assert [torch.ops.mxop.relu(x).tolist() for _ in range(3)][2] == [0.0, 2.0]
+    assert os.path.dirname(tl.cpp()._name) == here and tl.cpp_calls() >= 2, tl.cpp()
+c.close()") || fail "the installed Python package: $out"
+[ "$out" = "0 0 0 1 2" ] || fail "the installed python package printed '$out'"
 stop_daemon
 unset PKG_CONFIG_SYSROOT_DIR
 make -s --no-print-directory -C "$SRC" B="$B" uninstall DESTDIR="$R" PREFIX=/usr/local >/dev/null ||
@@ -176,7 +211,7 @@ make -s --no-print-directory -C "$SRC" B="$B" uninstall DESTDIR="$R" PREFIX=/usr
 left=$(cd "$R" && find . -mindepth 1 | sort | tr '\n' ' ')
 [ "$left" = "./usr ./usr/local ./usr/local/bin ./usr/local/bin/someone-elses " ] ||
     fail "make uninstall left or removed the wrong things: $left"
-pass "make install installs mxop, the units, the library's links; its .pc files work; make uninstall removes exactly that"
+pass "make install installs mxop, the units, the library's links, the Python package with its C extensions; its .pc files and package work; make uninstall removes exactly that"
 
 # --- 4. make deb, unpacked ---------------------------------------------------
 make -s --no-print-directory -C "$SRC" B="$B" deb >/dev/null || fail "make deb"
@@ -204,5 +239,8 @@ relu = c.load('relu.so').relu
 print(' '.join('%g' % v for v in relu(np.arange(-2, 3, dtype=np.float32))))
 c.close()") || fail "the packaged Python package: $out"
 [ "$out" = "0 0 0 1 2" ] || fail "python printed '$out'"
+for so in $want; do
+    [ -e "$D/usr/lib/python3/dist-packages/mxop/$so" ] || fail "python3-mxop has no mxop/$so"
+done
 stop_daemon
 pass "make deb's packages unpacked: the daemon runs its own worker and serves a C client and Python"

@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -338,4 +339,72 @@ Test(pool, max_sessions_out_of_range_is_refused)
     cr_assert(strstr(mxop_connect_error(), "max_sessions") != NULL, "'%s'", mxop_connect_error());
     o.max_sessions = -2;
     cr_assert_eq(mxop_connect(daemon_.sock, &o, &c), MXOP_EINVAL);
+}
+
+/* A call of 'sleep' 60 s from a thread that names an in-flight slot. */
+typedef struct watched {
+    mxop_client_t *c;
+    const mxop_op_t *op;
+    mxop_array_t x, y;
+    int32_t slot;
+    int rc;
+} watched_t;
+
+static void *watched_main(void *p)
+{
+    watched_t *w = p;
+    mxop_set_inflight_slot(&w->slot);
+    const char *attrs[] = {"ms", "60000", NULL};
+    mxop_call_t call;
+    memset(&call, 0, sizeof call);
+    call.struct_size = sizeof call;
+    call.attrs = attrs;
+    w->rc = mxop_forward(w->c, w->op, &call, &w->x, 1, &w->y, 1);
+    mxop_set_inflight_slot(NULL);
+    return NULL;
+}
+
+Test(pool, the_inflight_slot_names_the_sibling_worker_running_the_call)
+{
+    /* What Python's Ctrl-C reads (issue 12): killing the worker the slot
+     * names abandons that call, and only that one. */
+    mxop_client_t *c = connect_pool(2);
+    mxop_stats_t st;
+    cr_assert_eq(mxop_stats(c, &st), 0);
+    int32_t own = (int32_t)st.worker_pid;
+    watched_t w;
+    memset(&w, 0, sizeof w);
+    w.c = c;
+    int64_t shape[] = {64};
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &w.x), 0);
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &w.y), 0);
+    w.op = mxt_op(c, "sleep"); /* looked up before the client's session is busy */
+    slow_t s;
+    pthread_t t, tw;
+    slow_start(&s, c, 4000, &t);
+    cr_assert_eq(pthread_create(&tw, NULL, watched_main, &w), 0);
+    int32_t pid = 0;
+    for (int i = 0; i < 30000 && pid == 0; i++) {
+        pid = __atomic_load_n(&w.slot, __ATOMIC_ACQUIRE);
+        if (pid == 0)
+            mxt_sleep_ms(1);
+    }
+    cr_assert_gt(pid, 0, "the slot never named a worker");
+    /* Well inside the call by then: a worker killed before it took the call
+     * would see the call retried on its replacement (call.c), not abandoned. */
+    mxt_sleep_ms(300);
+    cr_assert_eq(__atomic_load_n(&w.slot, __ATOMIC_ACQUIRE), pid, "the slot changed mid-call");
+    cr_assert_neq(pid, own, "the slot names the client's own worker %d, busy with another call",
+                  (int)own);
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    pthread_join(tw, NULL);
+    cr_assert_eq(w.rc, MXOP_EWORKER_CRASHED, "the abandoned call: %s", mxop_err_name(w.rc));
+    cr_assert_eq(w.slot, 0, "the slot still names a worker after the call");
+    /* The other thread's call, on the client's own session, was not touched. */
+    slow_finish(&s, t);
+    const mxop_op_t *relu = mxt_op(c, "relu");
+    relu_checked(c, relu, &w.x, &w.y, 0.5f);
+    mxop_array_free(c, &w.x);
+    mxop_array_free(c, &w.y);
+    mxop_close(c);
 }

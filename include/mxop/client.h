@@ -466,6 +466,17 @@ int mxop_stats_v2(mxop_client_t *c, mxop_stats_v2_t *st);
 /** Asks the daemon to shut down (allowed for its own user).  The client is then unusable. */
 int mxop_shutdown_daemon(mxop_client_t *c);
 
+/**
+ * Names, for the calling thread, a slot where each of its forward and
+ * backward calls publishes the pid of the worker running it (on the
+ * client's own session or on a sibling of its pool) while it is in flight,
+ * and 0 otherwise; NULL stops.  Another thread may read it (an aligned
+ * 32-bit value, stored atomically) to abandon the call by killing that
+ * worker: the call returns MXOP_EWORKER_CRASHED and the session gets a
+ * new worker.  The slot must outlive the thread's calls.
+ */
+void mxop_set_inflight_slot(int32_t *slot);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,8 +13,15 @@ as the call returns.  The call is abandoned; the session goes on.
 
 Nothing is armed when the program has its own SIGINT handler or its own
 wakeup fd (asyncio, for example): then Ctrl-C behaves as before.
+
+Which worker: libmxop publishes, in a slot the main thread names
+(mxop_set_inflight_slot), the pid of the worker running the main thread's
+call, whichever session of the client's pool runs it (a sibling's when
+another thread holds the client's own).  With an older libmxop the pid
+the bindings noted for the client's own session serves instead.
 """
 
+import ctypes
 import os
 import signal
 import threading
@@ -22,6 +29,9 @@ import threading
 # The worker pid of the call in flight (0: none).  One slot: a call that
 # blocks the main thread is the one Ctrl-C is meant for.
 inflight = [0]
+# The C++ kernels' slot (torch.ops calls made without Python), once loaded:
+# a function returning the worker pid of their call in flight.
+cpp_inflight = None
 
 _state = {"armed": None}  # None: not tried yet; True/False: the outcome
 
@@ -37,7 +47,12 @@ def _watch(fd):
         if not data:
             return
         if signal.SIGINT in data:
-            pid = inflight[0]
+            if _slot["slot"] is not None:
+                pid = _slot["slot"].value
+            else:
+                pid = inflight[0]
+                if not pid and cpp_inflight is not None:
+                    pid = cpp_inflight()
             # Only while Ctrl-C means KeyboardInterrupt: a handler installed
             # later may mean to ignore it, and then the call must go on.
             if pid > 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -70,9 +85,28 @@ def arm():
         os.close(r)
         os.close(w)
         return False
+    _name_slot()
     threading.Thread(target=_watch, args=(r,), name="mxop-sigint", daemon=True).start()
     _state["armed"] = True
     return True
+
+
+# The main thread's slot in libmxop (None: this libmxop has none).
+_slot = {"slot": None}
+
+
+def _name_slot():
+    try:
+        from . import _lib
+
+        fn = _lib.lib.mxop_set_inflight_slot
+    except Exception:  # an older libmxop
+        return
+    v = ctypes.c_int32(0)
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p]
+    fn(ctypes.addressof(v))
+    _slot["slot"] = v
 
 
 def _after_fork_in_child():

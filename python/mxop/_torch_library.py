@@ -18,19 +18,171 @@ can call it, and torch.fx traces it.  Per op, one schema and three kernels:
 This module knows nothing of mxop.torch's internals: the caller hands in
 the callables (no import cycle).  One registration per op name per
 process: the kernels call the op most recently registered under the name.
+
+The C++ kernels (_torchops.cpp, built as _torchops.so beside this package
+or in the build tree's python/): when they load, the CPU and Autograd
+kernels of mxop::<op> are theirs, and the Python kernels above serve the
+shadow op mxop_py::<op> (same schema), to which they hand every call they
+do not make themselves (autograd graphs, keywords, first calls of a
+signature, errors).  Without them (not built, not loadable, or
+MXOP_NO_FASTCALL=1) the Python kernels are mxop::<op>'s own, as before.
 """
+
+import ctypes
+import os
+import warnings
 
 import torch
 from torch.library import Library
 
+from . import _lib as _mxlib
+from . import client as _cl
+
 NAMESPACE = "mxop"
+SHADOW = "mxop_py"
 
 _lib = None
+_shadow = None
 _ops = {}  # op name -> _Entry
+_cpp = {"lib": None, "tried": False}
+
+
+def _find_cpp():
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torchops.so")
+    if os.path.exists(here):
+        return here
+    p = os.path.join(_mxlib.build_dir(), "python", "_torchops.so")
+    return p if os.path.exists(p) else None
+
+
+def cpp():
+    """The C++ kernels' library (ctypes), or None: not built, not loadable,
+    or MXOP_NO_FASTCALL=1 (then the Python kernels serve, with a warning
+    once when the file is missing or broken)."""
+    if _cpp["tried"]:
+        return _cpp["lib"]
+    _cpp["tried"] = True
+    if os.environ.get("MXOP_NO_FASTCALL", "") not in ("", "0"):
+        return None
+    path = _find_cpp()
+    why = None
+    if path is None:
+        why = "_torchops.so not found (built by make where libtorch-dev is installed)"
+    else:
+        try:
+            d = ctypes.CDLL(path)
+            vp = ctypes.c_void_p
+            d.mxop_torchops_error.restype = ctypes.c_char_p
+            d.mxop_torchops_init.argtypes = [vp] * 5
+            d.mxop_torchops_register.argtypes = [ctypes.c_char_p, ctypes.c_int]
+            d.mxop_torchops_bind.argtypes = [ctypes.c_char_p, vp, vp, vp, ctypes.c_int,
+                                             ctypes.c_int, ctypes.c_int]
+            d.mxop_torchops_regions.argtypes = [vp, ctypes.c_int, vp]
+            d.mxop_torchops_wpid.argtypes = [vp, ctypes.c_long]
+            d.mxop_torchops_closing.argtypes = [vp]
+            d.mxop_torchops_release.argtypes = [vp]
+            d.mxop_torchops_inflight.restype = ctypes.c_long
+            d.mxop_torchops_calls.restype = ctypes.c_long
+            d.mxop_torchops_set_forward.argtypes = [vp]
+            d.mxop_torchops_set_forward.restype = vp
+            d.mxop_torchops_set_backward.argtypes = [vp]
+            d.mxop_torchops_set_backward.restype = vp
+            d.mxop_torchops_enable.argtypes = [ctypes.c_int]
+            lib = _mxlib.lib
+
+            def addr(f):
+                return ctypes.cast(f, vp).value
+
+            d.mxop_torchops_init(addr(lib.mxop_forward), addr(lib.mxop_backward),
+                                 addr(lib.mxop_array_alloc),
+                                 addr(lib.mxop_array_free), addr(lib.mxop_close))
+            _shadow_library().define("_raise(Tensor x, str name, int rc) -> Tensor")
+            _shadow_library().impl("_raise", _raise, "CPU")
+        except Exception as e:  # a stale or foreign build: the Python kernels serve
+            why = "%s could not be loaded (%s)" % (path, e)
+            d = None
+        if d is not None:
+            _cpp["lib"] = d
+            _cl._tops = _Hooks(d)
+            from . import _interrupt
+
+            _interrupt.cpp_inflight = d.mxop_torchops_inflight
+            return d
+    # A warning (shown once by Python's default filters), not the package's
+    # logger: that one is silent until the program configures logging.
+    warnings.warn("mxop: torch.ops.mxop kernels run in Python (slower calls): %s" % why,
+                  RuntimeWarning, stacklevel=2)
+    return None
+
+
+class _Hooks:
+    """What the client tells the C++ kernels of its sessions."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def regions(self, c):
+        if not c._h:
+            return
+        v = []
+        for base, e in zip(c._rbase, c._rinfo):
+            if e[2] is None:  # arena regions only (storages need their liveness check)
+                v += (base, e[0], e[1])
+        arr = (ctypes.c_uint64 * max(len(v), 1))(*v)
+        self.d.mxop_torchops_regions(c._h, len(v) // 3, arr)
+
+    def wpid(self, c, pid):
+        if c._h:
+            self.d.mxop_torchops_wpid(c._h, pid)
+
+    def closing(self, h):
+        self.d.mxop_torchops_closing(h)
+
+    def release(self, h):
+        return self.d.mxop_torchops_release(h) == 1
+
+
+def cpp_calls():
+    """Calls the C++ kernels made themselves so far (-1: they are not loaded)."""
+    d = _cpp["lib"]
+    return d.mxop_torchops_calls() if d is not None else -1
+
+
+def _raise(x, name, rc):
+    _ops[name].target.raise_rc(rc)
+    raise RuntimeError("mxop op '%s' failed (%d)" % (name, rc))
+
+
+def _bind(e):
+    d = _cpp["lib"]
+    if d is None or not e.cpp:
+        return
+    b = e.target.binding()
+    if b is None:
+        return
+    c, p, call, fast, backward, n_in, n_out = b
+    d.mxop_torchops_bind(e.name.encode(), c._h, p, call, (1 if fast else 0) | (2 if backward else 0),
+                         n_in, n_out)
+    _cl._tops.regions(c)
+    _cl._tops.wpid(c, c.__dict__.get("_wpid", 0))
+
+
+def rebind(name):
+    """After the op behind `name` changed (a forked child's reconnection)."""
+    e = _ops.get(name)
+    if e is not None:
+        _bind(e)
+
+
+def _shadow_library():
+    global _shadow
+    if _shadow is None:
+        _shadow = Library(SHADOW, "DEF")
+    return _shadow
 
 
 class _Entry:
-    __slots__ = ("name", "variadic", "n_out", "decl", "target")
+    __slots__ = ("name", "variadic", "n_out", "decl", "target", "cpp")
 
 
 def _library():
@@ -100,6 +252,7 @@ def register(name, n_in, n_out, decl, target, mutated=0):
     e = _ops.get(name)
     if e is not None:
         e.target = target
+        _bind(e)
         return True
     if not name.isidentifier():
         return False
@@ -110,7 +263,6 @@ def register(name, n_in, n_out, decl, target, mutated=0):
     e.decl = [tuple(a) for a in decl] if decl is not None else None
     e.target = target
     lib = _library()
-    lib.define(_schema(name, n_in, n_out, e.decl, mutated))
 
     def run(grad):
         def kernel(*args, **kw):
@@ -130,11 +282,29 @@ def register(name, n_in, n_out, decl, target, mutated=0):
                      for dt, shape in e.target.meta(tensors, attrs))
         return outs[0] if e.n_out == 1 else outs
 
-    lib.impl(name, run(False), "CPU")
+    schema = _schema(name, n_in, n_out, e.decl, mutated)
+    d = cpp() if not e.variadic else None
+    e.cpp = False
+    lib.define(schema)
+    if d is not None:
+        sh = _shadow_library()
+        sh.define(schema)
+        sh.impl(name, run(False), "CPU")
+        sh.impl(name, run(True), "Autograd")
+        sh.impl(name, run(False), "CUDA")
+        sh.impl(name, meta, "Meta")
+        e.cpp = d.mxop_torchops_register(name.encode(), n_in) == 0
+        if not e.cpp:
+            warnings.warn("mxop: torch.ops.mxop.%s runs in Python: %s"
+                          % (name, d.mxop_torchops_error().decode(errors="replace")),
+                          RuntimeWarning, stacklevel=2)
+    if not e.cpp:
+        lib.impl(name, run(False), "CPU")
+        lib.impl(name, run(True), "Autograd")
     lib.impl(name, run(False), "CUDA")
-    lib.impl(name, run(True), "Autograd")
     lib.impl(name, meta, "Meta")
     _ops[name] = e
+    _bind(e)
     return True
 
 

@@ -22,8 +22,10 @@ Rows (microseconds per call, median of 5 runs of N calls):
                   96x96 from 1 and 2 threads sharing one client (its pool of
                   sessions, issue 15; target 2 vs 1 >= 1.6)
   fastcall        1 when the C call path (mxop._fastcall) made the calls, else 0
-  ctypes_stub_*   the stub rows again through the ctypes path (the fallback,
-                  what MXOP_NO_FASTCALL=1 gives), in the same run
+  torchops        1 when torch.ops.mxop's C++ kernels (mxop/_torchops.so) are loaded
+  ctypes_stub_*   the stub rows again through the ctypes path and torch.ops'
+                  Python kernels (the fallback, what MXOP_NO_FASTCALL=1 gives),
+                  in the same run
   torch_ops_*_ratio  torch.ops.mxop.relu against torch.relu (no grad), a
                   Python autograd.Function (building the graph), and forward
                   + backward against the Function's (target <= 1.5)
@@ -180,12 +182,26 @@ def _run(c, n, gemm_n):
 
     fc = _cl._fc
     rows["fastcall"] = 1.0 if fc else 0.0
+    if torch is not None:
+        from mxop import _torch_library as _tl
+
+        rows["torchops"] = 1.0 if _tl.cpp() is not None else 0.0
     if fc:
+        # torch.ops' C++ kernels off too: the torch.ops rows are then the
+        # Python kernels' (what a build without _torchops.so gives).
+        tops = None
+        if torch is not None:
+            from mxop import _torch_library as _tl
+
+            tops = _tl.cpp()
         _cl._fc = False
+        was = tops.mxop_torchops_enable(0) if tops is not None else None
         try:
             slow = _python_layer_only(c, relu, x, tx if torch is not None else None, n)
         finally:
             _cl._fc = fc
+            if tops is not None:
+                tops.mxop_torchops_enable(was)
         rows.update({"ctypes_" + k: v for k, v in slow.items() if k != "stub_ctypes_call"})
     c.close()
     return rows
@@ -273,6 +289,14 @@ def _python_layer_only(c, relu, x, tx, n):
     fc = _cl._fc
     sa = ctypes.cast(stub, ctypes.c_void_p).value
     old = (fc.set_forward(sa), fc.set_backward(sa)) if fc else None
+    # torch.ops.mxop's C++ kernels call libmxop without Python: stub them too.
+    tops = None
+    if tx is not None:
+        from mxop import _torch_library as _tl
+
+        tops = _tl.cpp()
+    old_tops = (tops.mxop_torchops_set_forward(sa), tops.mxop_torchops_set_backward(sa)) \
+        if tops is not None else None
     try:
         rows["stub_numpy_op_call"] = _time(lambda: relu(x), n)
         if tx is not None:
@@ -295,6 +319,9 @@ def _python_layer_only(c, relu, x, tx, n):
         if fc:
             fc.set_forward(old[0])
             fc.set_backward(old[1])
+        if tops is not None:
+            tops.mxop_torchops_set_forward(old_tops[0])
+            tops.mxop_torchops_set_backward(old_tops[1])
     return rows
 
 
@@ -320,7 +347,7 @@ def main(argv=None):
         print()
     else:
         for k, v in rows.items():
-            unit = "x" if k.endswith("_ratio") else ("" if k == "fastcall" else
+            unit = "x" if k.endswith("_ratio") else ("" if k in ("fastcall", "torchops") else
                                                      "calls/s" if k.endswith("_per_s") else
                                                      "us/call")
             print("%-24s %9.2f %s" % (k, v, unit))

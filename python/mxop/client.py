@@ -49,6 +49,9 @@ _ZPAD = tuple((0,) * (MAX_DIMS - k) for k in range(MAX_DIMS + 1))
 # is made, then the module, or False when it is missing or disabled
 # (MXOP_NO_FASTCALL=1) and every call takes the ctypes path below.
 _fc = None
+# The C++ kernels of torch.ops (_torch_library._Hooks) once they are loaded:
+# told of each session's arena regions, worker and close.
+_tops = None
 
 # NumPy dtype <-> mxop dtype.  Only native byte order maps; others are converted.
 _NP_OF = {
@@ -333,6 +336,8 @@ class Client:
         if not self._h or self._close_pending:
             return
         self._close_pending = True
+        if _tops is not None:
+            _tops.closing(self._h)
         for st in list(_states_of(self)):
             st.close()
         if self._live == 0:
@@ -340,7 +345,8 @@ class Client:
 
     def _finish_close(self):
         h, self._h = self._h, None
-        if h:
+        # Tensors the C++ kernels made may still use the session: the last closes it.
+        if h and not (_tops is not None and _tops.release(h)):
             lib.mxop_close(h)
         _clients.discard(self)
 
@@ -451,12 +457,16 @@ class Client:
             if e is not None:
                 if end > e[0]:
                     e[0] = end
+                    if _tops is not None and e[2] is None:
+                        _tops.regions(self)
                 return
             e = [end, rid, check]
             i = bisect.bisect_left(self._rbase, base)
             self._rbase.insert(i, base)
             self._rinfo.insert(i, e)
             self._rmap[rid] = e
+        if _tops is not None and check is None:
+            _tops.regions(self)
 
     def _forget_region(self, rid):
         with self._lock:
@@ -465,6 +475,8 @@ class Client:
                 i = self._rinfo.index(e)
                 del self._rbase[i]
                 del self._rinfo[i]
+        if _tops is not None:
+            _tops.regions(self)
 
     def _region_of(self, ptr, nbytes):
         """(region, offset) of memory inside a region of this client, else None."""

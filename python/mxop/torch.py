@@ -238,7 +238,7 @@ def _call(c, fn, *args):
     try:
         rc = fn(*args)
     except BaseException:  # KeyboardInterrupt: the worker was killed
-        d["_wpid"] = 0
+        _set_wpid(c, 0)
         raise
     finally:
         _inflight[0] = 0
@@ -252,12 +252,20 @@ def _settle(c, rc):
     replaced), or looks the worker's pid up if it is not known yet."""
     d = c.__dict__
     if rc < 0:
-        d["_wpid"] = 0
+        _set_wpid(c, 0)
         raise c._error(rc)
     try:
-        d["_wpid"] = c.stats().worker_pid
+        _set_wpid(c, c.stats().worker_pid)
     except Exception:  # no stats: Ctrl-C then waits for the call
-        d["_wpid"] = -1
+        _set_wpid(c, -1)
+
+
+def _set_wpid(c, pid):
+    """The session's worker pid, for Ctrl-C: here and in the C++ kernels."""
+    c.__dict__["_wpid"] = pid
+    t = _cl._tops
+    if t is not None:
+        t.wpid(c, pid)
 
 
 # What the C call path needs of torch and of this module.
@@ -417,7 +425,7 @@ def _forward(op, ent, tensors):
         try:
             rc = _lib_.mxop_forward(h, op._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
         except BaseException:  # KeyboardInterrupt: the worker was killed
-            d["_wpid"] = 0
+            _set_wpid(c, 0)
             raise
         finally:
             _inflight[0] = 0
@@ -712,7 +720,18 @@ class _Target:
 
     def run(self, tensors, attrs, timeout, seed, grad):
         t = self.top
-        if not attrs and timeout is None and seed is None:
+        plain = not attrs and timeout is None and seed is None
+        if grad and plain and t.op.client._h and _needs_graph(tensors) and \
+                not tensors[0].is_meta:
+            # The graph-building call (all the C++ Autograd kernel hands over):
+            # straight to the autograd Function, no detour through the C path.
+            op = t.op
+            r = _Fn.apply(op, t._ent, *tensors)
+            if op.mutated_inputs:
+                n = op.num_outputs
+                return r[0] if n == 1 else tuple(r[:n])
+            return r
+        if plain:
             fc = _cl._fc
             if fc:
                 # The whole call in C when it needs no graph (else NotImplemented).
@@ -720,7 +739,11 @@ class _Target:
                 r = fc.call(op.client, op, t._ent, tensors, 3, None, 0)
                 if r is not NotImplemented:
                     return r
-        op = t.op if t.op.client._h else t._revive()
+        if t.op.client._h:
+            op = t.op
+        else:
+            op = t._revive()
+            _tl.rebind(op.name)
         ent = t._entry(attrs, timeout, seed)
         if grad and tensors and isinstance(tensors[0], _Tensor) and tensors[0].is_meta:
             # The Autograd kernel comes first for meta tensors too.
@@ -735,6 +758,21 @@ class _Target:
             return r
         outs = _forward(op, ent, tensors)
         return outs[0] if len(outs) == 1 else outs
+
+    def binding(self):
+        """(client, op pointer, call pointer, fast, has a backward, inputs,
+        outputs) of the call without keywords, for the C++ kernels; None
+        when closed."""
+        op = self.top.op
+        c = op.client
+        if not c._h or c._close_pending:
+            return None
+        return (c, op._p, self.top._ent.addr, op._fast, op.has_backward, op.num_inputs,
+                op.num_outputs)
+
+    def raise_rc(self, rc):
+        """Raises the error of a call the C++ kernel made (its exception class)."""
+        _settle(self.top.op.client, rc)
 
     def meta(self, tensors, attrs):
         t = self.top
