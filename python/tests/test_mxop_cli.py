@@ -462,7 +462,10 @@ def test_other_users_see_only_their_sessions(tmp_path):
                            preexec_fn=as_nobody)
     if probe.returncode != 0:
         pytest.skip("build/bin/mxop is not reachable by uid %d here" % NOBODY)
-    d = mxop.Daemon(plugin_sources=plugin_sources(), extra_args=["--allow-uid", str(NOBODY)])
+    # Workers run as a uid of their own here: the workers' uid (by default nobody) is never a
+    # client's, whatever --allow-uid says.
+    d = mxop.Daemon(plugin_sources=plugin_sources(),
+                    extra_args=["--allow-uid", str(NOBODY), "--worker-uid", str(NOBODY - 1)])
     c = None
     try:
         # The private directory and the socket are the daemon user's alone: open them up.
@@ -488,6 +491,30 @@ def test_other_users_see_only_their_sessions(tmp_path):
     finally:
         if c is not None:
             c.close()
+        assert d.stop() == 0
+
+
+def test_the_workers_uid_is_never_a_client(tmp_path):
+    """A root daemon's workers run as nobody; nobody cannot connect, even when --allow-uid says so."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run mxop as another user")
+    probe = subprocess.run([MXOP, "--help"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           preexec_fn=as_nobody)
+    if probe.returncode != 0:
+        pytest.skip("build/bin/mxop is not reachable by uid %d here" % NOBODY)
+    d = mxop.Daemon(plugin_sources=plugin_sources(), extra_args=["--allow-uid", str(NOBODY)])
+    try:
+        os.chmod(d.dir, 0o711)
+        os.chmod(d.socket, 0o666)
+        p = subprocess.run([MXOP, "status", "--socket", d.socket], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, preexec_fn=as_nobody, text=True)
+        assert p.returncode != 0
+        assert "workers' uid" in p.stderr, p.stderr
+        # The daemon's own user still connects.
+        p = subprocess.run([MXOP, "status", "--socket", d.socket], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        assert p.returncode == 0, p.stderr
+    finally:
         assert d.stop() == 0
 
 

@@ -4,6 +4,8 @@
  * protocol (docs/protocol.md), without a session unless a command opens one.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -78,6 +80,39 @@ void mxop__cli_close(mxop__cli_conn_t *c)
     mxop__framebuf_free(&c->fb);
 }
 
+/*
+ * A daemon that refuses a connection (an uid it does not allow, a worker's,
+ * a full table) sends one reply with id 0, an error status and no body, then
+ * hangs up: a send may already fail.  Prints that reason when it is there.
+ */
+static bool refused(const char *prog, const Mxop__Reply *r)
+{
+    if (r->id != 0 || r->status == 0 || r->body_case != MXOP__REPLY__BODY__NOT_SET)
+        return false;
+    fprintf(stderr, "mxop %s: mxop-serverd refused the connection: %s: %s\n", prog,
+            mxop_err_name(r->status),
+            r->message != NULL && r->message[0] ? r->message : mxop_strerror(r->status));
+    return true;
+}
+
+static bool read_refusal(const char *prog, mxop__cli_conn_t *c)
+{
+    uint16_t kind;
+    uint32_t len;
+    int fds[MXOP__FRAME_MAX_FDS];
+    int nfds = 0;
+    int rc = mxop__frame_recv(c->fd, &c->fb, &kind, &len, fds, MXOP__FRAME_MAX_FDS, &nfds, 1000);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    if (rc != 0 || kind != MXOP__KIND_CTL_REPLY)
+        return false;
+    Mxop__Reply *r = mxop__reply__unpack(NULL, len, c->fb.data);
+    bool yes = r != NULL && refused(prog, r);
+    if (r != NULL)
+        mxop__reply__free_unpacked(r, NULL);
+    return yes;
+}
+
 int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req, Mxop__Reply **out)
 {
     *out = NULL;
@@ -85,7 +120,8 @@ int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req,
     int rc = mxop__frame_send(c->fd, &c->fb, MXOP__KIND_CTL_REQUEST, (const ProtobufCMessage *)req,
                               NULL, 0);
     if (rc != 0) {
-        fprintf(stderr, "mxop %s: cannot send to mxop-serverd: %s\n", prog, mxop_strerror(rc));
+        if (!read_refusal(prog, c))
+            fprintf(stderr, "mxop %s: cannot send to mxop-serverd: %s\n", prog, mxop_strerror(rc));
         return MXOP_CLI_EXIT_NO_DAEMON;
     }
     for (;;) {
@@ -108,6 +144,10 @@ int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req,
         if (r == NULL) {
             fprintf(stderr, "mxop %s: mxop-serverd sent a reply that does not decode\n", prog);
             return MXOP_CLI_EXIT_FAILED;
+        }
+        if (refused(prog, r)) {
+            mxop__reply__free_unpacked(r, NULL);
+            return MXOP_CLI_EXIT_NO_DAEMON;
         }
         if (r->id != req->id) { /* an event (id 0) or a stale reply */
             mxop__reply__free_unpacked(r, NULL);
