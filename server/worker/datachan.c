@@ -28,6 +28,7 @@
 #include "server/status_page.h"
 #include "server/worker/worker.h"
 #include "shm/mailbox.h"
+#include "shm/placement.h"
 #include "shm/rxbuf.h"
 #include "shm/sockspin.h"
 
@@ -64,6 +65,7 @@ int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
     arena = a;
     mxop__mbox_close(&mbox);
     mxop__sockspin_init(&sock_spin);
+    mxop__placement_init();
     if (mxop__rxbuf_init(&rx, 64 * 1024) != 0)
         return MXOP_ENOMEM;
     if (mxop__framebuf_reserve(&tx, 64 * 1024) != 0)
@@ -331,6 +333,8 @@ int mxop__data_serve(void)
                 if (now - last_socket_check < SOCKET_CHECK_NS)
                     continue;
                 last_socket_check = now;
+                /* Calls flow: keep the spins possible (shm/placement.h). */
+                mxop__placement_keep_off(atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed));
                 struct pollfd p = {.fd = sup_fd, .events = POLLIN};
                 if (poll(&p, 1, 0) > 0)
                     return MXOP__W_SUP_READY;
@@ -361,8 +365,12 @@ int mxop__data_serve(void)
             if (!has_mbox && data_open && n > 0)
                 mxop__sockspin_note_wait(&sock_spin, mxop__now_ns() - idle_since);
         }
-        if (has_mbox)
+        if (has_mbox) {
             mxop__mbox_sleep_end(&mbox, n > 0 && (pfd[2].revents & POLLIN));
+            /* Woken by a call: the scheduler may have put this side on the client's CPU. */
+            if (n > 0 && (pfd[2].revents & POLLIN))
+                mxop__placement_keep_off(atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed));
+        }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
