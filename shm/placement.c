@@ -4,6 +4,7 @@
  */
 #include "shm/placement.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@ int mxop__placement_away(int peer_cpu, int my_cpu, const cpu_set_t *allowed, cpu
 /* The affinity at start: every later choice stays within it. */
 static cpu_set_t allowed;
 static int on;
+static int restricted; /* this process was moved off its peer's CPU and not released since */
 
 void mxop__placement_init(void)
 {
@@ -36,5 +38,31 @@ int mxop__placement_keep_off(int peer_cpu)
     cpu_set_t want;
     if (!mxop__placement_away(peer_cpu, sched_getcpu(), &allowed, &want))
         return 0;
-    return sched_setaffinity(0, sizeof want, &want) == 0 ? 1 : -1;
+    if (sched_setaffinity(0, sizeof want, &want) != 0)
+        return -1;
+    restricted = 1;
+    return 1;
+}
+
+void mxop__placement_release(void)
+{
+    if (!restricted)
+        return;
+    restricted = 0;
+    /*
+     * Every thread: those an op started while the process was restricted
+     * (OpenBLAS's pool, created at its first product) inherited the
+     * restriction.  /proc stays readable in the sandbox (landlock.c).
+     */
+    sched_setaffinity(0, sizeof allowed, &allowed);
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int tid = atoi(e->d_name);
+        if (tid > 0)
+            sched_setaffinity(tid, sizeof allowed, &allowed);
+    }
+    closedir(d);
 }

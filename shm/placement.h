@@ -10,6 +10,8 @@
  * spin across CPUs).  So while calls flow, the worker keeps off the CPU
  * its client last wrote from (the mailbox slot's `cpu`, written by the
  * client with sched_getcpu()), within the CPUs it was allowed at start.
+ * Only the shortest calls gain from this: after a call that took longer
+ * than MXOP__PLACEMENT_LONG_NS the worker gets all its CPUs back.
  * Measured in docs/performance.md ("Placement").
  *
  * The client's CPU number is only a hint from an untrusted peer: a value
@@ -21,6 +23,16 @@
 #define MXOP_SHM_PLACEMENT_H
 
 #include <sched.h> /* cpu_set_t: the build defines _GNU_SOURCE */
+
+/*
+ * A call that took longer than this gives the worker all its CPUs back.
+ * Measured (docs/performance.md): keeping the worker off its client's CPU
+ * multiplies the calls/s of several processes of null ops, but made relu
+ * of 1 MiB (a 20-30 us op whose output the client then reads on its own
+ * CPU) and ops of about 100 us from two threads slower, so only calls of
+ * a few microseconds keep the worker away.
+ */
+#define MXOP__PLACEMENT_LONG_NS (10 * 1000)
 
 /*
  * The CPUs to run on to keep off peer_cpu: 1 with *out filled in when
@@ -42,5 +54,13 @@ void mxop__placement_init(void);
  * sched_setaffinity failed.
  */
 int mxop__placement_keep_off(int peer_cpu);
+
+/*
+ * Gives every thread of the process back the affinity mxop__placement_init
+ * took, if mxop__placement_keep_off moved it: called after a long call,
+ * where the CPUs an op may use matter more than a spin's success (a
+ * worker kept on one CPU of two would run a multi-threaded gemm on one).
+ */
+void mxop__placement_release(void);
 
 #endif /* MXOP_SHM_PLACEMENT_H */

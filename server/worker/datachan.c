@@ -54,6 +54,7 @@ static uint8_t *mbox_buf; /* a frame copied out of the mailbox */
 static int64_t last_socket_check;
 static int64_t idle_since; /* when the last call was answered: waits are measured from here */
 static mxop__sockspin_t sock_spin; /* the socket path's busy-poll before poll() blocks */
+static int last_call_long; /* the last mailbox call took longer than MXOP__PLACEMENT_LONG_NS */
 
 int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
 {
@@ -315,7 +316,12 @@ static int serve_mbox(void)
         reply_fail(rc, m, 1);
         return 1;
     }
+    int64_t t0 = mxop__now_ns();
     serve_frame(kind, len, mbox_buf + MXOP__FRAME_HDR, 1, NULL, 0);
+    /* A long call: its op may want every CPU more than the next call wants a spin. */
+    last_call_long = mxop__now_ns() - t0 > MXOP__PLACEMENT_LONG_NS;
+    if (last_call_long)
+        mxop__placement_release();
     return 1;
 }
 
@@ -333,8 +339,10 @@ int mxop__data_serve(void)
                 if (now - last_socket_check < SOCKET_CHECK_NS)
                     continue;
                 last_socket_check = now;
-                /* Calls flow: keep the spins possible (shm/placement.h). */
-                mxop__placement_keep_off(atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed));
+                /* Short calls flow: keep the spins possible (shm/placement.h). */
+                if (!last_call_long)
+                    mxop__placement_keep_off(
+                        atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed));
                 struct pollfd p = {.fd = sup_fd, .events = POLLIN};
                 if (poll(&p, 1, 0) > 0)
                     return MXOP__W_SUP_READY;
@@ -365,12 +373,8 @@ int mxop__data_serve(void)
             if (!has_mbox && data_open && n > 0)
                 mxop__sockspin_note_wait(&sock_spin, mxop__now_ns() - idle_since);
         }
-        if (has_mbox) {
+        if (has_mbox)
             mxop__mbox_sleep_end(&mbox, n > 0 && (pfd[2].revents & POLLIN));
-            /* Woken by a call: the scheduler may have put this side on the client's CPU. */
-            if (n > 0 && (pfd[2].revents & POLLIN))
-                mxop__placement_keep_off(atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed));
-        }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
