@@ -53,6 +53,9 @@ int mxop__sockspin_wait(mxop__sockspin_t *s, int (*ready)(void *arg), void *arg)
     if (s->off || !spin_pays(s))
         return 0;
     int64_t start = mxop__now_ns(), b = budget(s);
+    /* A probe while spins do not pay is short: it only has to notice a quick peer. */
+    if (s->hit_rate < MXOP__SOCKSPIN_HIT_MIN && b > MXOP__SOCKSPIN_PROBE_NS)
+        b = MXOP__SOCKSPIN_PROBE_NS;
     for (;;) {
         int r = ready(arg);
         if (r != 0) {
