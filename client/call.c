@@ -240,13 +240,17 @@ static int socket_frames(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxo
 /*
  * One look of the busy-poll before the blocking recv (shm/sockspin.h):
  * whatever the socket has, without waiting.  An end of stream or an error
- * also ends the spin; the blocking path meets it again and reports it.
+ * ends the spin as "block now" (-1), so that the blocking recv meets it
+ * again and reports it (a dead worker, a hang-up); "ready" there would
+ * send the caller round the loop without ever reaching that recv.
  */
 static int socket_look(void *arg)
 {
     mxop_client_t *c = arg;
     ssize_t n = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, MSG_DONTWAIT);
-    return !(n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR);
+    if (n > 0)
+        return 1;
+    return n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR ? 0 : -1;
 }
 
 /* Waits on the socket for the result of call `id` until end_ns. */

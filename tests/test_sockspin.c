@@ -17,7 +17,11 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -330,5 +334,56 @@ Test(sockpath, threads_sharing_one_client_each_get_their_own_results)
         pthread_join(t[i], NULL);
     for (int i = 0; i < THREADS; i++)
         cr_expect_null(args[i].fail, "thread %d: %s", i, args[i].why);
+    mxop_close(c);
+}
+
+/* The client's data channel: its only unix socket connected to an unnamed peer (a socketpair). */
+static int data_channel_fd(void)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+            continue;
+        struct sockaddr_un sa;
+        socklen_t len = sizeof(sa);
+        if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0 || sa.sun_family != AF_UNIX)
+            continue;
+        if (len <= sizeof(sa_family_t))
+            return fd;
+    }
+    return -1;
+}
+
+/*
+ * The worker hangs up the data channel (here: bytes that are not a frame
+ * make it shut the channel down; it stays alive until the daemon replaces
+ * it): the client's busy-poll sees the end of the stream and hands it to
+ * the blocking path, which reports it and gets a replacement.  A spin
+ * that took the end of stream for "ready" would go round until the
+ * call's deadline (60 s here).
+ */
+Test(sockpath, a_hung_up_channel_is_noticed_long_before_the_deadline)
+{
+    char why[512];
+    mxop_client_t *c = connect_socket();
+    cr_assert_null(relu_calls(c, 0, 200, why, sizeof(why)), "%s", why);
+    mxt_sleep_ms(300);
+    int fd = data_channel_fd();
+    cr_assert(fd >= 0, "no data channel found");
+    const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+    cr_assert(send(fd, junk, sizeof(junk) - 1, MSG_NOSIGNAL) > 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int ok = 0;
+    for (int i = 0; i < 100 && !ok; i++) {
+        ok = relu_calls(c, 0, 20, why, sizeof(why)) == NULL;
+        if (!ok)
+            mxt_sleep_ms(50);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    cr_log_info("calls succeed again %.3f s after the hang-up", s);
+    cr_assert(ok, "no call succeeded after the hang-up: %s", why);
+    cr_assert_lt(s, 30.0, "the calls after the hang-up took %.1f s to succeed again", s);
     mxop_close(c);
 }
