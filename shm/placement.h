@@ -10,8 +10,8 @@
  * spin across CPUs).  So while calls flow, the worker keeps off the CPU
  * its client last wrote from (the mailbox slot's `cpu`, written by the
  * client with sched_getcpu()), within the CPUs it was allowed at start.
- * Only the shortest calls gain from this: after a call that took longer
- * than MXOP__PLACEMENT_LONG_NS the worker gets all its CPUs back.
+ * Only the shortest calls gain from this: when calls take longer than
+ * MXOP__PLACEMENT_LONG_NS on average the worker gets all its CPUs back.
  * Measured in docs/performance.md ("Placement").
  *
  * The client's CPU number is only a hint from an untrusted peer: a value
@@ -25,16 +25,16 @@
 #include <sched.h> /* cpu_set_t: the build defines _GNU_SOURCE */
 
 /*
- * A call that took longer than this gives the worker all its CPUs back.
- * Measured (docs/performance.md): keeping the worker off its client's CPU
+ * Calls that take longer than this on average (over about the last 8, the
+ * worker's wall time) give the worker all its CPUs back.  Measured
+ * (docs/performance.md): keeping the worker off its client's CPU
  * multiplies the calls/s of several processes of null ops, but made relu
- * of 1 MiB (a 20-30 us op whose output the client then reads on its own
- * CPU) look slower, so only the shortest calls keep the worker away.  The
- * time is the call's wall time in the worker, which includes the client's
- * turns when both share a CPU (a 64-element relu took 10-20 us there), so
- * the line is not lower.
+ * of 1 MiB (a 20 us op whose output the client then reads on its own CPU)
+ * 1.5-2.4x slower when a line of 20 us on the last call alone let half of
+ * those calls through; so only calls of a few microseconds keep the
+ * worker away.
  */
-#define MXOP__PLACEMENT_LONG_NS (20 * 1000)
+#define MXOP__PLACEMENT_LONG_NS (10 * 1000)
 
 /*
  * The CPUs to run on to keep off peer_cpu: 1 with *out filled in when

@@ -54,7 +54,8 @@ static uint8_t *mbox_buf; /* a frame copied out of the mailbox */
 static int64_t last_socket_check;
 static int64_t idle_since; /* when the last call was answered: waits are measured from here */
 static mxop__sockspin_t sock_spin; /* the socket path's busy-poll before poll() blocks */
-static int last_call_long; /* the last mailbox call took longer than MXOP__PLACEMENT_LONG_NS */
+static int64_t call_avg_ns;        /* mailbox calls' time in the worker, over about the last 8 */
+static int calls_long;             /* call_avg_ns is over MXOP__PLACEMENT_LONG_NS */
 
 int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
 {
@@ -318,9 +319,13 @@ static int serve_mbox(void)
     }
     int64_t t0 = mxop__now_ns();
     serve_frame(kind, len, mbox_buf + MXOP__FRAME_HDR, 1, NULL, 0);
-    /* A long call: its op may want every CPU more than the next call wants a spin. */
-    last_call_long = mxop__now_ns() - t0 > MXOP__PLACEMENT_LONG_NS;
-    if (last_call_long)
+    /*
+     * Calls that are not short on average: their ops may want every CPU, or
+     * the client's cache, more than the next call wants a spin.
+     */
+    call_avg_ns += (mxop__now_ns() - t0 - call_avg_ns) / 8;
+    calls_long = call_avg_ns > MXOP__PLACEMENT_LONG_NS;
+    if (calls_long)
         mxop__placement_release();
     return 1;
 }
@@ -340,7 +345,7 @@ int mxop__data_serve(void)
                     continue;
                 last_socket_check = now;
                 /* Short calls flow: keep the spins possible (shm/placement.h). */
-                if (!last_call_long)
+                if (!calls_long)
                     mxop__placement_keep_off(
                         atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed));
                 struct pollfd p = {.fd = sup_fd, .events = POLLIN};
