@@ -238,6 +238,22 @@ static int socket_frames(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxo
     }
 }
 
+/*
+ * One look of the busy-poll before the blocking recv (shm/sockspin.h):
+ * whatever the socket has, without waiting.  An end of stream or an error
+ * ends the spin as "block now" (-1), so that the blocking recv meets it
+ * again and reports it (a dead worker, a hang-up); "ready" there would
+ * send the caller round the loop without ever reaching that recv.
+ */
+static int socket_look(void *arg)
+{
+    mxop_client_t *c = arg;
+    ssize_t n = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, MSG_DONTWAIT);
+    if (n > 0)
+        return 1;
+    return n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR ? 0 : -1;
+}
+
 /* Waits on the socket for the result of call `id` until end_ns. */
 static int wait_socket(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t wait_ms,
                        int64_t end_ns, Mxop__CallResult **res)
@@ -245,13 +261,18 @@ static int wait_socket(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32
     /* The first wait gets the call's whole budget, the same for every call
      * of the same deadline, so that the option is set once, not per call. */
     int first = 1;
+    int64_t start_ns = mxop__now_ns();
     for (;;) {
         int rc = socket_frames(c, op, id, res);
-        if (rc != 1)
+        if (rc != 1) {
+            mxop__sockspin_note_wait(&c->data_spin, mxop__now_ns() - start_ns);
             return rc;
+        }
         int64_t left = end_ns - mxop__now_ns();
         if (left <= 0)
             return timed_out(c, op, wait_ms);
+        if (mxop__sockspin_wait(&c->data_spin, socket_look, c) > 0)
+            continue;
         set_rcvtimeo(c, first ? (int64_t)wait_ms + MXOP__CALL_GRACE_MS : (left + 999999) / 1000000);
         first = 0;
         ssize_t n = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, 0);
@@ -484,6 +505,7 @@ int mxop__data_open(mxop_client_t *c, int fd)
     mxop__data_drop(c);
     c->data_fd = fd;
     c->rcvtimeo_ms = 0;
+    mxop__sockspin_init(&c->data_spin);
     c->mbox_wanted = c->data_path == MXOP_DATA_PATH_SHM;
     return 0;
 }

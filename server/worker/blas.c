@@ -15,6 +15,16 @@ static mxop__blas_t blas;
 static int loaded;
 static char failure[256] = "no BLAS library tried";
 
+/*
+ * OpenBLAS's thread-count switches, where the library has them (NULL for
+ * another CBLAS): the count it chose at load, and the one set now.
+ */
+static void (*set_threads)(int);
+static int (*get_threads)(void);
+static int default_threads;
+static int current_threads;
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void load(void)
 {
     for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
@@ -29,6 +39,10 @@ static void load(void)
         *(void **)&blas.saxpy = dlsym(h, "cblas_saxpy");
         *(void **)&blas.daxpy = dlsym(h, "cblas_daxpy");
         if (blas.sgemm && blas.dgemm && blas.saxpy && blas.daxpy) {
+            *(void **)&set_threads = dlsym(h, "openblas_set_num_threads");
+            *(void **)&get_threads = dlsym(h, "openblas_get_num_threads");
+            if (set_threads != NULL && get_threads != NULL)
+                default_threads = current_threads = get_threads();
             loaded = 1;
             return; /* The handle stays open for the worker's lifetime. */
         }
@@ -46,4 +60,18 @@ const mxop__blas_t *mxop__blas_get(const char **why)
         return NULL;
     }
     return &blas;
+}
+
+void mxop__blas_fit_threads(int64_t m, int64_t n, int64_t k)
+{
+    if (set_threads == NULL || default_threads <= 1)
+        return;
+    double work = (double)m * (double)n * (double)k;
+    int want = work <= MXOP__BLAS_SMALL_PRODUCT ? 1 : default_threads;
+    pthread_mutex_lock(&threads_lock);
+    if (want != current_threads) {
+        set_threads(want);
+        current_threads = want;
+    }
+    pthread_mutex_unlock(&threads_lock);
 }

@@ -10,6 +10,7 @@
 #define MXOP_SERVER_WORKER_BLAS_H
 
 #include <cblas.h>
+#include <stdint.h>
 
 typedef struct mxop__blas {
     void (*sgemm)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, int, int, int,
@@ -25,5 +26,24 @@ typedef struct mxop__blas {
  * NULL if no CBLAS library could be loaded; *why then says which and why.
  */
 const mxop__blas_t *mxop__blas_get(const char **why);
+
+/*
+ * A product of at most this many multiply-adds (m * n * k) runs on one
+ * BLAS thread.  Measured (docs/performance.md, section 7): gemm 96x96
+ * (884 736) made 54.9k and 25.9k calls/s from one client thread with
+ * OpenBLAS on one thread, against 15.8k and 16.2k with its default two;
+ * handing a product that small to a second thread costs a wake-up of the
+ * other vCPU (tens of microseconds here) and, with several sessions in
+ * flight, competes with the other workers for the same two CPUs.
+ */
+#define MXOP__BLAS_SMALL_PRODUCT (128.0 * 128.0 * 128.0)
+
+/**
+ * Sets OpenBLAS's thread count for a product of m x k by k x n: one
+ * thread for a small one, the library's own choice otherwise (only when
+ * it changes; nothing for a BLAS without the switch).  Call it after
+ * mxop__blas_get succeeded.
+ */
+void mxop__blas_fit_threads(int64_t m, int64_t n, int64_t k);
 
 #endif /* MXOP_SERVER_WORKER_BLAS_H */

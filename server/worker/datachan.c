@@ -28,7 +28,9 @@
 #include "server/status_page.h"
 #include "server/worker/worker.h"
 #include "shm/mailbox.h"
+#include "shm/placement.h"
 #include "shm/rxbuf.h"
+#include "shm/sockspin.h"
 
 /*
  * Once a call has begun to arrive on the socket, the rest must follow
@@ -51,6 +53,9 @@ static mxop__mbox_t mbox;
 static uint8_t *mbox_buf; /* a frame copied out of the mailbox */
 static int64_t last_socket_check;
 static int64_t idle_since; /* when the last call was answered: waits are measured from here */
+static mxop__sockspin_t sock_spin; /* the socket path's busy-poll before poll() blocks */
+static int64_t call_avg_ns;        /* mailbox calls' time in the worker, over about the last 8 */
+static int calls_long;             /* call_avg_ns is over MXOP__PLACEMENT_LONG_NS */
 
 int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
 {
@@ -61,6 +66,8 @@ int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
     mxop__transport_track(MXOP__TRANSPORT_DATA, data, "data channel");
     arena = a;
     mxop__mbox_close(&mbox);
+    mxop__sockspin_init(&sock_spin);
+    mxop__placement_init();
     if (mxop__rxbuf_init(&rx, 64 * 1024) != 0)
         return MXOP_ENOMEM;
     if (mxop__framebuf_reserve(&tx, 64 * 1024) != 0)
@@ -270,6 +277,36 @@ static void serve_socket(void)
     }
 }
 
+/* One look of the socket path's busy-poll: the same poll() without blocking. */
+typedef struct poll_look {
+    struct pollfd *pfd;
+    int n; /* what the last poll() returned */
+} poll_look_t;
+
+static int look_once(void *arg)
+{
+    poll_look_t *l = arg;
+    l->n = poll(l->pfd, 3, 0);
+    if (l->n > 0)
+        return 1;
+    return l->n < 0 && errno != EINTR ? -1 : 0;
+}
+
+/*
+ * Without a mailbox, the next call comes on the socket: poll without
+ * blocking for a short while first (shm/sockspin.h: a blocked worker's
+ * idle CPU costs a wake-up of tens of microseconds here).  Returns what
+ * poll() returned with pfd filled in, or 0 when the caller should block.
+ */
+static int spin_for_socket(struct pollfd pfd[3])
+{
+    poll_look_t l = {pfd, 0};
+    int r = mxop__sockspin_wait(&sock_spin, look_once, &l);
+    if (r > 0)
+        mxop__sockspin_note_wait(&sock_spin, mxop__now_ns() - idle_since);
+    return r > 0 ? l.n : 0;
+}
+
 /* Serves the newest frame of the mailbox, if there is one; returns 1 if so. */
 static int serve_mbox(void)
 {
@@ -285,7 +322,16 @@ static int serve_mbox(void)
         reply_fail(rc, m, 1);
         return 1;
     }
+    int64_t t0 = mxop__now_ns();
     serve_frame(kind, len, mbox_buf + MXOP__FRAME_HDR, 1, NULL, 0);
+    /*
+     * Calls that are not short on average: their ops may want every CPU, or
+     * the client's cache, more than the next call wants a spin.
+     */
+    call_avg_ns += (mxop__now_ns() - t0 - call_avg_ns) / 8;
+    calls_long = call_avg_ns > MXOP__PLACEMENT_LONG_NS;
+    if (calls_long)
+        mxop__placement_release();
     return 1;
 }
 
@@ -303,6 +349,10 @@ int mxop__data_serve(void)
                 if (now - last_socket_check < SOCKET_CHECK_NS)
                     continue;
                 last_socket_check = now;
+                /* Short calls flow: keep the spins possible (shm/placement.h). */
+                if (!calls_long)
+                    mxop__placement_keep_off(
+                        atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed));
                 struct pollfd p = {.fd = sup_fd, .events = POLLIN};
                 if (poll(&p, 1, 0) > 0)
                     return MXOP__W_SUP_READY;
@@ -327,7 +377,12 @@ int mxop__data_serve(void)
         /* A closed data channel is not polled (it would always be ready). */
         if (!data_open)
             pfd[1].fd = -1;
-        int n = poll(pfd, 3, -1);
+        int n = has_mbox || !data_open ? 0 : spin_for_socket(pfd);
+        if (n == 0) {
+            n = poll(pfd, 3, -1);
+            if (!has_mbox && data_open && n > 0)
+                mxop__sockspin_note_wait(&sock_spin, mxop__now_ns() - idle_since);
+        }
         if (has_mbox)
             mxop__mbox_sleep_end(&mbox, n > 0 && (pfd[2].revents & POLLIN));
         if (n < 0) {

@@ -132,6 +132,7 @@ static int half_gemm(mxop_ctx_t *ctx, int32_t dtype, int trans_a, int trans_b, i
         return ERR(ctx, MXOP_ENOMEM, "gemm: no workspace for %llu f32 values",
                    (unsigned long long)elems);
     float *fb = fa + ar * ac, *fc = fb + br * bc;
+    mxop__blas_fit_threads(m, n, k);
     half_block(dtype, 1, (void *)a, lda, fa, ar, ac);
     half_block(dtype, 1, (void *)b, ldb, fb, br, bc);
     if (beta != 0.0)
@@ -176,6 +177,7 @@ int mxop__host_gemm(mxop_ctx_t *ctx, int32_t dtype, int trans_a, int trans_b, in
         return ERR(ctx, MXOP_EINTERNAL, "gemm: %s", why);
     enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+    mxop__blas_fit_threads(m, n, k);
     if (dtype == MXOP_F32)
         blas->sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, (float)alpha, a, (int)lda, b,
                     (int)ldb, (float)beta, c, (int)ldc);

@@ -1,0 +1,68 @@
+/*
+ * shm/placement.h - where a worker runs relative to its client while calls
+ * flow through the shared-memory mailbox.
+ *
+ * Why: on the mailbox path both sides spin, and a spin can only succeed
+ * when the peer runs at the same time on another CPU.  With more
+ * processes than CPUs the scheduler often puts a client and its own worker
+ * on one CPU, where each call then costs two context switches (3.2-3.5 us
+ * a round trip on this project's 2-vCPU guest, against 0.1-0.3 us for a
+ * spin across CPUs).  So while calls flow, the worker keeps off the CPU
+ * its client last wrote from (the mailbox slot's `cpu`, written by the
+ * client with sched_getcpu()), within the CPUs it was allowed at start.
+ * Only the shortest calls gain from this: when calls take longer than
+ * MXOP__PLACEMENT_LONG_NS on average the worker gets all its CPUs back.
+ * Measured in docs/performance.md ("Placement").
+ *
+ * The client's CPU number is only a hint from an untrusted peer: a value
+ * out of range, a CPU outside the worker's allowed set, or a set that
+ * would be left empty changes nothing, and a failing sched_setaffinity
+ * (an offline CPU, a cpuset changed meanwhile) is ignored.
+ */
+#ifndef MXOP_SHM_PLACEMENT_H
+#define MXOP_SHM_PLACEMENT_H
+
+#include <sched.h> /* cpu_set_t: the build defines _GNU_SOURCE */
+
+/*
+ * Calls that take longer than this on average (over about the last 8, the
+ * worker's wall time) give the worker all its CPUs back.  Measured
+ * (docs/performance.md): keeping the worker off its client's CPU
+ * multiplies the calls/s of several processes of null ops, but made relu
+ * of 1 MiB (a 20 us op whose output the client then reads on its own CPU)
+ * 1.5-2.4x slower when a line of 20 us on the last call alone let half of
+ * those calls through; so only calls of a few microseconds keep the
+ * worker away.
+ */
+#define MXOP__PLACEMENT_LONG_NS (10 * 1000)
+
+/*
+ * The CPUs to run on to keep off peer_cpu: 1 with *out filled in when
+ * this side, on my_cpu, should move (it runs on peer_cpu, and `allowed`
+ * has another CPU), else 0.  Pure, for tests.
+ */
+int mxop__placement_away(int peer_cpu, int my_cpu, const cpu_set_t *allowed, cpu_set_t *out);
+
+/*
+ * Takes the affinity the process has now as the CPUs every later choice
+ * stays within ($MXOP_PLACEMENT=0, or fewer than 2 CPUs: placement off).
+ */
+void mxop__placement_init(void);
+
+/*
+ * Moves the calling process off peer_cpu if mxop__placement_away says so,
+ * within the affinity mxop__placement_init took.  Costs a sched_getcpu()
+ * (no syscall) when nothing is to be done.  Returns 1 if it moved, 0 if not, -1 if
+ * sched_setaffinity failed.
+ */
+int mxop__placement_keep_off(int peer_cpu);
+
+/*
+ * Gives every thread of the process back the affinity mxop__placement_init
+ * took, if mxop__placement_keep_off moved it: called after a long call,
+ * where the CPUs an op may use matter more than a spin's success (a
+ * worker kept on one CPU of two would run a multi-threaded gemm on one).
+ */
+void mxop__placement_release(void);
+
+#endif /* MXOP_SHM_PLACEMENT_H */

@@ -1,0 +1,255 @@
+/*
+ * tests/test_placement.c - a worker keeps off its client's CPU while calls
+ * flow through the mailbox (shm/placement.c), and the client's CPU number,
+ * a hint from an untrusted peer, is harmless when it is out of range, not
+ * among the worker's allowed CPUs, or the worker has only one CPU.
+ *
+ * Nothing here is timed: the tests assert where processes may run and that
+ * every call still succeeds with its own result.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "shm/placement.h"
+
+/* ---- the rule itself ---- */
+
+static cpu_set_t set_of(int a, int b)
+{
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    if (a >= 0)
+        CPU_SET(a, &s);
+    if (b >= 0)
+        CPU_SET(b, &s);
+    return s;
+}
+
+Test(placement_rule, moves_only_off_the_peers_cpu_within_the_allowed_set, .timeout = 30)
+{
+    cpu_set_t allowed = set_of(0, 1), out;
+    cr_assert_eq(mxop__placement_away(0, 0, &allowed, &out), 1, "same CPU: should move");
+    cr_assert(!CPU_ISSET(0, &out) && CPU_ISSET(1, &out) && CPU_COUNT(&out) == 1);
+    cr_assert_eq(mxop__placement_away(1, 0, &allowed, &out), 0, "other CPU: nothing to do");
+}
+
+Test(placement_rule, a_hint_out_of_range_or_not_allowed_changes_nothing, .timeout = 30)
+{
+    cpu_set_t allowed = set_of(0, 1), out;
+    const int bad[] = {-1, -1000, CPU_SETSIZE, CPU_SETSIZE + 1, 1 << 30};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(mxop__placement_away(bad[i], bad[i], &allowed, &out), 0, "hint %d", bad[i]);
+    /* CPU 5 is not allowed: this side cannot be there in the first place; nothing moves. */
+    cr_assert_eq(mxop__placement_away(5, 5, &allowed, &out), 0);
+    /* Only one CPU allowed: nowhere else to go. */
+    cpu_set_t one = set_of(1, -1);
+    cr_assert_eq(mxop__placement_away(1, 1, &one, &out), 0);
+}
+
+/* ---- in a process: keep_off moves the caller, and ignores bad hints ---- */
+
+static int first_two_cpus(int *a, int *b)
+{
+    cpu_set_t s;
+    if (sched_getaffinity(0, sizeof s, &s) != 0)
+        return -1;
+    *a = *b = -1;
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &s)) {
+            if (*a < 0)
+                *a = i;
+            else {
+                *b = i;
+                return 0;
+            }
+        }
+    return -1;
+}
+
+static void pin_self(int a, int b)
+{
+    cpu_set_t s = set_of(a, b);
+    cr_assert_eq(sched_setaffinity(0, sizeof s, &s), 0, "sched_setaffinity: %s", strerror(errno));
+}
+
+Test(placement_rule, keep_off_moves_the_caller_and_ignores_bad_hints, .timeout = 30)
+{
+    int a, b;
+    if (first_two_cpus(&a, &b) != 0)
+        cr_skip_test("fewer than 2 CPUs allowed here");
+    pin_self(a, b);
+    unsetenv("MXOP_PLACEMENT");
+    mxop__placement_init();
+    cr_assert_eq(mxop__placement_keep_off(-3), 0);
+    cr_assert_eq(mxop__placement_keep_off(CPU_SETSIZE + 7), 0);
+    int me = sched_getcpu();
+    cr_assert_eq(mxop__placement_keep_off(me), 1, "on CPU %d, told the peer is there too", me);
+    cpu_set_t now;
+    cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
+    cr_assert(!CPU_ISSET(me, &now), "still allowed on the peer's CPU %d", me);
+    cr_assert_eq(CPU_COUNT(&now), 1);
+    /* Switched off, it never moves. */
+    pin_self(a, b);
+    setenv("MXOP_PLACEMENT", "0", 1);
+    mxop__placement_init();
+    unsetenv("MXOP_PLACEMENT");
+    cr_assert_eq(mxop__placement_keep_off(sched_getcpu()), 0);
+    cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
+    cr_assert_eq(CPU_COUNT(&now), 2);
+}
+
+/* ---- through the daemon ---- */
+
+static mxt_daemon_t daemon_;
+static int cpu_a = -1, cpu_b = -1;
+static cpu_set_t start_mask;
+
+static void teardown(void)
+{
+    sched_setaffinity(0, sizeof start_mask, &start_mask);
+    mxt_daemon_stop(&daemon_);
+}
+
+/* The daemon (and so every worker) may run on both CPUs. */
+static void setup_two(void)
+{
+    sched_getaffinity(0, sizeof start_mask, &start_mask);
+    if (first_two_cpus(&cpu_a, &cpu_b) == 0) {
+        cpu_set_t s = set_of(cpu_a, cpu_b);
+        sched_setaffinity(0, sizeof s, &s);
+    }
+    mxt_daemon_start(&daemon_, NULL);
+}
+
+/* The daemon, and so every worker, is allowed only the first CPU. */
+static void setup_one(void)
+{
+    sched_getaffinity(0, sizeof start_mask, &start_mask);
+    if (first_two_cpus(&cpu_a, &cpu_b) == 0) {
+        cpu_set_t s = set_of(cpu_a, -1);
+        sched_setaffinity(0, sizeof s, &s);
+    }
+    mxt_daemon_start(&daemon_, NULL);
+}
+
+#define ELEMS 64
+
+/* `calls` checked relu calls; NULL or the first failure, written into why. */
+static const char *relu_calls(mxop_client_t *c, int calls, char *why, size_t len)
+{
+    const mxop_op_t *op = NULL;
+    if (mxop_op_find(c, "relu", &op) != 0)
+        return "no op relu";
+    int64_t shape[] = {ELEMS};
+    mxop_array_t x, y;
+    if (mxop_array_alloc(c, MXOP_F32, 1, shape, &x) != 0)
+        return "mxop_array_alloc failed";
+    if (mxop_array_alloc(c, MXOP_F32, 1, shape, &y) != 0) {
+        mxop_array_free(c, &x);
+        return "mxop_array_alloc failed";
+    }
+    const char *fail = NULL;
+    for (int k = 0; k < calls && fail == NULL; k++) {
+        float *in = x.data;
+        for (int i = 0; i < ELEMS; i++)
+            in[i] = (float)((i * 7 + k) % 13) - 6.0f + (float)k * 1e-3f;
+        memset(y.data, 0xff, y.nbytes);
+        int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
+        if (rc != 0) {
+            snprintf(why, len, "call %d: %s: %s", k, mxop_err_name(rc), mxop_last_error(c));
+            fail = why;
+            break;
+        }
+        const float *out = y.data;
+        for (int i = 0; i < ELEMS; i++)
+            if (out[i] != (in[i] > 0 ? in[i] : 0)) {
+                snprintf(why, len, "call %d, element %d: got %g for %g", k, i, out[i], in[i]);
+                fail = why;
+                break;
+            }
+    }
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    return fail;
+}
+
+static mxop_client_t *connect_shm(void)
+{
+    mxop_client_t *c = NULL;
+    mxop_connect_opts_t o = {
+        .struct_size = sizeof(o), .timeout_ms = 60000, .data_path = MXOP_DATA_PATH_SHM};
+    int rc = mxop_connect(daemon_.sock, &o, &c);
+    cr_assert_eq(rc, 0, "connect: %s", mxop_err_name(rc));
+    rc = mxop_load_library(c, "relu.so");
+    cr_assert_eq(rc, 0, "relu.so: %s: %s", mxop_err_name(rc), mxop_last_error(c));
+    rc = mxop_load_library(c, "noop.so");
+    cr_assert_eq(rc, 0, "noop.so: %s: %s", mxop_err_name(rc), mxop_last_error(c));
+    return c;
+}
+
+/* `calls` null-op calls (the shortest calls, the ones placement is for). */
+static void noop_calls(mxop_client_t *c, int calls)
+{
+    const mxop_op_t *op = NULL;
+    cr_assert_eq(mxop_op_find(c, "noop", &op), 0, "no op noop");
+    for (int k = 0; k < calls; k++) {
+        int rc = mxop_forward(c, op, NULL, NULL, 0, NULL, 0);
+        cr_assert_eq(rc, 0, "noop call %d: %s: %s", k, mxop_err_name(rc), mxop_last_error(c));
+    }
+}
+
+Test(placement, the_worker_moves_off_its_clients_cpu, .init = setup_two, .fini = teardown,
+     .timeout = 120)
+{
+    if (cpu_b < 0)
+        cr_skip_test("fewer than 2 CPUs allowed here");
+    char why[256];
+    mxop_client_t *c = connect_shm();
+    cr_assert_null(relu_calls(c, 50, why, sizeof(why)), "%s", why);
+    cr_assert_eq(mxop_data_path(c), MXOP_DATA_PATH_SHM, "the session has no mailbox");
+    pid_t w = mxt_worker_pid(c);
+    cr_assert_gt(w, 0);
+    /* Client and worker on one CPU, the worker still allowed the other since its start. */
+    pin_self(cpu_a, -1);
+    cpu_set_t one = set_of(cpu_a, -1), now;
+    cr_assert_eq(sched_setaffinity(w, sizeof one, &one), 0, "pinning the worker: %s",
+                 strerror(errno));
+    int moved = 0;
+    for (int round = 0; round < 200 && !moved; round++) {
+        noop_calls(c, 500);
+        cr_assert_eq(sched_getaffinity(w, sizeof now, &now), 0);
+        moved = !CPU_ISSET(cpu_a, &now);
+    }
+    cr_assert(moved, "the worker stayed allowed on its client's CPU %d", cpu_a);
+    cr_assert(CPU_ISSET(cpu_b, &now), "the worker left its allowed CPUs");
+    /* Calls with data still get their own results with the worker moved. */
+    cr_assert_null(relu_calls(c, 200, why, sizeof(why)), "after the move: %s", why);
+    mxop_close(c);
+}
+
+Test(placement, a_worker_with_one_cpu_stays_and_calls_succeed, .init = setup_one, .fini = teardown,
+     .timeout = 120)
+{
+    if (cpu_b < 0)
+        cr_skip_test("fewer than 2 CPUs allowed here");
+    char why[256];
+    mxop_client_t *c = connect_shm();
+    pid_t w = mxt_worker_pid(c);
+    cr_assert_gt(w, 0);
+    /* The client on the CPU the worker may not use, then on the worker's own CPU. */
+    pin_self(cpu_b, -1);
+    cr_assert_null(relu_calls(c, 2000, why, sizeof(why)), "client on CPU %d: %s", cpu_b, why);
+    pin_self(cpu_a, -1);
+    cr_assert_null(relu_calls(c, 2000, why, sizeof(why)), "client on CPU %d: %s", cpu_a, why);
+    cpu_set_t now;
+    cr_assert_eq(sched_getaffinity(w, sizeof now, &now), 0);
+    cr_assert(CPU_ISSET(cpu_a, &now) && CPU_COUNT(&now) == 1,
+              "a worker allowed only CPU %d changed its affinity", cpu_a);
+    mxop_close(c);
+}

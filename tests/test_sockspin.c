@@ -1,0 +1,389 @@
+/*
+ * tests/test_sockspin.c - the socket data path's busy-poll before a
+ * blocking wait (shm/sockspin.c): the policy itself (it stops spinning
+ * when spins do not pay, spins again when they do, never with
+ * MXOP_SOCKET_SPIN=0, and stops at an error), and through the daemon on
+ * the socket path: more client processes than CPUs all finish, idle
+ * sessions use no CPU, threads sharing one client each get their own
+ * results.
+ *
+ * Nothing here is timed: bounds are wide for a loaded 2-CPU machine.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "shm/sockspin.h"
+
+/* ---- the policy, with a look function standing for the socket ---- */
+
+typedef struct look {
+    int answer_after; /* looks before "ready"; < 0: never */
+    int looks;
+    int result; /* what a ready look returns (1, or an error) */
+} look_t;
+
+static int look_fn(void *arg)
+{
+    look_t *l = arg;
+    l->looks++;
+    if (l->answer_after >= 0 && l->looks > l->answer_after)
+        return l->result;
+    return 0;
+}
+
+Test(sockspin, a_side_whose_looks_never_succeed_stops_spinning, .timeout = 60)
+{
+    unsetenv("MXOP_SOCKET_SPIN");
+    mxop__sockspin_t s;
+    mxop__sockspin_init(&s);
+    int waits = 160;
+    for (int i = 0; i < waits; i++) {
+        look_t l = {.answer_after = -1};
+        cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), 0);
+        mxop__sockspin_note_wait(&s, 2 * (int64_t)MXOP__SOCKSPIN_NS);
+    }
+    cr_log_info("%llu spins in %d waits (%llu skipped)", (unsigned long long)s.n_spins, waits,
+                (unsigned long long)s.n_skip_rare);
+    cr_assert_eq(s.n_spin_hits, 0);
+    /* About 20 failures bring the average under a quarter; then a probe every 16 waits. */
+    cr_assert_lt(s.n_spins, 40, "%llu of %d waits spun though no spin ever succeeded",
+                 (unsigned long long)s.n_spins, waits);
+    cr_assert_gt(s.n_skip_rare, (uint64_t)waits / 2);
+}
+
+Test(sockspin, a_side_whose_probes_succeed_spins_again, .timeout = 60)
+{
+    unsetenv("MXOP_SOCKET_SPIN");
+    mxop__sockspin_t s;
+    mxop__sockspin_init(&s);
+    for (int i = 0; i < 100; i++) {
+        look_t l = {.answer_after = -1};
+        mxop__sockspin_wait(&s, look_fn, &l);
+    }
+    uint64_t skipped = s.n_skip_rare;
+    cr_assert_gt(skipped, 0, "spins that never succeed did not stop");
+    /* From now on the answer comes at the third look of every spin. */
+    for (int i = 0; i < 200; i++) {
+        look_t l = {.answer_after = 2, .result = 1};
+        int r = mxop__sockspin_wait(&s, look_fn, &l);
+        cr_assert(r == 0 || r == 1);
+        if (r == 1)
+            cr_assert_eq(l.looks, 3, "a spin returned before its answer or after it");
+    }
+    uint64_t late = s.n_skip_rare - skipped;
+    cr_log_info("%llu hits, %llu skipped after the peer began to answer",
+                (unsigned long long)s.n_spin_hits, (unsigned long long)late);
+    cr_assert_lt(late, 100, "the side kept skipping spins that succeed");
+    cr_assert_gt(s.n_spin_hits, 100);
+}
+
+Test(sockspin, an_error_ends_the_spin_and_is_returned, .timeout = 60)
+{
+    unsetenv("MXOP_SOCKET_SPIN");
+    mxop__sockspin_t s;
+    mxop__sockspin_init(&s);
+    look_t l = {.answer_after = 1, .result = -5};
+    cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), -5);
+    cr_assert_eq(l.looks, 2);
+    cr_assert_eq(s.n_spin_hits, 0);
+}
+
+Test(sockspin, switched_off_it_never_looks, .timeout = 60)
+{
+    setenv("MXOP_SOCKET_SPIN", "0", 1);
+    mxop__sockspin_t s;
+    mxop__sockspin_init(&s);
+    unsetenv("MXOP_SOCKET_SPIN");
+    for (int i = 0; i < 20; i++) {
+        look_t l = {.answer_after = 0, .result = 1};
+        cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), 0);
+        cr_assert_eq(l.looks, 0, "MXOP_SOCKET_SPIN=0 still looked");
+    }
+    cr_assert_eq(s.n_spins, 0);
+}
+
+/* ---- through the daemon, every session on the socket path ---- */
+
+static mxt_daemon_t daemon_;
+
+static void setup(void)
+{
+    mxt_daemon_start(&daemon_, NULL);
+}
+
+static void teardown(void)
+{
+    mxt_daemon_stop(&daemon_);
+}
+
+TestSuite(sockpath, .init = setup, .fini = teardown, .timeout = 180);
+
+#define ELEMS 256
+
+/* Values that differ per caller and per call, so that a result meant for another cannot pass. */
+static void fill(float *p, size_t n, unsigned who, unsigned call)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((int)((i * 5 + call * 11 + who * 3) % 19) - 9) + (float)who +
+               (float)call * 1e-3f;
+}
+
+/* `calls` checked relu calls; NULL or the first failure, written into why. */
+static const char *relu_calls(mxop_client_t *c, unsigned who, int calls, char *why, size_t len)
+{
+    const mxop_op_t *op = NULL;
+    if (mxop_op_find(c, "relu", &op) != 0)
+        return "no op relu";
+    int64_t shape[] = {ELEMS};
+    mxop_array_t x, y;
+    if (mxop_array_alloc(c, MXOP_F32, 1, shape, &x) != 0)
+        return "mxop_array_alloc failed";
+    if (mxop_array_alloc(c, MXOP_F32, 1, shape, &y) != 0) {
+        mxop_array_free(c, &x);
+        return "mxop_array_alloc failed";
+    }
+    const char *fail = NULL;
+    for (int k = 0; k < calls && fail == NULL; k++) {
+        fill(x.data, ELEMS, who, (unsigned)k);
+        memset(y.data, 0xff, y.nbytes);
+        int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
+        if (rc != 0) {
+            snprintf(why, len, "caller %u, call %d: %s: %s", who, k, mxop_err_name(rc),
+                     mxop_last_error(c));
+            fail = why;
+            break;
+        }
+        const float *in = x.data, *out = y.data;
+        for (int i = 0; i < ELEMS; i++) {
+            float want = in[i] > 0 ? in[i] : 0;
+            if (out[i] != want) {
+                snprintf(why, len, "caller %u, call %d, element %d: got %g, expected %g", who, k, i,
+                         out[i], want);
+                fail = why;
+                break;
+            }
+        }
+    }
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    return fail;
+}
+
+/* A session on the socket path with relu.so loaded (asserts it got that path). */
+static mxop_client_t *connect_socket(void)
+{
+    mxop_client_t *c = NULL;
+    mxop_connect_opts_t o = {
+        .struct_size = sizeof(o), .timeout_ms = 60000, .data_path = MXOP_DATA_PATH_SOCKET};
+    int rc = mxop_connect(daemon_.sock, &o, &c);
+    cr_assert_eq(rc, 0, "connect: %s", mxop_err_name(rc));
+    cr_assert_eq(mxop_data_path(c), MXOP_DATA_PATH_SOCKET);
+    rc = mxop_load_library(c, "relu.so");
+    cr_assert_eq(rc, 0, "relu.so: %s: %s", mxop_err_name(rc), mxop_last_error(c));
+    return c;
+}
+
+#define PROCS 6
+#define PROC_CALLS 1000
+
+_Noreturn static void client_proc(unsigned who)
+{
+    char why[512];
+    mxop_client_t *c = NULL;
+    mxop_connect_opts_t o = {
+        .struct_size = sizeof(o), .timeout_ms = 60000, .data_path = MXOP_DATA_PATH_SOCKET};
+    if (mxop_connect(daemon_.sock, &o, &c) != 0)
+        _exit(2);
+    if (mxop_data_path(c) != MXOP_DATA_PATH_SOCKET)
+        _exit(5);
+    if (mxop_load_library(c, "relu.so") != 0)
+        _exit(3);
+    const char *fail = relu_calls(c, who, PROC_CALLS, why, sizeof(why));
+    if (fail != NULL)
+        fprintf(stderr, "client process %u: %s\n", who, fail);
+    mxop_close(c);
+    _exit(fail == NULL ? 0 : 4);
+}
+
+Test(sockpath, more_client_processes_than_cpus_all_make_progress)
+{
+    cr_log_info("%d socket-path client processes with their workers on %ld CPUs", PROCS,
+                sysconf(_SC_NPROCESSORS_ONLN));
+    pid_t pids[PROCS];
+    pid_t parent = getpid();
+    for (unsigned i = 0; i < PROCS; i++) {
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0, "fork failed");
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent)
+                _exit(1);
+            client_proc(i);
+        }
+        pids[i] = pid;
+    }
+    int bad = 0;
+    for (int i = 0; i < PROCS; i++) {
+        int st = 0;
+        cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            cr_log_error("client process %d ended with status 0x%x", i, st);
+            bad++;
+        }
+    }
+    cr_assert_eq(bad, 0, "%d of %d client processes did not finish their %d calls", bad, PROCS,
+                 PROC_CALLS);
+}
+
+static long cpu_ms_of(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "cannot open %s", path);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    cr_assert_not_null(p);
+    unsigned long ut = 0, st = 0;
+    cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st), 2);
+    return (long)((ut + st) * 1000 / (unsigned long)sysconf(_SC_CLK_TCK));
+}
+
+static long self_cpu_ms(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+}
+
+#define IDLE_SESSIONS 4
+
+Test(sockpath, idle_sessions_burn_no_cpu_after_busy_ones)
+{
+    char why[512];
+    mxop_client_t *c[IDLE_SESSIONS];
+    pid_t w[IDLE_SESSIONS];
+    long w0[IDLE_SESSIONS];
+    /* Busy first, so that both sides' spins are warm (and succeeding). */
+    for (int i = 0; i < IDLE_SESSIONS; i++) {
+        c[i] = connect_socket();
+        cr_assert_null(relu_calls(c[i], (unsigned)i, 1000, why, sizeof(why)), "%s", why);
+        w[i] = mxt_worker_pid(c[i]);
+        cr_assert_gt(w[i], 0);
+    }
+    long c0 = self_cpu_ms();
+    for (int i = 0; i < IDLE_SESSIONS; i++)
+        w0[i] = cpu_ms_of(w[i]);
+    mxt_sleep_ms(1200);
+    long used = self_cpu_ms() - c0;
+    cr_assert_lt(used, 60, "%d idle clients used %ld ms of CPU in 1.2 s", IDLE_SESSIONS, used);
+    for (int i = 0; i < IDLE_SESSIONS; i++) {
+        long wused = cpu_ms_of(w[i]) - w0[i];
+        cr_assert_lt(wused, 60, "idle worker %d used %ld ms of CPU in 1.2 s", i, wused);
+    }
+    for (int i = 0; i < IDLE_SESSIONS; i++) {
+        cr_assert_null(relu_calls(c[i], (unsigned)i, 10, why, sizeof(why)), "after idling: %s",
+                       why);
+        mxop_close(c[i]);
+    }
+}
+
+#define THREADS 4
+#define THREAD_CALLS 300
+
+typedef struct thread_arg {
+    mxop_client_t *c;
+    unsigned who;
+    char why[512];
+    const char *fail;
+} thread_arg_t;
+
+static void *thread_main(void *p)
+{
+    thread_arg_t *a = p;
+    a->fail = relu_calls(a->c, a->who, THREAD_CALLS, a->why, sizeof(a->why));
+    return NULL;
+}
+
+Test(sockpath, threads_sharing_one_client_each_get_their_own_results)
+{
+    mxop_client_t *c = connect_socket();
+    pthread_t t[THREADS];
+    static thread_arg_t args[THREADS];
+    for (unsigned i = 0; i < THREADS; i++) {
+        args[i] = (thread_arg_t){.c = c, .who = i + 1};
+        cr_assert_eq(pthread_create(&t[i], NULL, thread_main, &args[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        cr_expect_null(args[i].fail, "thread %d: %s", i, args[i].why);
+    mxop_close(c);
+}
+
+/* The client's data channel: its only unix socket connected to an unnamed peer (a socketpair). */
+static int data_channel_fd(void)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+            continue;
+        struct sockaddr_un sa;
+        socklen_t len = sizeof(sa);
+        if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0 || sa.sun_family != AF_UNIX)
+            continue;
+        if (len <= sizeof(sa_family_t))
+            return fd;
+    }
+    return -1;
+}
+
+/*
+ * The worker hangs up the data channel (here: bytes that are not a frame
+ * make it shut the channel down; it stays alive until the daemon replaces
+ * it): the client's busy-poll sees the end of the stream and hands it to
+ * the blocking path, which reports it and gets a replacement.  A spin
+ * that took the end of stream for "ready" would go round until the
+ * call's deadline (60 s here).
+ */
+Test(sockpath, a_hung_up_channel_is_noticed_long_before_the_deadline)
+{
+    char why[512];
+    mxop_client_t *c = connect_socket();
+    cr_assert_null(relu_calls(c, 0, 200, why, sizeof(why)), "%s", why);
+    mxt_sleep_ms(300);
+    int fd = data_channel_fd();
+    cr_assert(fd >= 0, "no data channel found");
+    const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+    cr_assert(send(fd, junk, sizeof(junk) - 1, MSG_NOSIGNAL) > 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int ok = 0;
+    for (int i = 0; i < 100 && !ok; i++) {
+        ok = relu_calls(c, 0, 20, why, sizeof(why)) == NULL;
+        if (!ok)
+            mxt_sleep_ms(50);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    cr_log_info("calls succeed again %.3f s after the hang-up", s);
+    cr_assert(ok, "no call succeeded after the hang-up: %s", why);
+    cr_assert_lt(s, 30.0, "the calls after the hang-up took %.1f s to succeed again", s);
+    mxop_close(c);
+}
