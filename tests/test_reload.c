@@ -406,7 +406,9 @@ Test(admin, non_admin_shutdown_is_refused, .timeout = 60, .fini = stop)
 {
     if (geteuid() != 0)
         cr_skip_test("switching to another uid needs the tests to run as root");
-    const char *args[] = {"--allow-uid", "65534", NULL};
+    const char *args[] = {"--allow-uid", "65534",
+                          /* the workers' uid is never a client's: another one */
+                          "--worker-uid", "65533", NULL};
     start(args, 'a');
     open_up();
     cr_assert_eq(as_nobody(shutdown_as_nobody), 1, "Shutdown from a non-administrator");
@@ -420,7 +422,9 @@ Test(admin, admin_uid_shutdown_is_accepted, .timeout = 60, .fini = stop)
 {
     if (geteuid() != 0)
         cr_skip_test("switching to another uid needs the tests to run as root");
-    const char *args[] = {"--admin-uid", "65534", NULL};
+    const char *args[] = {"--admin-uid", "65534",
+                          /* the workers' uid is never a client's: another one */
+                          "--worker-uid", "65533", NULL};
     start(args, 'a');
     open_up();
     cr_assert_eq(as_nobody(shutdown_as_nobody), 0, "Shutdown from an --admin-uid");
@@ -464,7 +468,9 @@ Test(admin, non_admin_reload_is_refused, .timeout = 60, .fini = stop)
     snprintf(bin, sizeof(bin), "%s/bin/mxop", mxt_build_dir());
     if (stat(bin, &st) != 0 || !(st.st_mode & S_IXOTH))
         cr_skip_test("%s is not executable by uid 65534", bin);
-    const char *args[] = {"--allow-uid", "65534", NULL};
+    const char *args[] = {"--allow-uid", "65534",
+                          /* the workers' uid is never a client's: another one */
+                          "--worker-uid", "65533", NULL};
     start(args, 'a');
     open_up();
     const char *libs[] = {"version.so", NULL};
