@@ -26,6 +26,7 @@
 #include "mxop/client.h"
 #include "proto/frame.h"
 #include "server/status_page.h"
+#include "server/worker/pid1.h"
 #include "server/worker/worker.h"
 #include "shm/mailbox.h"
 #include "shm/rxbuf.h"
@@ -322,6 +323,8 @@ int mxop__data_serve(void)
         /* A closed data channel is not polled (it would always be ready). */
         if (!data_open)
             pfd[1].fd = -1;
+        /* No call runs now: the orphans of the libraries' processes are reaped (pid1.c). */
+        mxop__pid1_reap();
         int n = poll(pfd, 3, -1);
         if (has_mbox)
             mxop__mbox_sleep_end(&mbox, n > 0 && (pfd[2].revents & POLLIN));
