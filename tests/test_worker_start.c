@@ -26,7 +26,7 @@ static mxt_daemon_t daemon_;
 static char script_dir[64];
 static char script[128];
 
-static void write_script(void)
+static void write_script(const char *interpreter)
 {
     snprintf(script_dir, sizeof(script_dir), "/tmp/mxt-wstart-XXXXXX");
     cr_assert(mkdtemp(script_dir) != NULL);
@@ -34,14 +34,14 @@ static void write_script(void)
     snprintf(script, sizeof(script), "%s/worker.sh", script_dir);
     FILE *f = fopen(script, "we");
     cr_assert(f != NULL);
-    fprintf(f, "#!/bin/sh\necho '" REASON "' >&2\nexit 2\n");
+    fprintf(f, "#!%s\necho '" REASON "' >&2\nexit 2\n", interpreter);
     fclose(f);
     cr_assert_eq(chmod(script, 0755), 0);
 }
 
 static void start(const char *sandbox)
 {
-    write_script();
+    write_script("/bin/sh");
     const char *args[] = {"--worker", script, "--sandbox", sandbox, NULL};
     mxt_daemon_start(&daemon_, args);
 }
@@ -95,4 +95,41 @@ Test(worker_start, basic_says_why_the_worker_exited, .fini = teardown, .timeout 
 {
     start("basic");
     expect_reason();
+}
+
+/*
+ * A worker that cannot even be executed (its interpreter is missing: execve
+ * fails with ENOENT after the clone) is a failed start with the errno
+ * named, as with uv_spawn, and leaves no process, descriptor or cgroup.
+ */
+Test(worker_start, a_failed_exec_is_named_and_leaves_nothing, .fini = teardown, .timeout = 60)
+{
+    write_script("/nonexistent/mxt-sh");
+    const char *args[] = {"--worker", script, NULL};
+    mxt_daemon_start(&daemon_, args);
+    mxt_baseline_t base;
+    for (int i = 0; i < 4; i++) {
+        /*
+         * The baseline after the first attempt: libuv opens a reserve
+         * descriptor (/dev/null) once per loop, at its first stream, which
+         * a daemon whose workers never start meets only here.
+         */
+        if (i == 1)
+            base = mxt_baseline_take(&daemon_);
+        mxop_client_t *c = NULL;
+        int rc = mxop_connect(daemon_.sock, NULL, &c);
+        const char *msg = rc == 0 ? NULL : mxop_connect_error();
+        if (rc == 0) {
+            rc = mxop_load_library(c, "relu.so");
+            msg = mxop_last_error(c);
+        }
+        cr_assert_neq(rc, 0, "a session without a worker succeeded");
+        cr_assert(strstr(msg, "cannot start worker") != NULL &&
+                      strstr(msg, strerror(ENOENT)) != NULL,
+                  "%s: %s", mxop_err_name(rc), msg);
+        if (c != NULL)
+            mxop_close(c);
+    }
+    cr_assert(mxt_daemon_alive(&daemon_), "the daemon died");
+    mxt_baseline_expect(&base);
 }
