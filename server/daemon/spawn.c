@@ -11,7 +11,7 @@
  * process it or its libraries started with it.
  *
  * What uv_spawn did is done here the same way: a new session (setsid, as
- * UV_PROCESS_DETACHED), fds 0..5 as given (/dev/null where none is), fds
+ * UV_PROCESS_DETACHED), fds 0..n-1 as given (/dev/null where none is), fds
  * 0..2 made blocking, every other descriptor close-on-exec, signal
  * dispositions back to the default and none blocked; a failed exec is
  * reported to the caller with its errno, through a close-on-exec pipe.
@@ -67,13 +67,14 @@ static void child_fail(int err_w, int e)
 }
 
 /* The child, between clone and exec: async-signal-safe calls only. */
-static void child(const char *file, char *const args[], const int fds[6], int gate_r, int err_w)
+static void child(const char *file, char *const args[], const int *fds, int nfds, int gate_r,
+                  int err_w)
 {
     if (setsid() < 0)
         child_fail(err_w, errno);
-    /* Every source above fd 5 first, so that placing one cannot overwrite another. */
-    int tmp[6];
-    for (int i = 0; i < 6; i++) {
+    /* Every source above the last target first, so that placing one cannot overwrite another. */
+    int tmp[MXOP__SPAWN_FDS_MAX];
+    for (int i = 0; i < nfds; i++) {
         int src = fds[i];
         int opened = -1;
         if (src < 0) {
@@ -82,13 +83,13 @@ static void child(const char *file, char *const args[], const int fds[6], int ga
                 child_fail(err_w, errno);
             src = opened;
         }
-        tmp[i] = fcntl(src, F_DUPFD_CLOEXEC, 6);
+        tmp[i] = fcntl(src, F_DUPFD_CLOEXEC, nfds);
         if (tmp[i] < 0)
             child_fail(err_w, errno);
         if (opened >= 0)
             close(opened);
     }
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < nfds; i++) {
         if (dup2(tmp[i], i) < 0)
             child_fail(err_w, errno);
         if (i <= 2) {
@@ -98,7 +99,7 @@ static void child(const char *file, char *const args[], const int fds[6], int ga
         }
     }
     /* Whatever a library of the daemon's process opened without O_CLOEXEC stays behind too. */
-    (void)syscall(SYS_close_range, 6U, ~0U, CLOSE_RANGE_CLOEXEC);
+    (void)syscall(SYS_close_range, (unsigned)nfds, ~0U, CLOSE_RANGE_CLOEXEC);
 
     for (int n = 1; n < 32; n++) {
         if (n == SIGKILL || n == SIGSTOP)
@@ -154,8 +155,10 @@ static void poll_cb(uv_poll_t *h, int status, int events)
 }
 
 int mxop__spawn_start(uv_loop_t *loop, mxop__spawn_t *s, const char *file, char *const args[],
-                      const int fds[6], bool new_pid_ns, mxop__spawn_exit_cb cb)
+                      const int *fds, int nfds, bool new_pid_ns, mxop__spawn_exit_cb cb)
 {
+    if (nfds < 3 || nfds > MXOP__SPAWN_FDS_MAX)
+        return -EINVAL;
     int gate[2] = {-1, -1};
     int errp[2] = {-1, -1};
     s->pid = 0;
@@ -184,7 +187,7 @@ int mxop__spawn_start(uv_loop_t *loop, mxop__spawn_t *s, const char *file, char 
     a.exit_signal = SIGCHLD;
     long pid = syscall(SYS_clone3, &a, sizeof(a));
     if (pid == 0)
-        child(file, args, fds, gate[0], errp[1]);
+        child(file, args, fds, nfds, gate[0], errp[1]);
     int e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(gate[0]);

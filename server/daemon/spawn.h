@@ -15,6 +15,9 @@
 /* pid 1 of a namespace says which signal ended it by its exit status (server/status_page.h). */
 #define MXOP__SPAWN_EXIT_SIGNAL MXOP__W_EXIT_SIGNAL
 
+/* The most descriptors a child is given (fds 0..MXOP__SPAWN_FDS_MAX-1). */
+#define MXOP__SPAWN_FDS_MAX 64
+
 typedef struct mxop__spawn mxop__spawn_t;
 
 /* Same meaning as uv_spawn's exit_cb: exit_status when it exited, term_signal when killed. */
@@ -32,15 +35,16 @@ struct mxop__spawn {
 };
 
 /*
- * Starts `file` with `args` in a new session (setsid), with fds 0..5 of the
- * child being fds[0..5] (-1: /dev/null), every other descriptor
+ * Starts `file` with `args` in a new session (setsid), with fds 0..nfds-1
+ * of the child being fds[0..nfds-1] (-1: /dev/null; 3 <= nfds <=
+ * MXOP__SPAWN_FDS_MAX), every other descriptor
  * close-on-exec, and in a new pid namespace when `new_pid_ns`.  The child
  * waits before exec until mxop__spawn_release().  0 or a negative errno;
  * on success the poll handle is initialised and must be closed with
  * uv_close((uv_handle_t *)&s->poll, ...), which also closes the pidfd.
  */
 int mxop__spawn_start(uv_loop_t *loop, mxop__spawn_t *s, const char *file, char *const args[],
-                      const int fds[6], bool new_pid_ns, mxop__spawn_exit_cb cb);
+                      const int *fds, int nfds, bool new_pid_ns, mxop__spawn_exit_cb cb);
 
 /*
  * Lets the child exec (call it after putting the pid into its cgroup) and

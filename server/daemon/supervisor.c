@@ -499,7 +499,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     bool piped = mxop__worker_output_start(d->loop, session_id, out_fds, &output) == 0;
     /* fd 0 /dev/null, 1 and 2 the pipes, 3 supervisor, 4 data, 5 status page. */
     int fds[6] = {-1, piped ? out_fds[0] : 1, piped ? out_fds[1] : 2, sup[1], data[1], memfd};
-    int sprc = mxop__spawn_start(d->loop, &w->proc, d->cfg.worker_path, args, fds,
+    int sprc = mxop__spawn_start(d->loop, &w->proc, d->cfg.worker_path, args, fds, 6,
                                  mxop__layers_pid_ns(), exit_cb);
     /* The worker holds its ends alone, so each side sees EOF when the other dies. */
     close(sup[1]);
