@@ -30,6 +30,14 @@
  * daemon then reports MXOP_EPROTOCOL and starts a replacement.
  */
 #define MXOP__W_EXIT_DATA_FRAMING 71
+/*
+ * A worker that is pid 1 of its pid namespace (server/daemon/spawn.c)
+ * exits with this plus N to say "signal N killed me": the kernel ignores
+ * the signals pid 1 sends itself with the default action (abort(),
+ * raise()), so server/worker/fault.c cannot die by them.  The daemon maps
+ * the status back to the signal.
+ */
+#define MXOP__W_EXIT_SIGNAL 192
 
 typedef struct mxop__status_page {
     uint32_t magic;

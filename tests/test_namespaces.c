@@ -6,18 +6,26 @@
  * Under strict (the tests run as root, where the daemon promises the
  * namespaces): a file outside the minimal root is absent; /proc lists only
  * the worker itself; /tmp is writable and private to the worker; the
- * control socket cannot be reached; the plugin directory cannot be
+ * control socket cannot be reached; the worker is pid 1 of a pid namespace
+ * of its own, reaps the orphans given to it and takes them with it when it
+ * is killed; the plugin directory cannot be
  * written; the network namespace has only lo, down.  After each: the
  * daemon alive, another session correct, no process left over, the
  * daemon's descriptors back to their baseline.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -104,6 +112,139 @@ static double open_in_worker(mxop_client_t *c, const char *path)
     return r[0];
 }
 
+/* Asserts that `mxop status` (the layers the daemon logged at start) says `what`. */
+static void status_says(const char *what)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "%s/bin/mxop status --socket %s 2>&1", mxt_build_dir(),
+             daemon_.sock);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p != NULL);
+    char out[8192];
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    cr_assert(strstr(out, what) != NULL, "mxop status does not say '%s': %s", what, out);
+}
+
+/*
+ * The innermost pid of host process `pid` (the last NSpid of its status),
+ * 0 when it cannot be read: 1 for a worker that is pid 1 of its own pid
+ * namespace, `pid` itself for one in the host's.
+ */
+static long ns_pid_of(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    long last = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "NSpid:", 6) != 0)
+            continue;
+        char *p = line + 6, *end;
+        for (long v = strtol(p, &end, 10); end != p; v = strtol(p, &end, 10)) {
+            last = v;
+            p = end;
+        }
+    }
+    fclose(f);
+    return last;
+}
+
+/* Host pids of the processes whose comm is `name` (at most `max`), and how many there are. */
+static int find_comm(const char *name, pid_t *pids, int max)
+{
+    DIR *d = opendir("/proc");
+    cr_assert(d != NULL);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (e->d_name[0] == '\0' || *end != '\0')
+            continue;
+        char path[64], comm[64] = "";
+        snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+        FILE *f = fopen(path, "re");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), f) == NULL)
+            comm[0] = '\0';
+        fclose(f);
+        comm[strcspn(comm, "\n")] = '\0';
+        if (strcmp(comm, name) == 0) {
+            if (n < max)
+                pids[n] = (pid_t)pid;
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* Waits up to `secs` seconds for no process named `name` to be left; true when none is. */
+static bool none_left(const char *name, int secs)
+{
+    pid_t p[4];
+    for (int i = 0; i < secs * 20; i++) {
+        if (find_comm(name, p, 4) == 0)
+            return true;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return find_comm(name, p, 4) == 0;
+}
+
+/*
+ * What a library's processes would be, made from outside (under strict the
+ * seccomp filter refuses a library fork): a process entered into the
+ * worker's pid namespace forks a child that calls setsid() and stays
+ * (comm "mxt-orphan"), and one that exits at once (comm "mxt-zombie"),
+ * then exits itself, so both are orphans the kernel gives to the
+ * namespace's pid 1, the worker.
+ */
+static void plant_orphans(pid_t worker)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)worker);
+    int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+    cr_assert(nsfd >= 0, "%s: %s", path, strerror(errno));
+    pid_t helper = fork();
+    cr_assert(helper >= 0);
+    if (helper == 0) {
+        /* Only the helper's children enter the namespace. */
+        if (setns(nsfd, CLONE_NEWPID) != 0)
+            _exit(10);
+        pid_t child = fork();
+        if (child < 0)
+            _exit(11);
+        if (child == 0) {
+            if (fork() == 0) {
+                setsid();
+                prctl(PR_SET_NAME, "mxt-orphan");
+                for (;;)
+                    pause();
+            }
+            if (fork() == 0) {
+                prctl(PR_SET_NAME, "mxt-zombie");
+                struct timespec ts = {0, 200 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+                _exit(0);
+            }
+            _exit(0);
+        }
+        int st;
+        waitpid(child, &st, 0);
+        _exit(WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 12);
+    }
+    close(nsfd);
+    int st;
+    cr_assert_eq(waitpid(helper, &st, 0), helper);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the helper failed (status %d)", st);
+}
+
 /* ------------------------------------------------------------------------ */
 
 Test(namespaces, files_outside_the_minimal_root_are_absent)
@@ -162,9 +303,54 @@ Test(namespaces, proc_lists_only_the_worker)
     probe(c, "ns_proc", NULL, r);
     cr_assert_eq(r[1], 1, "the worker does not see itself in /proc");
     cr_assert_eq(r[0], 1, "the worker sees %g processes in /proc", r[0]);
+    /* pid 1 of a pid namespace of its own, and its /proc is that namespace's. */
+    cr_assert_eq(r[2], 1, "the worker's getpid() is %g, not 1", r[2]);
+    cr_assert_eq(r[3], 1, "/proc/self names pid %g, not 1", r[3]);
+    pid_t w = mxt_worker_pid(c);
+    cr_assert_eq(ns_pid_of(w), 1, "the daemon's pid for the worker is not its host pid");
+    status_says("namespaces pid, mount, ipc, net, uts");
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/status", (int)daemon_.pid);
     cr_assert_eq(open_in_worker(c, path), -(double)ENOENT, "the daemon's /proc entry");
+    mxop_close(c);
+    expect_back_to(&base);
+}
+
+Test(namespaces, orphans_are_reaped_and_die_with_the_worker)
+{
+    if (geteuid() != 0)
+        cr_skip_test("entering the worker's pid namespace needs root");
+    mxt_baseline_t base = mxt_baseline_take(&daemon_);
+    mxop_client_t *c = connect_ns();
+    pid_t w = mxt_worker_pid(c);
+    plant_orphans(w);
+    /* The orphan that stays is the worker's child now; the one that exited is reaped by it. */
+    pid_t orphan[4];
+    cr_assert_eq(find_comm("mxt-orphan", orphan, 4), 1);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)orphan[0]);
+    FILE *f = fopen(path, "re");
+    cr_assert(f != NULL);
+    char buf[512];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    int ppid = 0;
+    char state = 0;
+    cr_assert_eq(sscanf(strrchr(buf, ')') + 1, " %c %d", &state, &ppid), 2);
+    cr_assert_eq(ppid, (int)w, "the orphan's parent is %d, not the worker %d", ppid, (int)w);
+    cr_assert(none_left("mxt-zombie", 10), "the worker did not reap the exited orphan");
+    /*
+     * The worker still serves, and its /proc (hidepid) still hides a process
+     * of its namespace that is outside its Landlock domain, as this one,
+     * entered from outside, is.
+     */
+    double r[NS_OUT];
+    probe(c, "ns_proc", NULL, r);
+    cr_assert_eq(r[0], 1, "the worker sees %g processes", r[0]);
+    /* Killed (not closed: the daemon's own sweep plays no part), it takes the orphan with it. */
+    cr_assert_eq(kill(w, SIGKILL), 0);
+    cr_assert(none_left("mxt-orphan", 10), "an orphan outlived its worker");
     mxop_close(c);
     expect_back_to(&base);
 }
@@ -289,16 +475,8 @@ Test(namespaces_gpu, binds_the_driver_nodes_that_exist_and_keeps_the_host_pid_na
     mxop_close(c);
 
     /* Said by the daemon. */
-    char cmd[700];
-    snprintf(cmd, sizeof(cmd), "%s/bin/mxop status --socket %s 2>&1", mxt_build_dir(),
-             daemon_.sock);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p != NULL);
-    char out[8192];
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = '\0';
-    pclose(p);
-    cr_assert(strstr(out, "profile gpu") != NULL, "mxop status: %s", out);
+    status_says("profile gpu");
+    status_says("namespaces mount, ipc, net, uts (the host's pid namespace)");
     expect_back_to(&base);
 }
 
@@ -324,6 +502,8 @@ Test(namespaces_basic, basic_keeps_the_host_filesystem)
     cr_assert(n1 > 0 && n2 > 0);
     mine[n1] = theirs[n2] = '\0';
     cr_assert_str_eq(mine, theirs);
+    /* The host's pid namespace too (its /proc is the host's; docs/security.md). */
+    cr_assert_eq(ns_pid_of(w), (long)w, "basic put its worker in a pid namespace");
     mxop_close(c);
     expect_back_to(&base);
 }

@@ -37,6 +37,7 @@
 #include "common.pb-c.h"
 #include "control.pb-c.h"
 #include "proto/frame.h"
+#include "server/daemon/spawn.h"
 #include "server/status_page.h"
 #include "supervisor.pb-c.h"
 
@@ -608,7 +609,8 @@ struct mxop__worker {
     uint64_t session_id;           /* kept for the log after detaching */
     uint32_t generation;
     pid_t pid;
-    uv_process_t proc;
+    mxop__spawn_t proc; /* clone3 + pidfd (spawn.c), in a pid namespace where promised */
+    struct mxop__worker_output *output; /* its stdout/stderr reader, held until the exit */
     mxop__conn_t sup;
     bool sup_open;
     int open_handles; /* proc and sup; freed when both are closed */

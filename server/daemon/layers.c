@@ -14,8 +14,9 @@
  * directory, unless --sandbox-fallback on says that is acceptable.
  *
  * Namespaces (server/worker/namespaces.c): strict workers get their own
- * mount, ipc, network and uts namespaces and a minimal root filesystem.
- * As root they always can, so strict promises them: a kernel that refuses
+ * mount, ipc, network and uts namespaces and a minimal root filesystem,
+ * and as root (cpu profile) a pid namespace the daemon clones them into
+ * (spawn.c).  As root they always can, so strict promises them: a kernel that refuses
  * (a container's seccomp profile, say) stops the daemon unless
  * --sandbox-fallback on.  Not root, they need an unprivileged user
  * namespace, which a kernel may disable: then workers fall back to
@@ -43,6 +44,8 @@ static bool fallback;
 /* --sandbox-profile: "auto", "cpu" or "gpu"; what workers get is ns_profile. */
 static const char *profile_asked = "auto";
 static const char *ns_profile = "none";
+/* Workers get a pid namespace of their own (spawn.c); see mxop__layers_pid_ns. */
+static bool pid_ns;
 /* What was logged at start, for `mxop status`. */
 static char described[768] = "not checked yet";
 
@@ -54,6 +57,11 @@ const char *mxop__layers_describe(void)
 const char *mxop__layers_ns_profile(void)
 {
     return ns_profile;
+}
+
+bool mxop__layers_pid_ns(void)
+{
+    return pid_ns;
 }
 
 int mxop__layers_option(const char *opt, const char *val, char *err, size_t errlen)
@@ -84,11 +92,8 @@ int mxop__layers_option(const char *opt, const char *val, char *err, size_t errl
  * asks for: a child tries the same unshare(2) and reports.  Returns 0, or
  * the errno the kernel gave.
  */
-static int probe_namespaces(bool root)
+static int probe_namespaces(int flags)
 {
-    int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS;
-    if (!root)
-        flags |= CLONE_NEWUSER;
     pid_t pid = fork();
     if (pid < 0)
         return errno;
@@ -114,19 +119,27 @@ static int choose_namespaces(char *out, size_t outlen, char *err, size_t errlen)
     const char *profile = profile_asked;
     if (strcmp(profile, "auto") == 0)
         profile = access("/dev/nvidiactl", F_OK) == 0 ? "gpu" : "cpu";
-    int e = probe_namespaces(root);
+    bool gpu = strcmp(profile, "gpu") == 0;
+    int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS;
+    /* The pid namespace is the daemon's to make (spawn.c): root only, and not for the gpu profile.
+     */
+    flags |= root ? (gpu ? 0 : CLONE_NEWPID) : CLONE_NEWUSER;
+    int e = probe_namespaces(flags);
     if (e == 0) {
         ns_profile = profile;
+        pid_ns = root && !gpu;
         mxop__fmt(out, outlen,
                   "namespaces %s, minimal root filesystem, private /tmp (profile %s%s)",
-                  root ? "mount, ipc, net, uts" : "user, mount, ipc, net, uts", profile,
-                  strcmp(profile, "gpu") == 0 ? ": /dev/nvidia* bound in" : "");
+                  !root ? "user, mount, ipc, net, uts"
+                  : gpu ? "mount, ipc, net, uts (the host's pid namespace)"
+                        : "pid, mount, ipc, net, uts",
+                  profile, strcmp(profile, "gpu") == 0 ? ": /dev/nvidia* bound in" : "");
         return 0;
     }
     ns_profile = "none";
     if (root && !fallback) {
         mxop__fmt(err, errlen,
-                  "--sandbox strict promises workers their own mount, ipc, network and uts "
+                  "--sandbox strict promises workers their own pid, mount, ipc, network and uts "
                   "namespaces, which this kernel refuses (%s); start with --sandbox-fallback on "
                   "to run strict workers on Landlock alone",
                   strerror(e));
@@ -143,6 +156,7 @@ static int choose_namespaces(char *out, size_t outlen, char *err, size_t errlen)
 
 int mxop__layers_check(const char *sandbox, const char *workers_as, char *err, size_t errlen)
 {
+    pid_ns = false;
     if (strcmp(sandbox, "none") == 0) {
         mxop__fmt(described, sizeof(described), "none: workers are not confined; workers run as %s",
                   workers_as);
@@ -171,7 +185,14 @@ int mxop__layers_check(const char *sandbox, const char *workers_as, char *err, s
         if (rc != 0)
             return rc;
     } else if (geteuid() == 0) {
-        mxop__fmt(ns, sizeof(ns), "ipc and uts namespaces where the kernel allows (basic)");
+        /*
+         * No pid namespace for basic: it keeps the host's mount namespace and so the host's
+         * /proc, where the worker's own pid numbers (1 and its children's) would name other
+         * processes (children.c, and any library reading /proc/<pid>).
+         */
+        mxop__fmt(ns, sizeof(ns),
+                  "ipc and uts namespaces where the kernel allows, the host's pid "
+                  "namespace (basic)");
     }
     mxop__fmt(described, sizeof(described), "%s; %s; %s; %s; oom_score_adj 1000; workers run as %s",
               seccomp ? "seccomp filter" : "NO seccomp", landlock, ns, mxop__cgroup_describe(),

@@ -1,8 +1,9 @@
 /*
  * server/daemon/supervisor.c - spawning, watching and reaping workers.
  *
- * Each session's worker is a separate executable started with uv_spawn in
- * its own session and process group (UV_PROCESS_DETACHED), so that one
+ * Each session's worker is a separate executable started by spawn.c (clone3,
+ * in a pid namespace of its own where the sandbox promises one) in its own
+ * session and process group, so that one
  * kill(-pid, SIGKILL) ends it with everything its ops started.  The daemon
  * is also a child subreaper: descendants that escape the group (setsid,
  * double fork) are reparented here when their worker dies and are swept.
@@ -128,7 +129,7 @@ static void worker_maybe_free(mxop__worker_t *w)
 
 static void proc_closed_cb(uv_handle_t *h)
 {
-    mxop__worker_t *w = MXOP__CONTAINER_OF((uv_process_t *)h, mxop__worker_t, proc);
+    mxop__worker_t *w = MXOP__CONTAINER_OF((uv_poll_t *)h, mxop__worker_t, proc.poll);
     w->open_handles--;
     worker_maybe_free(w);
 }
@@ -301,11 +302,17 @@ static bool note_agrees(int note, int term_signal, int64_t exit_status)
     }
 }
 
-static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
+static void exit_cb(mxop__spawn_t *p, int64_t exit_status, int term_signal)
 {
     mxop__worker_t *w = MXOP__CONTAINER_OF(p, mxop__worker_t, proc);
     mxop__daemon_t *d = w->d;
     w->exited = true;
+
+    /* What it wrote before dying goes into the log before its death does (worker_output.c). */
+    char last_err[160] = "";
+    mxop__worker_output_drain(w->output, last_err, sizeof(last_err));
+    mxop__worker_output_release(w->output);
+    w->output = NULL;
 
     /* Replies it wrote before dying are still in the socket: hear them first. */
     if (w->sup_open)
@@ -322,17 +329,21 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     if (owner == NULL) {
         MXOP__LOGD(w->session_id, NULL, "worker %d (generation %u) reaped", (int)w->pid,
                    (unsigned)w->generation);
-        uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
+        mxop__spawn_close(&w->proc, proc_closed_cb);
         return;
     }
 
     char what[160];
-    char how[96];
+    char how[96 + MXOP__WORKER_OUTPUT_LAST_MAX];
     char msg[MXOP__MSG_MAX];
     describe(what, sizeof(what), w->pid, &s);
     if (term_signal != 0)
         mxop__fmt(how, sizeof(how), "was killed by signal %d (%s)", term_signal,
                   mxop__signal_name(term_signal));
+    else if (last_err[0] != '\0' && s.call_id == 0)
+        /* It died before serving a call: its last stderr line is most likely why. */
+        mxop__fmt(how, sizeof(how), "exited with status %lld (stderr: %s)", (long long)exit_status,
+                  last_err);
     else
         mxop__fmt(how, sizeof(how), "exited with status %lld", (long long)exit_status);
     /*
@@ -389,7 +400,7 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     };
     w->owner = NULL;
     w->cbs->on_exit(owner, w, &e);
-    uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
+    mxop__spawn_close(&w->proc, proc_closed_cb);
 }
 
 int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generation,
@@ -491,34 +502,14 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
                     "--gid",
                     gid_arg,
                     NULL};
-    uv_stdio_container_t stdio[6];
-    stdio[0].flags = UV_IGNORE;
     /* The worker's stdout and stderr are pipes the daemon reads (worker_output.c). */
     int out_fds[2] = {-1, -1};
     mxop__worker_output_t *output = NULL;
     bool piped = mxop__worker_output_start(d->loop, session_id, out_fds, &output) == 0;
-    stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = piped ? out_fds[0] : 1;
-    stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = piped ? out_fds[1] : 2;
-    stdio[3].flags = UV_INHERIT_FD;
-    stdio[3].data.fd = sup[1];
-    stdio[4].flags = UV_INHERIT_FD;
-    stdio[4].data.fd = data[1];
-    stdio[5].flags = UV_INHERIT_FD;
-    stdio[5].data.fd = memfd;
-    uv_process_options_t opts;
-    memset(&opts, 0, sizeof(opts));
-    opts.exit_cb = exit_cb;
-    opts.file = d->cfg.worker_path;
-    opts.args = args;
-    opts.flags = UV_PROCESS_DETACHED;
-    opts.stdio_count = 6;
-    opts.stdio = stdio;
-
-    int uvrc = uv_spawn(d->loop, &w->proc, &opts);
-    /* Even a failed uv_spawn leaves an initialised handle that must be closed. */
-    w->open_handles++;
+    /* fd 0 /dev/null, 1 and 2 the pipes, 3 supervisor, 4 data, 5 status page. */
+    int fds[6] = {-1, piped ? out_fds[0] : 1, piped ? out_fds[1] : 2, sup[1], data[1], memfd};
+    int sprc = mxop__spawn_start(d->loop, &w->proc, d->cfg.worker_path, args, fds, 6,
+                                 mxop__layers_pid_ns(), exit_cb);
     /* The worker holds its ends alone, so each side sees EOF when the other dies. */
     close(sup[1]);
     close(data[1]);
@@ -526,20 +517,39 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     if (piped) {
         close(out_fds[0]);
         close(out_fds[1]);
-        mxop__worker_output_set_pid(output, uvrc == 0 ? w->proc.pid : 0);
+        mxop__worker_output_set_pid(output, sprc == 0 ? w->proc.pid : 0);
     }
+    w->output = output;
     sup[1] = data[1] = memfd = -1;
-    if (uvrc != 0) {
-        mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, uv_strerror(uvrc));
+    if (sprc != 0) {
+        mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, strerror(-sprc));
+        mxop__worker_output_release(w->output);
+        w->output = NULL;
         w->exited = true;
         close_sup(w);
-        uv_close((uv_handle_t *)&w->proc, proc_closed_cb);
         close(data[0]);
         return MXOP_EINTERNAL;
     }
+    w->open_handles++;
     w->pid = w->proc.pid;
-    w->owner = owner;
+    /* In its cgroup before it runs a single instruction of the worker (spawn.c's gate). */
     mxop__cgroup_enter(w->pid, d->cfg.sandbox, d->cfg.worker_memory_mb);
+    int xrc = mxop__spawn_release(&w->proc);
+    if (xrc != 0) {
+        /* As uv_spawn did: a failed exec is a failed start; the child has exited 127. */
+        mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, strerror(-xrc));
+        while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        mxop__cgroup_release(w->pid, w->page);
+        mxop__worker_output_release(w->output);
+        w->output = NULL;
+        w->exited = true;
+        close_sup(w);
+        mxop__spawn_close(&w->proc, proc_closed_cb);
+        close(data[0]);
+        return MXOP_EINTERNAL;
+    }
+    w->owner = owner;
     *out = w;
     *client_fd = data[0];
     MXOP__LOGD(session_id, NULL, "spawned worker %d (generation %u)", (int)w->pid,

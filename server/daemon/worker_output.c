@@ -26,6 +26,7 @@
  */
 #include "server/daemon/worker_output.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -46,13 +47,16 @@ typedef struct stream {
     double tokens; /* lines it may log now */
     uint64_t last; /* uv_now when the tokens were counted */
     uint64_t dropped;
+    bool closed;                                  /* EOF seen, the handle closing */
+    char last_line[MXOP__WORKER_OUTPUT_LAST_MAX]; /* the last whole line, escaped (logged or not) */
     char buf[16384];
 } stream_t;
 
 struct mxop__worker_output {
     uint64_t session;
     pid_t pid;
-    int open; /* streams not yet closed */
+    int open;  /* streams not yet closed */
+    bool held; /* by its worker, until the worker's exit was reported */
     stream_t s[2];
 };
 
@@ -149,6 +153,14 @@ static void say_dropped(stream_t *st)
 /* Logs the line gathered so far (escaped), or counts it as dropped. */
 static void emit(stream_t *st)
 {
+    {
+        /* Kept whatever the rate limit says: the exit report may need it (supervisor.c). */
+        char esc[MXOP__WORKER_OUTPUT_LAST_MAX * 4 + 1];
+        size_t n =
+            st->len < MXOP__WORKER_OUTPUT_LAST_MAX - 1 ? st->len : MXOP__WORKER_OUTPUT_LAST_MAX - 1;
+        escape(esc, st->line, n);
+        mxop__fmt(st->last_line, sizeof(st->last_line), "%s", esc);
+    }
     uv_loop_t *loop = st->pipe.loop;
     uint64_t now = uv_now(loop);
     st->tokens += (double)(now - st->last) * MXOP__WORKER_OUTPUT_LINES_PER_S / 1000.0;
@@ -207,7 +219,7 @@ static void closed_cb(uv_handle_t *h)
 {
     stream_t *st = h->data;
     mxop__worker_output_t *o = st->owner;
-    if (--o->open == 0)
+    if (--o->open == 0 && !o->held)
         free(o);
 }
 
@@ -225,7 +237,50 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         emit(st);
     say_dropped(st);
     uv_read_stop(s);
+    st->closed = true;
     uv_close((uv_handle_t *)s, closed_cb);
+}
+
+void mxop__worker_output_drain(mxop__worker_output_t *o, char *last_err, size_t len)
+{
+    if (len > 0)
+        last_err[0] = '\0';
+    if (o == NULL)
+        return;
+    for (int i = 0; i < 2; i++) {
+        stream_t *st = &o->s[i];
+        uv_os_fd_t fd;
+        if (st->closed || uv_fileno((uv_handle_t *)&st->pipe, &fd) != 0)
+            continue;
+        /*
+         * The loop may not have read the last bytes yet (the exit can be
+         * seen first): read what is there now (the descriptor is
+         * non-blocking), bounded, and the partial line with it.
+         */
+        for (int rounds = 0; rounds < 64; rounds++) {
+            ssize_t n = read(fd, st->buf, sizeof(st->buf));
+            if (n > 0) {
+                take(st, st->buf, (size_t)n);
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            break;
+        }
+        if (st->len > 0)
+            emit(st);
+    }
+    if (len > 0)
+        mxop__fmt(last_err, len, "%s", o->s[1].last_line);
+}
+
+void mxop__worker_output_release(mxop__worker_output_t *o)
+{
+    if (o == NULL)
+        return;
+    o->held = false;
+    if (o->open == 0)
+        free(o);
 }
 
 int mxop__worker_output_start(uv_loop_t *loop, uint64_t session, int fds[2],
@@ -237,6 +292,7 @@ int mxop__worker_output_start(uv_loop_t *loop, uint64_t session, int fds[2],
     if (o == NULL)
         return MXOP_EINTERNAL;
     o->session = session;
+    o->held = true;
     int p[2][2] = {{-1, -1}, {-1, -1}};
     for (int i = 0; i < 2; i++) {
         if (pipe2(p[i], O_CLOEXEC) != 0)
@@ -265,6 +321,7 @@ int mxop__worker_output_start(uv_loop_t *loop, uint64_t session, int fds[2],
     return 0;
 
 fail_handles:
+    o->held = false;
     for (int i = 0; i < 2; i++) {
         if (p[i][0] >= 0)
             close(p[i][0]);

@@ -31,6 +31,20 @@ void mxop__worker_output_set_pid(mxop__worker_output_t *o, pid_t pid);
  * NULL forgets the session.  Returns 0 or MXOP_ENOMEM (the prefix then
  * names no library).
  */
+/*
+ * Reads what the worker's pipes hold now and logs it, the partial last
+ * lines too, so that a worker's last words come before its death in the
+ * log; `last_err` gets its last stderr line, escaped ("" if none).  Called
+ * when the worker's exit is seen.  `o` may be NULL.
+ */
+void mxop__worker_output_drain(mxop__worker_output_t *o, char *last_err, size_t len);
+
+/*
+ * The worker lets go of its reader (after the drain): the reader frees
+ * itself once every writer has closed the pipes.  `o` may be NULL.
+ */
+void mxop__worker_output_release(mxop__worker_output_t *o);
+
 int mxop__worker_output_set_libs(uint64_t session, const char *libs);
 
 /* Lines a worker may log a second (each stream), and the burst it may save up. */
@@ -38,5 +52,7 @@ int mxop__worker_output_set_libs(uint64_t session, const char *libs);
 #define MXOP__WORKER_OUTPUT_BURST 100
 /* A longer line is cut there, and the rest counted as dropped. */
 #define MXOP__WORKER_OUTPUT_LINE_MAX 512
+/* How much of the last stderr line an exit report may carry (escaped, with its NUL). */
+#define MXOP__WORKER_OUTPUT_LAST_MAX 160
 
 #endif /* MXOP_SERVER_DAEMON_WORKER_OUTPUT_H */

@@ -26,6 +26,7 @@
 #include "mxop/client.h"
 #include "proto/frame.h"
 #include "server/status_page.h"
+#include "server/worker/pid1.h"
 #include "server/worker/worker.h"
 #include "shm/mailbox.h"
 #include "shm/placement.h"
@@ -377,6 +378,8 @@ int mxop__data_serve(void)
         /* A closed data channel is not polled (it would always be ready). */
         if (!data_open)
             pfd[1].fd = -1;
+        /* No call runs now: the orphans of the libraries' processes are reaped (pid1.c). */
+        mxop__pid1_reap();
         int n = has_mbox || !data_open ? 0 : spin_for_socket(pfd);
         if (n == 0) {
             n = poll(pfd, 3, -1);

@@ -30,7 +30,12 @@
  *
  * Then it returns, the handler having been reset to the default action
  * (SA_RESETHAND), so the faulting instruction runs again (abort() raises
- * again) and the worker dies by the signal.
+ * again) and the worker dies by the signal.  A worker that is pid 1 of its
+ * pid namespace (server/daemon/spawn.c) cannot die by a signal it sends
+ * itself (the kernel ignores it): for those (abort(), raise(), kill()) it
+ * exits with MXOP__W_EXIT_SIGNAL + the signal instead, which the daemon
+ * maps back; a real fault is forced by the kernel and kills pid 1 too.
+ * As pid 1 it also catches SIGFPE and SIGILL, for the same reason.
  *
  * Everything here is async-signal-safe (no stdio, no malloc, digits by
  * hand) except the backtrace, which is as safe as it can be made: glibc's
@@ -64,6 +69,8 @@ static const char *armed_op;
 static const mxop__fault_range_t *armed_ranges;
 static int armed_n;
 static volatile sig_atomic_t armed;
+/* pid 1 of its own pid namespace: self-sent signals must become an exit status. */
+static int is_init;
 
 /* A stack of its own, so that a stack overflow in an op is reported too. */
 static _Alignas(64) unsigned char alt_stack[64 * 1024];
@@ -296,12 +303,17 @@ static void on_fault(int sig, siginfo_t *si, void *uctx)
      * abort() sends SIGABRT to itself, and is looked at like a fault.
      */
     if (si->si_code <= 0 && sig != SIGABRT) {
+        if (is_init)
+            _exit(MXOP__W_EXIT_SIGNAL + sig);
         raise(sig);
         return;
     }
     mxop__status_page_t *page = mxop__status_page();
-    if (page == NULL)
+    if (page == NULL) {
+        if (is_init && si->si_code <= 0)
+            _exit(MXOP__W_EXIT_SIGNAL + sig);
         return;
+    }
     char *m = page->fault_msg;
     size_t at = 0, cap = MXOP__STATUS_MSG_MAX;
 
@@ -335,6 +347,8 @@ static void on_fault(int sig, siginfo_t *si, void *uctx)
         publish(page, MXOP_EWORKER_CRASHED);
     }
     write_backtrace(page, uctx);
+    if (is_init && si->si_code <= 0)
+        _exit(MXOP__W_EXIT_SIGNAL + sig);
     errno = saved_errno;
 }
 
@@ -358,6 +372,9 @@ int mxop__fault_install(void)
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGSEGV, &sa, NULL) != 0 || sigaction(SIGBUS, &sa, NULL) != 0 ||
         sigaction(SIGABRT, &sa, NULL) != 0)
+        return -errno;
+    is_init = getpid() == 1;
+    if (is_init && (sigaction(SIGFPE, &sa, NULL) != 0 || sigaction(SIGILL, &sa, NULL) != 0))
         return -errno;
     return 0;
 }

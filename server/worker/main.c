@@ -26,6 +26,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "proto/frame.h"
+#include "server/worker/pid1.h"
 #include "server/worker/worker.h"
 #include "server/worker/sandbox.h"
 
@@ -156,6 +157,9 @@ static void start_up(int argc, char **argv)
     /* Orphans of a library's processes come to the worker, which kills them (children.c). */
     if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
         die("prctl(PR_SET_CHILD_SUBREAPER): %s", strerror(errno));
+    /* ... and reaps those that exited on their own, between calls (pid1.c). */
+    if (mxop__pid1_install() != 0)
+        die("sigaction(SIGCHLD): %s", strerror(errno));
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         die("prctl(PR_SET_NO_NEW_PRIVS): %s", strerror(errno));
     close_other_fds();

@@ -24,7 +24,11 @@
  *   - /dev/null, /dev/zero, /dev/random and /dev/urandom (device nodes
  *     bound from the host; nothing else of /dev);
  *   - a fresh /proc mounted with hidepid=invisible where the worker is root
- *     in the host's user namespace: another process's directory is listed
+ *     in the host's user namespace: that of the worker's own pid namespace
+ *     when the daemon started it in one (server/daemon/spawn.c; the worker
+ *     is pid 1 and mounts it), so it lists the worker's tree alone, and
+ *     hidepid still hides what the worker may not ptrace there (a process
+ *     entered from outside): another process's directory is listed
  *     only if the worker may ptrace it, which Landlock's scoping limits to
  *     the worker's own tree (a user namespace cannot mount a /proc for the
  *     host's pid namespace; there the host's /proc is bound read-only, and

@@ -12,7 +12,9 @@
  *   ns_connect  attr path: out[0] = 1 if an AF_UNIX connect() to path
  *               succeeded, else -errno.
  *   ns_proc     out[0] = processes listed in /proc (numeric entries),
- *               out[1] = 1 if the worker's own pid is among them.
+ *               out[1] = 1 if the worker's own pid is among them,
+ *               out[2] = the worker's getpid() (1 in a pid namespace of its own),
+ *               out[3] = the pid /proc/self names.
  *   ns_tmp      attr name: out[0] = 1 if /tmp/NAME could be created and
  *               written, else -errno; out[1] = 1 if TMPDIR is "/tmp".
  *   ns_seen     attr name: out[0] = 1 if /tmp/NAME exists, else -errno.
@@ -134,6 +136,15 @@ static int ns_proc(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out
             r[1] = 1;
     }
     closedir(d);
+    r[2] = (double)getpid();
+    char self[32];
+    ssize_t n = readlink("/proc/self", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        r[3] = strtod(self, NULL);
+    } else {
+        r[3] = -(double)errno;
+    }
     return 0;
 }
 

@@ -6,7 +6,9 @@
  *                   out[i] = -errno when attempt i was refused (EPERM or
  *                   EACCES; ENOENT or EROFS where the worker's minimal
  *                   root lacks the path or binds it read-only; for
- *                   "connect_daemon", the daemon hanging up: -ECONNRESET),
+ *                   "connect_daemon", the daemon hanging up: -ECONNRESET;
+ *                   for "kill_daemon", ESRCH, no such pid in the worker's
+ *                   pid namespace, counts as -ENOENT),
  *                   1 when it was not refused (it succeeded, or failed for
  *                   another reason after the permission checks).  Returns
  *                   0 when everything was refused, else MXOP_EOP_FAILED
@@ -213,7 +215,8 @@ static int probe_forward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int
     snprintf(path, sizeof(path), "/proc/%lld/mem", (long long)dpid);
     r[i++] = try_fd(open(path, O_RDONLY | O_CLOEXEC));
     x = kill((pid_t)dpid, 0);
-    r[i++] = verdict(x, errno);
+    /* In a pid namespace of its own (strict as root) the daemon has no pid at all: ESRCH. */
+    r[i++] = verdict(x, x < 0 && errno == ESRCH ? ENOENT : errno);
     {
         char mnt[512];
         snprintf(mnt, sizeof(mnt), "%s/probe-mnt-XXXXXX", dir);
