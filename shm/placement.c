@@ -28,8 +28,8 @@ void mxop__placement_init(void)
 {
     /* Opt-in: it helps many small calls and hurts calls that move data (placement.h). */
     const char *e = getenv("MXOP_PLACEMENT");
-    on = e != NULL && strcmp(e, "1") == 0 &&
-         sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) >= 2;
+    on = e != NULL && strcmp(e, "1") == 0 && sched_getaffinity(0, sizeof allowed, &allowed) == 0 &&
+         CPU_COUNT(&allowed) >= 2;
 }
 
 int mxop__placement_keep_off(int peer_cpu)
