@@ -7,8 +7,9 @@
  *                   EACCES; ENOENT or EROFS where the worker's minimal
  *                   root lacks the path or binds it read-only; for
  *                   "connect_daemon", the daemon hanging up: -ECONNRESET;
- *                   for "kill_daemon", ESRCH, no such pid in the worker's
- *                   pid namespace, counts as -ENOENT),
+ *                   for "kill_daemon" and "ptrace_attach_daemon", ESRCH,
+ *                   no such pid in the worker's pid namespace, counts as
+ *                   -ENOENT),
  *                   1 when it was not refused (it succeeded, or failed for
  *                   another reason after the permission checks).  Returns
  *                   0 when everything was refused, else MXOP_EOP_FAILED
@@ -202,9 +203,14 @@ static int probe_forward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int
 
     x = ptrace(PTRACE_TRACEME, 0, NULL, NULL);
     r[i++] = verdict(x, errno);
-    /* SEIZE, unlike ATTACH, does not stop the daemon if it is allowed. */
+    /*
+     * SEIZE, unlike ATTACH, does not stop the daemon if it is allowed.  A
+     * sanitizer build's filter lets ptrace through (LeakSanitizer traces its
+     * own threads); in a pid namespace of its own the daemon then has no pid
+     * at all: ESRCH, refused as for kill_daemon.
+     */
     x = ptrace(PTRACE_SEIZE, (pid_t)dpid, NULL, NULL);
-    r[i++] = verdict(x, errno);
+    r[i++] = verdict(x, x < 0 && errno == ESRCH ? ENOENT : errno);
     {
         long word = 0;
         struct iovec local = {&word, sizeof(word)};
