@@ -680,7 +680,27 @@ bool mxop__worker_is_stopped(const mxop__worker_t *w)
     fclose(f);
     buf[n] = '\0';
     char *p = strrchr(buf, ')');
-    return p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+    if (p == NULL || p[1] != ' ' || (p[2] != 'T' && p[2] != 't'))
+        return false;
+    if (p[2] == 'T')
+        return true;
+    /*
+     * A tracing stop whose tracer the worker started itself is
+     * LeakSanitizer's check at exit in a sanitizer build (its filter lets
+     * that ptrace through, sandbox.c); the exit follows.  Any other tracer
+     * stopped it.
+     */
+    mxop__fmt(path, sizeof(path), "/proc/%d/status", (int)w->pid);
+    f = fopen(path, "re");
+    if (f == NULL)
+        return true;
+    int tracer = 0;
+    char line[128];
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "TracerPid: %d", &tracer) == 1)
+            break;
+    fclose(f);
+    return tracer <= 0 || parent_of((pid_t)tracer) != w->pid;
 }
 
 /*
