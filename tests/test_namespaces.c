@@ -324,9 +324,17 @@ Test(namespaces, orphans_are_reaped_and_die_with_the_worker)
     mxop_client_t *c = connect_ns();
     pid_t w = mxt_worker_pid(c);
     plant_orphans(w);
-    /* The orphan that stays is the worker's child now; the one that exited is reaped by it. */
+    /*
+     * The orphan that stays is the worker's child now; the one that exited is
+     * reaped by it.  The orphan names itself after its fork: wait for that.
+     */
     pid_t orphan[4];
-    cr_assert_eq(find_comm("mxt-orphan", orphan, 4), 1);
+    int found = 0;
+    for (int i = 0; i < 100 && (found = find_comm("mxt-orphan", orphan, 4)) == 0; i++) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(found, 1, "%d processes named mxt-orphan after 5 s", found);
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)orphan[0]);
     FILE *f = fopen(path, "re");
