@@ -290,12 +290,31 @@ static int oom_killed(pid_t pid)
     return k != NULL && strtoull(k + 9, NULL, 10) > 0;
 }
 
-bool mxop__cgroup_release(pid_t pid, mxop__status_page_t *page)
+/*
+ * Whether the group's usage ever reached its limit (v1 memory.failcnt, v2
+ * memory.events "max").  With a SIGKILL the daemon did not send, that is
+ * the memory limit's kill even when the oom_kill counter does not show it
+ * yet (seen once in a full run: killed at the limit, the counter still 0).
+ */
+static int hit_limit(pid_t pid)
+{
+    char dir[128], path[192], buf[1024];
+    dir_of(dir, sizeof(dir), layout == V2 ? NULL : "memory", pid);
+    mxop__fmt(path, sizeof(path), "%s/%s", dir, layout == V2 ? "memory.events" : "memory.failcnt");
+    if (read_str(path, buf, sizeof(buf)) != 0)
+        return 0;
+    if (layout != V2)
+        return strtoull(buf, NULL, 10) > 0;
+    const char *k = strstr(buf, "max ");
+    return k != NULL && strtoull(k + 4, NULL, 10) > 0;
+}
+
+bool mxop__cgroup_release(pid_t pid, mxop__status_page_t *page, bool unasked_sigkill)
 {
     if (layout != V1 && layout != V2)
         return false;
     /* The daemon's own observation (the cgroup's counters), not the worker's word. */
-    bool oom = oom_killed(pid);
+    bool oom = oom_killed(pid) || (unasked_sigkill && limit_mb > 0 && hit_limit(pid));
     if (page != NULL && oom && atomic_load_explicit(&page->fault_code, memory_order_acquire) == 0) {
         char *m = (char *)page->fault_msg;
         mxop__fmt(m, MXOP__STATUS_MSG_MAX,

@@ -27,8 +27,10 @@ void mxop__cgroup_enter(pid_t pid, const char *sandbox, uint64_t memory_mb);
  * The worker `pid` was reaped: kills whatever is left in its cgroup,
  * notes in `page` (when the worker left no note of its own) that the
  * kernel killed it at the cgroup's memory limit, and removes the cgroup.
+ * `unasked_sigkill`: it died of a SIGKILL the daemon did not send, which
+ * with a group that reached its limit is the limit's kill.
  */
-bool mxop__cgroup_release(pid_t pid, mxop__status_page_t *page);
+bool mxop__cgroup_release(pid_t pid, mxop__status_page_t *page, bool unasked_sigkill);
 
 /** One phrase for the start-up log: the cgroup layout workers will get, or why none. */
 const char *mxop__cgroup_describe(void);

@@ -318,7 +318,8 @@ static void exit_cb(mxop__spawn_t *p, int64_t exit_status, int term_signal)
     if (w->sup_open)
         mxop__conn_drain(&w->sup);
 
-    bool oom_seen = mxop__cgroup_release(w->pid, w->page);
+    bool unasked = term_signal == SIGKILL && w->kill_msg[0] == '\0' && !w->killed_timeout;
+    bool oom_seen = mxop__cgroup_release(w->pid, w->page, unasked);
     page_snap_t s;
     read_page(w->page, &s, false);
     kill(-w->pid, SIGKILL); /* whatever the op started */
@@ -540,7 +541,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
         mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, strerror(-xrc));
         while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
             ;
-        mxop__cgroup_release(w->pid, w->page);
+        mxop__cgroup_release(w->pid, w->page, false);
         mxop__worker_output_release(w->output);
         w->output = NULL;
         w->exited = true;
