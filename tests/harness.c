@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -547,4 +548,87 @@ void mxt_other_session_correct(const mxt_daemon_t *d)
         cr_assert_eq(mxt_get(&y, i), v > 0 ? v : 0, "another session: wrong result at %zu", i);
     }
     mxop_close(c);
+}
+
+/* Runs the daemon for a start that must fail (harness.h). */
+int mxt_daemon_exit_status(const char *dir, const char *plugins, const char *const *extra,
+                           char *err, size_t errlen)
+{
+    char log[600];
+    snprintf(log, sizeof(log), "%s/stderr", dir);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    char bin[600], sock[600];
+    snprintf(bin, sizeof(bin), "%s/bin/mxop-serverd", mxt_build_dir());
+    snprintf(sock, sizeof(sock), "%s/s.sock", dir);
+    const char *argv[16] = {bin, "--socket", sock, "--plugin-dir", plugins};
+    int n = 5;
+    for (int i = 0; extra[i] != NULL && n < 15; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t pid;
+    cr_assert_eq(posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st));
+    FILE *f = fopen(log, "r");
+    cr_assert(f != NULL);
+    size_t got = fread(err, 1, errlen - 1, f);
+    err[got] = '\0';
+    fclose(f);
+    unlink(log);
+    return WEXITSTATUS(st);
+}
+
+#define MXT_RELU_ELEMS 256
+
+/* Values that differ per caller and per call, so that a result meant for another cannot pass. */
+static void relu_fill(float *p, size_t n, unsigned who, unsigned call)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((int)((i * 7 + call * 13 + who * 5) % 17) - 8) + (float)who +
+               (float)call * 1e-3f;
+}
+
+/* Checked relu calls (harness.h). */
+const char *mxt_relu_calls(mxop_client_t *c, unsigned who, int calls, char *why, size_t len)
+{
+    const mxop_op_t *op = NULL;
+    if (mxop_op_find(c, "relu", &op) != 0)
+        return "no op relu";
+    int64_t s[] = {MXT_RELU_ELEMS};
+    mxop_array_t x, y;
+    if (mxop_array_alloc(c, MXOP_F32, 1, s, &x) != 0)
+        return "mxop_array_alloc failed";
+    if (mxop_array_alloc(c, MXOP_F32, 1, s, &y) != 0) {
+        mxop_array_free(c, &x);
+        return "mxop_array_alloc failed";
+    }
+    const char *fail = NULL;
+    for (int k = 0; k < calls && fail == NULL; k++) {
+        relu_fill(x.data, MXT_RELU_ELEMS, who, (unsigned)k);
+        memset(y.data, 0xff, y.nbytes);
+        int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
+        if (rc != 0) {
+            snprintf(why, len, "caller %u, call %d: %s: %s", who, k, mxop_err_name(rc),
+                     mxop_last_error(c));
+            fail = why;
+            break;
+        }
+        const float *in = x.data, *out = y.data;
+        for (int i = 0; i < MXT_RELU_ELEMS; i++) {
+            float want = in[i] > 0 ? in[i] : 0;
+            if (out[i] != want) {
+                snprintf(why, len, "caller %u, call %d, element %d: got %g, expected %g", who, k, i,
+                         out[i], want);
+                fail = why;
+                break;
+            }
+        }
+    }
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    return fail;
 }

@@ -25,6 +25,20 @@ typedef struct mxt_daemon {
 
 /** The build directory (MXOP_BUILD_DIR or the one the tests were built in). */
 const char *mxt_build_dir(void);
+/*
+ * Runs mxop-serverd in the foreground with --socket DIR/s.sock --plugin-dir
+ * PLUGINS and `extra` (NULL-terminated), for a start that must fail; returns
+ * its exit status, and its stderr in err[errlen].
+ */
+/*
+ * `calls` relu calls of 256 f32 on `c` (relu.so loaded), with values that
+ * differ per caller `who` and per call, each output checked; NULL, or the
+ * first failure written into why[len].  Asserts nothing: usable in forked
+ * children and threads.
+ */
+const char *mxt_relu_calls(mxop_client_t *c, unsigned who, int calls, char *why, size_t len);
+int mxt_daemon_exit_status(const char *dir, const char *plugins, const char *const *extra,
+                           char *err, size_t errlen);
 
 /** Starts a daemon; extra_args is NULL or a NULL-terminated list of further arguments. */
 void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args);

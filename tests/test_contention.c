@@ -39,60 +39,6 @@ static void teardown(void)
 
 TestSuite(contention, .init = setup, .fini = teardown, .timeout = 120);
 
-/* Values that differ per caller and per call, so that a result meant for another cannot pass. */
-static void fill(float *p, size_t n, unsigned who, unsigned call)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)((int)((i * 7 + call * 13 + who * 5) % 17) - 8) + (float)who +
-               (float)call * 1e-3f;
-}
-
-#define ELEMS 256
-
-/*
- * `calls` relu calls on one client with the caller's own values; returns
- * NULL or the first failure, written into why.
- */
-static const char *relu_calls(mxop_client_t *c, unsigned who, int calls, char *why, size_t len)
-{
-    const mxop_op_t *op = NULL;
-    if (mxop_op_find(c, "relu", &op) != 0)
-        return "no op relu";
-    int64_t s[] = {ELEMS};
-    mxop_array_t x, y;
-    if (mxop_array_alloc(c, MXOP_F32, 1, s, &x) != 0)
-        return "mxop_array_alloc failed";
-    if (mxop_array_alloc(c, MXOP_F32, 1, s, &y) != 0) {
-        mxop_array_free(c, &x);
-        return "mxop_array_alloc failed";
-    }
-    const char *fail = NULL;
-    for (int k = 0; k < calls && fail == NULL; k++) {
-        fill(x.data, ELEMS, who, (unsigned)k);
-        memset(y.data, 0xff, y.nbytes);
-        int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
-        if (rc != 0) {
-            snprintf(why, len, "caller %u, call %d: %s: %s", who, k, mxop_err_name(rc),
-                     mxop_last_error(c));
-            fail = why;
-            break;
-        }
-        const float *in = x.data, *out = y.data;
-        for (int i = 0; i < ELEMS; i++) {
-            float want = in[i] > 0 ? in[i] : 0;
-            if (out[i] != want) {
-                snprintf(why, len, "caller %u, call %d, element %d: got %g, expected %g", who, k, i,
-                         out[i], want);
-                fail = why;
-                break;
-            }
-        }
-    }
-    mxop_array_free(c, &x);
-    mxop_array_free(c, &y);
-    return fail;
-}
-
 static mxop_client_t *connect_relu(void)
 {
     const char *libs[] = {"relu.so", NULL};
@@ -114,7 +60,7 @@ _Noreturn static void client_proc(unsigned who)
         _exit(2);
     if (mxop_load_library(c, "relu.so") != 0)
         _exit(3);
-    const char *fail = relu_calls(c, who, PROC_CALLS, why, sizeof(why));
+    const char *fail = mxt_relu_calls(c, who, PROC_CALLS, why, sizeof(why));
     if (fail != NULL)
         fprintf(stderr, "client process %u: %s\n", who, fail);
     mxop_close(c);
@@ -188,7 +134,7 @@ Test(contention, idle_sessions_burn_no_cpu_after_busy_ones)
     /* Every session is busy first, so that each side's spin policy is warm. */
     for (int i = 0; i < IDLE_SESSIONS; i++) {
         c[i] = connect_relu();
-        cr_assert_null(relu_calls(c[i], (unsigned)i, 1000, why, sizeof(why)), "%s", why);
+        cr_assert_null(mxt_relu_calls(c[i], (unsigned)i, 1000, why, sizeof(why)), "%s", why);
         w[i] = mxt_worker_pid(c[i]);
         cr_assert_gt(w[i], 0);
     }
@@ -203,7 +149,7 @@ Test(contention, idle_sessions_burn_no_cpu_after_busy_ones)
         cr_assert_lt(wused, 60, "idle worker %d used %ld ms of CPU in 1.2 s", i, wused);
     }
     for (int i = 0; i < IDLE_SESSIONS; i++) {
-        cr_assert_null(relu_calls(c[i], (unsigned)i, 10, why, sizeof(why)), "after idling: %s",
+        cr_assert_null(mxt_relu_calls(c[i], (unsigned)i, 10, why, sizeof(why)), "after idling: %s",
                        why);
         mxop_close(c[i]);
     }
@@ -224,7 +170,7 @@ typedef struct thread_arg {
 static void *thread_main(void *p)
 {
     thread_arg_t *a = p;
-    a->fail = relu_calls(a->c, a->who, THREAD_CALLS, a->why, sizeof(a->why));
+    a->fail = mxt_relu_calls(a->c, a->who, THREAD_CALLS, a->why, sizeof(a->why));
     return NULL;
 }
 

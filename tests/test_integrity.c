@@ -6,7 +6,6 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +14,6 @@
 #include <unistd.h>
 
 #include "harness.h"
-
-extern char **environ;
 
 static mxt_daemon_t daemon_;
 static char list_path[400];
@@ -156,41 +153,6 @@ Test(integrity, edited_allowlist_applies_at_the_next_load)
     mxop_close(c);
 }
 
-/*
- * Runs the daemon with `extra` (after --socket, --plugin-dir); returns its
- * exit status, its stderr into err[errlen].
- */
-static int daemon_exit_status(const char *dir, const char *plugins, const char *const *extra,
-                              char *err, size_t errlen)
-{
-    char log[600];
-    snprintf(log, sizeof(log), "%s/stderr", dir);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    char bin[600], sock[600];
-    snprintf(bin, sizeof(bin), "%s/bin/mxop-serverd", mxt_build_dir());
-    snprintf(sock, sizeof(sock), "%s/s.sock", dir);
-    const char *argv[16] = {bin, "--socket", sock, "--plugin-dir", plugins};
-    int n = 5;
-    for (int i = 0; extra[i] != NULL && n < 15; i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
-    pid_t pid;
-    cr_assert_eq(posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    int st = 0;
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
-    cr_assert(WIFEXITED(st));
-    FILE *f = fopen(log, "r");
-    cr_assert(f != NULL);
-    size_t got = fread(err, 1, errlen - 1, f);
-    err[got] = '\0';
-    fclose(f);
-    unlink(log);
-    return WEXITSTATUS(st);
-}
-
 Test(integrity, bad_allowlist_line_stops_the_daemon)
 {
     char dir[] = "/tmp/mxop-integrity-XXXXXX";
@@ -199,7 +161,7 @@ Test(integrity, bad_allowlist_line_stops_the_daemon)
     write_list("relu.so not-a-digest\n");
     const char *extra[] = {"--allowlist", list_path, NULL};
     char err[2048];
-    int st = daemon_exit_status(dir, dir, extra, err, sizeof(err));
+    int st = mxt_daemon_exit_status(dir, dir, extra, err, sizeof(err));
     unlink(list_path);
     list_path[0] = '\0';
     rmdir(dir);
@@ -214,7 +176,7 @@ Test(integrity, group_writable_plugin_dir_refused_with_strict_plugin_dir)
     cr_assert_eq(chmod(dir, 0775), 0);
     const char *strict[] = {"--strict-plugin-dir", "on", "--log-level", "error", NULL};
     char err[2048];
-    int st = daemon_exit_status(dir, dir, strict, err, sizeof(err));
+    int st = mxt_daemon_exit_status(dir, dir, strict, err, sizeof(err));
     rmdir(dir);
     cr_assert_eq(st, 2, "the daemon exited with %d: %s", st, err);
     cr_assert(strstr(err, "writable by others than its owner") != NULL, "%s", err);

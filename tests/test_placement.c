@@ -141,47 +141,6 @@ static void setup_one(void)
     unsetenv("MXOP_PLACEMENT");
 }
 
-#define ELEMS 64
-
-/* `calls` checked relu calls; NULL or the first failure, written into why. */
-static const char *relu_calls(mxop_client_t *c, int calls, char *why, size_t len)
-{
-    const mxop_op_t *op = NULL;
-    if (mxop_op_find(c, "relu", &op) != 0)
-        return "no op relu";
-    int64_t shape[] = {ELEMS};
-    mxop_array_t x, y;
-    if (mxop_array_alloc(c, MXOP_F32, 1, shape, &x) != 0)
-        return "mxop_array_alloc failed";
-    if (mxop_array_alloc(c, MXOP_F32, 1, shape, &y) != 0) {
-        mxop_array_free(c, &x);
-        return "mxop_array_alloc failed";
-    }
-    const char *fail = NULL;
-    for (int k = 0; k < calls && fail == NULL; k++) {
-        float *in = x.data;
-        for (int i = 0; i < ELEMS; i++)
-            in[i] = (float)((i * 7 + k) % 13) - 6.0f + (float)k * 1e-3f;
-        memset(y.data, 0xff, y.nbytes);
-        int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
-        if (rc != 0) {
-            snprintf(why, len, "call %d: %s: %s", k, mxop_err_name(rc), mxop_last_error(c));
-            fail = why;
-            break;
-        }
-        const float *out = y.data;
-        for (int i = 0; i < ELEMS; i++)
-            if (out[i] != (in[i] > 0 ? in[i] : 0)) {
-                snprintf(why, len, "call %d, element %d: got %g for %g", k, i, out[i], in[i]);
-                fail = why;
-                break;
-            }
-    }
-    mxop_array_free(c, &x);
-    mxop_array_free(c, &y);
-    return fail;
-}
-
 static mxop_client_t *connect_shm(void)
 {
     mxop_client_t *c = NULL;
@@ -214,7 +173,7 @@ Test(placement, the_worker_moves_off_its_clients_cpu, .init = setup_two, .fini =
         cr_skip_test("fewer than 2 CPUs allowed here");
     char why[256];
     mxop_client_t *c = connect_shm();
-    cr_assert_null(relu_calls(c, 50, why, sizeof(why)), "%s", why);
+    cr_assert_null(mxt_relu_calls(c, 0, 50, why, sizeof(why)), "%s", why);
     cr_assert_eq(mxop_data_path(c), MXOP_DATA_PATH_SHM, "the session has no mailbox");
     pid_t w = mxt_worker_pid(c);
     cr_assert_gt(w, 0);
@@ -232,7 +191,7 @@ Test(placement, the_worker_moves_off_its_clients_cpu, .init = setup_two, .fini =
     cr_assert(moved, "the worker stayed allowed on its client's CPU %d", cpu_a);
     cr_assert(CPU_ISSET(cpu_b, &now), "the worker left its allowed CPUs");
     /* Calls with data still get their own results with the worker moved. */
-    cr_assert_null(relu_calls(c, 200, why, sizeof(why)), "after the move: %s", why);
+    cr_assert_null(mxt_relu_calls(c, 0, 200, why, sizeof(why)), "after the move: %s", why);
     mxop_close(c);
 }
 
@@ -247,9 +206,11 @@ Test(placement, a_worker_with_one_cpu_stays_and_calls_succeed, .init = setup_one
     cr_assert_gt(w, 0);
     /* The client on the CPU the worker may not use, then on the worker's own CPU. */
     pin_self(cpu_b, -1);
-    cr_assert_null(relu_calls(c, 2000, why, sizeof(why)), "client on CPU %d: %s", cpu_b, why);
+    cr_assert_null(mxt_relu_calls(c, 0, 2000, why, sizeof(why)), "client on CPU %d: %s", cpu_b,
+                   why);
     pin_self(cpu_a, -1);
-    cr_assert_null(relu_calls(c, 2000, why, sizeof(why)), "client on CPU %d: %s", cpu_a, why);
+    cr_assert_null(mxt_relu_calls(c, 0, 2000, why, sizeof(why)), "client on CPU %d: %s", cpu_a,
+                   why);
     cpu_set_t now;
     cr_assert_eq(sched_getaffinity(w, sizeof now, &now), 0);
     cr_assert(CPU_ISSET(cpu_a, &now) && CPU_COUNT(&now) == 1,

@@ -17,7 +17,6 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +25,6 @@
 #include <unistd.h>
 
 #include "harness.h"
-
-extern char **environ;
 
 static mxt_daemon_t daemon_;
 static char list_path[400];
@@ -605,37 +602,6 @@ Test(privsep_list, trusted_column_edit_applies_at_the_next_load)
     expect_back_to(&base);
 }
 
-/* Runs the daemon with `extra`; returns its exit status, its stderr into err. */
-static int daemon_exit_status(const char *dir, const char *const *extra, char *err, size_t errlen)
-{
-    char log[600];
-    snprintf(log, sizeof(log), "%s/stderr", dir);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    char bin[600], sock[600];
-    snprintf(bin, sizeof(bin), "%s/bin/mxop-serverd", mxt_build_dir());
-    snprintf(sock, sizeof(sock), "%s/s.sock", dir);
-    const char *argv[16] = {bin, "--socket", sock, "--plugin-dir", dir};
-    int n = 5;
-    for (int i = 0; extra[i] != NULL && n < 15; i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
-    pid_t pid;
-    cr_assert_eq(posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    int st = 0;
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
-    cr_assert(WIFEXITED(st));
-    FILE *f = fopen(log, "r");
-    cr_assert(f != NULL);
-    size_t got = fread(err, 1, errlen - 1, f);
-    err[got] = '\0';
-    fclose(f);
-    unlink(log);
-    return WEXITSTATUS(st);
-}
-
 Test(privsep_list, unknown_third_field_refused_with_its_line)
 {
     char dir[] = "/tmp/mxop-privsep-XXXXXX";
@@ -647,7 +613,7 @@ Test(privsep_list, unknown_third_field_refused_with_its_line)
         "crash.so 0000000000000000000000000000000000000000000000000000000000000000 trustd\n");
     const char *extra[] = {"--allowlist", list_path, NULL};
     char err[2048];
-    int st = daemon_exit_status(dir, extra, err, sizeof(err));
+    int st = mxt_daemon_exit_status(dir, dir, extra, err, sizeof(err));
     unlink(list_path);
     list_path[0] = '\0';
     rmdir(dir);
@@ -661,7 +627,7 @@ Test(privsep_list, worker_uid_0_refused_unless_sandbox_none)
     cr_assert(mkdtemp(dir) != NULL);
     const char *extra[] = {"--worker-uid", "0", NULL};
     char err[2048];
-    int st = daemon_exit_status(dir, extra, err, sizeof(err));
+    int st = mxt_daemon_exit_status(dir, dir, extra, err, sizeof(err));
     rmdir(dir);
     cr_assert_eq(st, 2, "the daemon exited with %d: %s", st, err);
     cr_assert(strstr(err, "--worker-uid 0") != NULL, "%s", err);

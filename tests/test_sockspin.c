@@ -131,57 +131,6 @@ static void teardown(void)
 
 TestSuite(sockpath, .init = setup, .fini = teardown, .timeout = 180);
 
-#define ELEMS 256
-
-/* Values that differ per caller and per call, so that a result meant for another cannot pass. */
-static void fill(float *p, size_t n, unsigned who, unsigned call)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)((int)((i * 5 + call * 11 + who * 3) % 19) - 9) + (float)who +
-               (float)call * 1e-3f;
-}
-
-/* `calls` checked relu calls; NULL or the first failure, written into why. */
-static const char *relu_calls(mxop_client_t *c, unsigned who, int calls, char *why, size_t len)
-{
-    const mxop_op_t *op = NULL;
-    if (mxop_op_find(c, "relu", &op) != 0)
-        return "no op relu";
-    int64_t shape[] = {ELEMS};
-    mxop_array_t x, y;
-    if (mxop_array_alloc(c, MXOP_F32, 1, shape, &x) != 0)
-        return "mxop_array_alloc failed";
-    if (mxop_array_alloc(c, MXOP_F32, 1, shape, &y) != 0) {
-        mxop_array_free(c, &x);
-        return "mxop_array_alloc failed";
-    }
-    const char *fail = NULL;
-    for (int k = 0; k < calls && fail == NULL; k++) {
-        fill(x.data, ELEMS, who, (unsigned)k);
-        memset(y.data, 0xff, y.nbytes);
-        int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
-        if (rc != 0) {
-            snprintf(why, len, "caller %u, call %d: %s: %s", who, k, mxop_err_name(rc),
-                     mxop_last_error(c));
-            fail = why;
-            break;
-        }
-        const float *in = x.data, *out = y.data;
-        for (int i = 0; i < ELEMS; i++) {
-            float want = in[i] > 0 ? in[i] : 0;
-            if (out[i] != want) {
-                snprintf(why, len, "caller %u, call %d, element %d: got %g, expected %g", who, k, i,
-                         out[i], want);
-                fail = why;
-                break;
-            }
-        }
-    }
-    mxop_array_free(c, &x);
-    mxop_array_free(c, &y);
-    return fail;
-}
-
 /* A session on the socket path with relu.so loaded (asserts it got that path). */
 static mxop_client_t *connect_socket(void)
 {
@@ -231,7 +180,7 @@ Test(sockpath, a_hung_up_channel_is_noticed_long_before_the_deadline)
 {
     char why[512];
     mxop_client_t *c = connect_socket();
-    cr_assert_null(relu_calls(c, 0, 200, why, sizeof(why)), "%s", why);
+    cr_assert_null(mxt_relu_calls(c, 0, 200, why, sizeof(why)), "%s", why);
     mxt_sleep_ms(300);
     int fd = data_channel_fd();
     cr_assert(fd >= 0, "no data channel found");
@@ -241,7 +190,7 @@ Test(sockpath, a_hung_up_channel_is_noticed_long_before_the_deadline)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int ok = 0;
     for (int i = 0; i < 100 && !ok; i++) {
-        ok = relu_calls(c, 0, 20, why, sizeof(why)) == NULL;
+        ok = mxt_relu_calls(c, 0, 20, why, sizeof(why)) == NULL;
         if (!ok)
             mxt_sleep_ms(50);
     }
