@@ -1215,7 +1215,7 @@ int main(int argc, char **argv)
     }
     if (want(b, '2') || want(b, '3')) {
         printf("2/7 relu 1 MiB, relu 64 MiB, gemm 1024 (in-process, zero-copy, heap)\n");
-        bench_relu(b, 1 * MIB, "1 MiB", 20, iters(b, 100, 5), 0);
+        bench_relu(b, 1 * MIB, "1 MiB", 20, iters(b, 100, 5), 1.3);
         bench_relu(b, 64 * MIB, "64 MiB", 20, iters(b, 2, 1), 1.05);
         bench_gemm(b);
     }

@@ -27,6 +27,7 @@
 
 #include "client/client_internal.h"
 #include "client/inflight.h"
+#include "client/spincap.h"
 #include "common/util.h"
 #include "shm/call_page.h"
 
@@ -308,11 +309,11 @@ static int mbox_result(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxop_
  * mailbox wins over news of the worker's death.
  */
 static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t wait_ms,
-                     int64_t start_ns, int64_t end_ns, Mxop__CallResult **res)
+                     int64_t start_ns, int64_t end_ns, int64_t spin_cap, Mxop__CallResult **res)
 {
     int64_t spent;
     int rc;
-    if (mxop__mbox_spin(&c->mbox, &spent) && (rc = mbox_result(c, op, id, res)) != 1)
+    if (mxop__mbox_spin(&c->mbox, spin_cap, &spent) && (rc = mbox_result(c, op, id, res)) != 1)
         goto done;
     for (;;) {
         rc = mbox_result(c, op, id, res);
@@ -347,7 +348,7 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
             goto done;
     }
 done:
-    mxop__mbox_note_wait(&c->mbox, mxop__now_ns() - start_ns);
+    mxop__mbox_note_wait(&c->mbox, start_ns);
     return rc;
 }
 
@@ -407,8 +408,11 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
     if (c->mbox_on) {
         size_t n = protobuf_c_message_get_packed_size(msg);
         if (mxop__mbox_fits(n)) {
+            int64_t spin_cap = mxop__spincap_enter();
             mxop__mbox_put(&c->mbox, MXOP__KIND_CALL, msg, n);
-            return wait_mbox(c, op, id, wait_ms, start, end, res);
+            int rc = wait_mbox(c, op, id, wait_ms, start, end, spin_cap, res);
+            mxop__spincap_leave();
+            return rc;
         }
         /* Too large for a slot: the socket carries it, and its result. */
     }

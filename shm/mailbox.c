@@ -194,6 +194,7 @@ void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg,
     protobuf_c_message_pack(msg, s->data + MXOP__FRAME_HDR);
     atomic_store_explicit(&s->len, (uint32_t)(MXOP__FRAME_HDR + payload), memory_order_relaxed);
     atomic_store_explicit(&s->cpu, sched_getcpu(), memory_order_relaxed);
+    atomic_store_explicit(&s->put_ns, mxop__now_ns(), memory_order_relaxed);
     m->tx_seq = seq + 2;
     /*
      * Sequentially consistent store, then load: with the reader's store of
@@ -242,12 +243,16 @@ int mxop__mbox_take(mxop__mbox_t *m, uint8_t *buf, size_t cap, uint16_t *kind, u
     return 0;
 }
 
-static int64_t spin_budget(const mxop__mbox_t *m)
+static int64_t spin_budget(const mxop__mbox_t *m, int64_t cap)
 {
-    /* Spinning pays while waits are short; as they grow, spin less (and burn less). */
     int64_t avg = m->wait_avg_ns;
-    if (avg <= MXOP__MBOX_SPIN_NS)
+    if (avg <= MXOP__MBOX_SPIN_NS / 2)
         return MXOP__MBOX_SPIN_NS;
+    if (avg <= cap / 2)
+        return 2 * avg;
+    if (avg <= cap)
+        return cap;
+    /* Long waits: spin less (and burn less), for the occasional quick answer. */
     int64_t b = (int64_t)MXOP__MBOX_SPIN_NS * MXOP__MBOX_SPIN_NS / avg;
     return b < MXOP__MBOX_SPIN_MIN_NS ? MXOP__MBOX_SPIN_MIN_NS : b;
 }
@@ -274,11 +279,11 @@ static void note_spin(mxop__mbox_t *m, int hit)
     m->hit_rate += ((hit ? MXOP__MBOX_HIT_ONE : 0) - m->hit_rate) / 16;
 }
 
-int mxop__mbox_spin(mxop__mbox_t *m, int64_t *spent_ns)
+int mxop__mbox_spin(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
 {
-    int64_t start = mxop__now_ns(), budget = spin_budget(m), now = start;
+    int64_t start = mxop__now_ns(), budget = spin_budget(m, cap_ns), now = start;
     *spent_ns = 0;
-    if (!spin_pays(m))
+    if (cap_ns <= 0 || !spin_pays(m))
         return mxop__mbox_ready(m);
     /*
      * Two processes on one CPU: the peer can only answer when this side
@@ -337,8 +342,11 @@ void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang)
     }
 }
 
-void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t waited_ns)
+void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t since_ns)
 {
+    int64_t now = mxop__now_ns();
+    int64_t put = atomic_load_explicit(&m->rx->put_ns, memory_order_relaxed);
+    int64_t waited_ns = put >= since_ns && put <= now ? put - since_ns : now - since_ns;
     if (waited_ns > WAIT_SAMPLE_MAX_NS)
         waited_ns = WAIT_SAMPLE_MAX_NS;
     if (waited_ns < 0)

@@ -46,13 +46,24 @@
 #define MXOP__MBOX_SLOT_BYTES (64u * 1024)
 
 /*
- * Spinning: the budget is SPIN_NS, cut down towards SPIN_MIN_NS as recent
- * waits grow longer than that (spinning would not have caught them).  It
- * is more than twice a wake-up here (20-30 us): with a budget close to the
- * wake-up time, one side that slept makes the other miss its spin too, and
- * the pair can stay in that slow rhythm for thousands of calls.
+ * Spinning: the budget follows the waits a spin can catch.  It is at least
+ * SPIN_NS, more than twice a wake-up here (20-30 us): with a budget close
+ * to the wake-up time, one side that slept makes the other miss its spin
+ * too, and the pair can stay in that slow rhythm for thousands of calls.
+ * Up to the caller's cap (mxop__mbox_spin), it is twice the recent average
+ * wait: a client waiting for an op of tens of microseconds (a relu of
+ * 1 MiB) then does not go to sleep just before the result comes and pay
+ * the wake-up of a halted CPU (50-100 us on this VM, more than the op).
+ * Past the cap the wake-up is a small part of the wait, and the budget
+ * falls towards SPIN_MIN_NS as waits grow, catching only quick answers.
+ * The worker, waiting for the engine's next call, caps at SPIN_NS: the
+ * engine's pauses between calls are its own business.  The client caps at
+ * SPIN_LONG_NS while its process's calls in flight leave a CPU for each
+ * worker, and does not spin at all beyond that (client/spincap.c): a spin
+ * beside busy workers takes their CPU.
  */
 #define MXOP__MBOX_SPIN_NS 50000
+#define MXOP__MBOX_SPIN_LONG_NS 250000
 #define MXOP__MBOX_SPIN_MIN_NS 2000
 
 /*
@@ -70,7 +81,8 @@ typedef struct mxop__mbox_slot {
     _Atomic uint32_t sleeping; /* 1: the reader sleeps (or is about to) on its bell */
     _Atomic uint32_t len;      /* frame bytes in data[] */
     _Atomic int32_t cpu;       /* the CPU the writer ran on when it last wrote (-1: unknown) */
-    uint32_t pad_[12];         /* the control words get their own cache line */
+    _Atomic int64_t put_ns;    /* CLOCK_MONOTONIC when the writer published its last frame */
+    uint32_t pad_[10];         /* the control words get their own cache line */
     uint8_t data[MXOP__MBOX_SLOT_BYTES];
 } mxop__mbox_slot_t;
 
@@ -156,9 +168,11 @@ int mxop__mbox_take(mxop__mbox_t *m, uint8_t *buf, size_t cap, uint16_t *kind, u
 /**
  * Spins until a new frame is ready or this side's adaptive budget runs out;
  * does not spin at all when spinning cannot pay (see the top of this file).
- * Returns 1 (ready) or 0.  *spent_ns gets the time spun.
+ * cap_ns (MXOP__MBOX_SPIN_NS or MXOP__MBOX_SPIN_LONG_NS) bounds how far the
+ * budget follows long waits; 0 means no spin.  Returns 1 (ready) or 0.  *spent_ns gets the
+ * time spun.
  */
-int mxop__mbox_spin(mxop__mbox_t *m, int64_t *spent_ns);
+int mxop__mbox_spin(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns);
 
 /**
  * Raises the sleeping flag before a poll() on bell_rx.  Returns 1 if a
@@ -169,7 +183,15 @@ int mxop__mbox_sleep_begin(mxop__mbox_t *m);
 /** Lowers the flag after the poll; drains the bell when poll said it rang. */
 void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang);
 
-/** Tells the spin policy how long a wait took in all (spin and sleep). */
-void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t waited_ns);
+/**
+ * Tells the spin policy about a wait that began at since_ns and has just
+ * taken its frame: how long the peer took to answer.  That is the frame's
+ * publication time (put_ns) less since_ns, not the whole wait, which after
+ * a sleep also holds the wake-up: a budget that followed wake-ups would
+ * grow past the cap and collapse, and spins would never catch the answer
+ * again.  The peer writes put_ns, so it is bounded by the wait itself: a
+ * peer that lies can only make this side spin up to its cap.
+ */
+void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t since_ns);
 
 #endif /* MXOP_SHM_MAILBOX_H */

@@ -9,6 +9,8 @@
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 #include "data.pb-c.h"
 #include "harness.h"
 #include "proto/frame.h"
+#include "client/spincap.h"
 #include "shm/mailbox.h"
 
 static mxt_daemon_t daemon_;
@@ -203,8 +206,8 @@ Test(contention, a_side_whose_spins_never_succeed_stops_spinning)
     int waits = 160;
     for (int i = 0; i < waits; i++) {
         int64_t spent = 0;
-        cr_assert_eq(mxop__mbox_spin(&m, &spent), 0);
-        mxop__mbox_note_wait(&m, 2 * (int64_t)MXOP__MBOX_SPIN_NS);
+        cr_assert_eq(mxop__mbox_spin(&m, MXOP__MBOX_SPIN_NS, &spent), 0);
+        mxop__mbox_note_wait(&m, mxop__now_ns() - 2 * (int64_t)MXOP__MBOX_SPIN_NS);
     }
     cr_log_info("%llu spins in %d waits (%llu skipped as not paying)",
                 (unsigned long long)m.n_spins, waits, (unsigned long long)m.n_skip_rare);
@@ -227,7 +230,7 @@ Test(contention, a_side_whose_probes_succeed_spins_again)
                  0, "%s", why);
     for (int i = 0; i < 100; i++) {
         int64_t spent;
-        mxop__mbox_spin(&cl, &spent);
+        mxop__mbox_spin(&cl, MXOP__MBOX_SPIN_NS, &spent);
     }
     uint64_t skipped = cl.n_skip_rare;
     cr_assert_gt(skipped, 0, "spins that never succeed did not stop");
@@ -240,7 +243,8 @@ Test(contention, a_side_whose_probes_succeed_spins_again)
         mxop__mbox_put(&wk, MXOP__KIND_CALL_RESULT, &res.base,
                        protobuf_c_message_get_packed_size(&res.base));
         int64_t spent;
-        cr_assert_eq(mxop__mbox_spin(&cl, &spent), 1, "a frame put before the wait was not seen");
+        cr_assert_eq(mxop__mbox_spin(&cl, MXOP__MBOX_SPIN_NS, &spent), 1,
+                     "a frame put before the wait was not seen");
         uint16_t kind;
         uint32_t len;
         cr_assert_eq(mxop__mbox_take(&cl, buf, sizeof(buf), &kind, &len), 1);
@@ -254,4 +258,144 @@ Test(contention, a_side_whose_probes_succeed_spins_again)
     cr_assert_gt(cl.n_spin_hits, 100);
     mxop__mbox_close(&wk);
     mxop__mbox_close(&cl);
+}
+
+/*
+ * The spin budget follows how long the peer took to answer, not the whole
+ * wait: a wait that ended in a sleep also holds the wake-up, and a budget
+ * that followed it would grow past its cap and collapse.
+ */
+Test(contention, a_wait_counts_until_the_answer_not_until_the_wake_up)
+{
+    mxop__mbox_t cl, wk;
+    int fds[3];
+    char why[256];
+    cr_assert_eq(mxop__mbox_create(&cl, fds, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(mxop__mbox_attach(&wk, fds[0], dup(fds[1]), dup(fds[2]), MXOP__MBOX_BYTES, why,
+                                   sizeof(why)),
+                 0, "%s", why);
+    uint8_t buf[MXOP__MBOX_SLOT_BYTES];
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    for (int i = 0; i < 16; i++) {
+        int64_t since = mxop__now_ns();
+        res.id = (uint64_t)i;
+        mxop__mbox_put(&wk, MXOP__KIND_CALL_RESULT, &res.base,
+                       protobuf_c_message_get_packed_size(&res.base));
+        /* The side takes the answer 5 ms after it came (as after a slow wake-up). */
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        uint16_t kind;
+        uint32_t len;
+        cr_assert_eq(mxop__mbox_take(&cl, buf, sizeof(buf), &kind, &len), 1);
+        mxop__mbox_note_wait(&cl, since);
+    }
+    /* The answers came at once; the average stays far below the 5 ms slept. */
+    cr_assert_lt(cl.wait_avg_ns, 1000000, "average wait %lld ns counts the sleeps",
+                 (long long)cl.wait_avg_ns);
+
+    /* A publication time outside the wait (a peer that lies) counts the whole wait. */
+    atomic_store(&cl.rx->put_ns, mxop__now_ns() + 1000000000);
+    for (int i = 0; i < 32; i++)
+        mxop__mbox_note_wait(&cl, mxop__now_ns() - 2 * (int64_t)MXOP__MBOX_SPIN_LONG_NS);
+    cr_assert_gt(cl.wait_avg_ns, MXOP__MBOX_SPIN_LONG_NS, "a put_ns in the future was believed");
+    mxop__mbox_close(&wk);
+    mxop__mbox_close(&cl);
+}
+
+/* Long spins only while each call in flight and its worker have a CPU each. */
+Test(contention, long_spins_only_while_calls_in_flight_fit_the_cpus)
+{
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+    int cpus = CPU_COUNT(&set);
+    int64_t caps[8];
+    for (int k = 1; k <= 8; k++) {
+        caps[k - 1] = mxop__spincap_enter();
+        cr_assert_eq(caps[k - 1], 2 * k <= cpus ? MXOP__MBOX_SPIN_LONG_NS : 0,
+                     "%d calls in flight on %d CPUs: cap %lld", k, cpus, (long long)caps[k - 1]);
+    }
+    for (int k = 0; k < 8; k++)
+        mxop__spincap_leave();
+    /* All over: a lone call spins long again (where 2 CPUs allow it). */
+    cr_assert_eq(mxop__spincap_enter(), cpus >= 2 ? MXOP__MBOX_SPIN_LONG_NS : 0);
+    mxop__spincap_leave();
+}
+
+/* The peer of long_waits_are_caught_by_a_long_spin_only: answers each request 150 us late. */
+#define LATE_NS (150 * 1000)
+typedef struct late_peer {
+    mxop__mbox_t *wk;
+    int n;
+} late_peer_t;
+
+static void *late_peer_main(void *arg)
+{
+    late_peer_t *p = arg;
+    uint8_t *buf = malloc(MXOP__MBOX_SLOT_BYTES);
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    for (int i = 0; i < p->n; i++) {
+        uint16_t kind;
+        uint32_t len;
+        while (mxop__mbox_take(p->wk, buf, MXOP__MBOX_SLOT_BYTES, &kind, &len) != 1)
+            ;
+        int64_t until = mxop__now_ns() + LATE_NS;
+        while (mxop__now_ns() < until)
+            ;
+        res.id = (uint64_t)i;
+        mxop__mbox_put(p->wk, MXOP__KIND_CALL_RESULT, &res.base,
+                       protobuf_c_message_get_packed_size(&res.base));
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Runs n calls against a late peer, each wait spinning with `cap`; returns the spins that hit. */
+static uint64_t calls_against_a_late_peer(int64_t cap, int n)
+{
+    mxop__mbox_t cl, wk;
+    int fds[3];
+    char why[256];
+    cr_assert_eq(mxop__mbox_create(&cl, fds, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(mxop__mbox_attach(&wk, fds[0], dup(fds[1]), dup(fds[2]), MXOP__MBOX_BYTES, why,
+                                   sizeof(why)),
+                 0, "%s", why);
+    late_peer_t peer = {.wk = &wk, .n = n};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, late_peer_main, &peer), 0);
+    uint8_t *buf = malloc(MXOP__MBOX_SLOT_BYTES);
+    Mxop__CallResult req = MXOP__CALL_RESULT__INIT;
+    for (int i = 0; i < n; i++) {
+        int64_t since = mxop__now_ns(), spent;
+        mxop__mbox_put(&cl, MXOP__KIND_CALL_RESULT, &req.base,
+                       protobuf_c_message_get_packed_size(&req.base));
+        if (!mxop__mbox_spin(&cl, cap, &spent))
+            while (!mxop__mbox_ready(&cl))
+                ;
+        uint16_t kind;
+        uint32_t len;
+        cr_assert_eq(mxop__mbox_take(&cl, buf, MXOP__MBOX_SLOT_BYTES, &kind, &len), 1);
+        mxop__mbox_note_wait(&cl, since);
+    }
+    pthread_join(t, NULL);
+    free(buf);
+    uint64_t hits = cl.n_spin_hits;
+    cr_log_info("cap %lld ns: %llu of %llu spins hit, average wait %lld ns", (long long)cap,
+                (unsigned long long)hits, (unsigned long long)cl.n_spins,
+                (long long)cl.wait_avg_ns);
+    mxop__mbox_close(&wk);
+    mxop__mbox_close(&cl);
+    return hits;
+}
+
+/*
+ * Answers 150 us late (an op of that length): the worker's cap catches
+ * few (only where a yield let the peer finish); the client's long cap
+ * follows the waits and catches most (at least a quarter, for a loaded
+ * machine).
+ */
+Test(contention, long_waits_are_caught_by_a_long_spin_only, .timeout = 60)
+{
+    const int n = 200;
+    cr_assert_lt(calls_against_a_late_peer(MXOP__MBOX_SPIN_NS, n), (uint64_t)n / 4);
+    cr_assert_gt(calls_against_a_late_peer(MXOP__MBOX_SPIN_LONG_NS, n), (uint64_t)n / 4);
 }

@@ -342,8 +342,8 @@ int mxop__data_serve(void)
         /* Fast path: the client sends its next call within the spin. */
         if (mbox.sh != NULL) {
             int64_t spent = 0;
-            if (mxop__mbox_ready(&mbox) || mxop__mbox_spin(&mbox, &spent)) {
-                mxop__mbox_note_wait(&mbox, mxop__now_ns() - idle_since);
+            if (mxop__mbox_ready(&mbox) || mxop__mbox_spin(&mbox, MXOP__MBOX_SPIN_NS, &spent)) {
+                mxop__mbox_note_wait(&mbox, idle_since);
                 serve_mbox();
                 int64_t now = mxop__now_ns();
                 idle_since = now;

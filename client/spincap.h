@@ -1,0 +1,23 @@
+/*
+ * client/spincap.h - how far a client thread's spin for its result may
+ * follow long waits (client/spincap.c).
+ */
+#ifndef MXOP_CLIENT_SPINCAP_H
+#define MXOP_CLIENT_SPINCAP_H
+
+#include <stdint.h>
+
+/*
+ * Counts a call of the calling thread as in flight (from before its request
+ * is published to its result) and returns the spin cap for its wait
+ * (mxop__mbox_spin): MXOP__MBOX_SPIN_LONG_NS while the process's calls in
+ * flight, each a waiting thread and a busy worker, fit the CPUs it may run
+ * on, else 0 (no spin: sleep on the bell at once).  Paired with
+ * mxop__spincap_leave.
+ */
+int64_t mxop__spincap_enter(void);
+
+/* The call is over. */
+void mxop__spincap_leave(void);
+
+#endif
