@@ -49,7 +49,9 @@ void mxop__region_unmap(void *base, size_t size);
  * on this VM populating both worker mappings of a fresh 64 MiB region took
  * 45-60 ms, while the first call that touched it unfaulted cost 6 ms more
  * than later calls as an input and 20-30 ms more as an output (make bench,
- * section 4 and bench_prefault; docs/performance.md).  Huge pages, which
+ * section 4 and bench_prefault; docs/performance.md).  The worker faults
+ * the rest of a writable view in after answering, in the background and
+ * under each call's outputs (server/worker/prefill.c).  Huge pages, which
  * would cut the faults 512-fold, are not there for shared memory on this
  * machine (/sys/kernel/mm/transparent_hugepage/shmem_enabled is "never").
  */
@@ -59,8 +61,9 @@ void mxop__region_unmap(void *base, size_t size);
  * Faults the first MXOP__PREFAULT_MAX bytes of a mapping in now (all of a
  * small one: the mailbox, small regions), so that the first op that
  * touches them runs at full speed; the rest is faulted in by its first
- * use, only as far as it is used.  Uses MADV_POPULATE_READ/WRITE where the
- * kernel has it, else touches each page.  Returns 0.
+ * use (or, for a worker's writable view, by server/worker/prefill.c).
+ * Uses MADV_POPULATE_READ/WRITE where the kernel has it, else touches each
+ * page.  Returns 0.
  */
 int mxop__region_prefault(void *base, size_t size, int writable);
 

@@ -373,3 +373,53 @@ Test(fastpath, an_idle_session_burns_no_cpu)
     cr_assert_null(relu_calls(c, 10, why, sizeof(why)), "after the pause: %s", why);
     mxop_close(c);
 }
+
+/*
+ * A new region's writable view is faulted in by a background thread of the
+ * worker after the map is answered (server/worker/prefill.c), and by the
+ * first call under its outputs.  Calls into regions being faulted in get
+ * their results whole; regions released while the thread works on them
+ * (their views unmapped under it) cost no crash, and the worker stays.
+ */
+Test(fastpath, new_regions_are_right_while_faulted_in_and_released_at_once)
+{
+    mxop_client_t *c = connect_path(MXOP_DATA_PATH_DEFAULT);
+    pid_t worker = mxt_worker_pid(c);
+    const size_t bytes = 24u << 20, n = bytes / sizeof(float);
+    const int64_t shape[1] = {(int64_t)n};
+    for (int round = 0; round < 3; round++) {
+        uint32_t rin, rout;
+        void *bin, *bout;
+        cr_assert_eq(mxop_region_create(c, bytes, &rin, &bin), 0, "%s", mxop_last_error(c));
+        float *x = bin;
+        for (size_t i = 0; i < n; i++)
+            x[i] = (float)((int)((i * 7 + (size_t)round) % 17) - 8);
+        /* The output region is new: its first call runs while it is faulted in. */
+        cr_assert_eq(mxop_region_create(c, bytes, &rout, &bout), 0, "%s", mxop_last_error(c));
+        mxop_array_t ax, ay;
+        cr_assert_eq(mxop_array_view(c, rin, 0, MXOP_F32, 1, shape, &ax), 0);
+        cr_assert_eq(mxop_array_view(c, rout, 0, MXOP_F32, 1, shape, &ay), 0);
+        int rc = mxop_forward(c, mxt_op(c, "relu"), NULL, &ax, 1, &ay, 1);
+        cr_assert_eq(rc, 0, "relu: %s: %s", mxop_err_name(rc), mxop_last_error(c));
+        const float *y = bout;
+        for (size_t i = 0; i < n; i++) {
+            float want = x[i] > 0 ? x[i] : 0;
+            if (y[i] != want)
+                cr_assert_fail("round %d, element %zu: got %g, expected %g", round, i, y[i], want);
+        }
+        cr_assert_eq(mxop_region_release(c, rin), 0);
+        cr_assert_eq(mxop_region_release(c, rout), 0);
+    }
+    /* Released at once, while their views are being faulted in. */
+    for (int i = 0; i < 8; i++) {
+        uint32_t r;
+        void *b;
+        cr_assert_eq(mxop_region_create(c, 32u << 20, &r, &b), 0, "%s", mxop_last_error(c));
+        cr_assert_eq(mxop_region_release(c, r), 0, "%s", mxop_last_error(c));
+    }
+    char why[256];
+    const char *fail = relu_calls(c, 50, why, sizeof(why));
+    cr_assert_null(fail, "%s", fail);
+    cr_assert_eq(mxt_worker_pid(c), worker, "the worker was replaced");
+    mxop_close(c);
+}

@@ -17,6 +17,7 @@
 #include "common/util.h"
 #include "shm/region.h"
 #include "server/worker/cuda.h"
+#include "server/worker/prefill.h"
 #include "server/worker/worker.h"
 
 static mxop__region_t *slots;
@@ -120,6 +121,7 @@ void mxop__regions_confine(void)
         mxop__region_t *r = &slots[i];
         if (r->id == 0 || r->cuda || r->scratch || r->rw == NULL)
             continue;
+        mxop__prefill_cancel(r->rw);
         mxop__region_unmap(r->rw, r->size);
         r->rw = NULL;
     }
@@ -177,9 +179,12 @@ int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags, c
             goto err_ro;
         }
     }
+    /* The heads now; the rest of the writable view in the background (prefill.c). */
     mxop__region_prefault(ro, (size_t)size, 0);
-    if (rw != NULL)
+    if (rw != NULL) {
         mxop__region_prefault(rw, (size_t)size, 1);
+        mxop__prefill_start(rw, (size_t)size);
+    }
 
     mxop__region_t r = {.id = id,
                         .ro = ro,
@@ -247,8 +252,10 @@ int mxop__region_remove(uint32_t id, char *msg, size_t msglen)
         mxop__cuda_close_ipc(r->device, r->rw);
     } else {
         mxop__region_unmap(r->ro, r->size);
-        if (r->rw != NULL)
+        if (r->rw != NULL) {
+            mxop__prefill_cancel(r->rw);
             mxop__region_unmap(r->rw, r->size);
+        }
     }
 
     /* Backward-shift deletion: pull later members of the probe run into the hole. */

@@ -14,6 +14,7 @@
 
 #include "common/util.h"
 #include "server/worker/cuda.h"
+#include "server/worker/prefill.h"
 #include "server/worker/worker.h"
 
 static mxop_tensor_t in_t[MXOP__W_MAX_IN];
@@ -226,6 +227,10 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *re
                               sizeof(res_msg));
         if (rc != 0)
             return rc;
+        /* A new region's pages under this output, before the op writes them (prefill.c). */
+        if (!r->cuda && r->rw != NULL)
+            mxop__prefill_claim(r->rw, (size_t)((uint8_t *)out_t[j].data - r->rw),
+                                out_t[j].size * mxop_dtype_size(out_t[j].dtype));
     }
 
     /* Device tensors take the op's GPU callbacks, on the worker's stream (devcall.c, cuda.c). */

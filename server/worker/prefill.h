@@ -1,0 +1,48 @@
+/*
+ * server/worker/prefill.h - faulting in the writable view of a new region
+ * in the background (server/worker/prefill.c).
+ */
+#ifndef MXOP_SERVER_WORKER_PREFILL_H
+#define MXOP_SERVER_WORKER_PREFILL_H
+
+#include <stddef.h>
+
+#include "shm/region.h"
+
+/*
+ * Regions whose writable view is at most this many bytes are faulted in at
+ * once, all of them, before the map is answered (mxop__region_prefault);
+ * larger ones have this head faulted in at once and the rest here.
+ */
+#define MXOP__PREFILL_MIN MXOP__PREFAULT_MAX
+
+/*
+ * The most bytes of one region faulted in the background: about 1 us of
+ * CPU a page here, so 512 MiB is about 130 ms, far below what the
+ * daemon's idle-CPU watchdog tolerates (server/daemon/idle_cpu.h).
+ * Beyond it, pages are faulted in by their first use.
+ */
+#define MXOP__PREFILL_MAX ((size_t)512 << 20)
+
+/**
+ * Queues the writable view rw (size bytes) of a new region, whose head
+ * (MXOP__PREFILL_MIN) is already faulted in: a background thread faults in
+ * the rest from the end towards the head, 2 MiB at a time.  Does nothing
+ * where the thread cannot be started (the first use faults).
+ */
+void mxop__prefill_start(void *rw, size_t size);
+
+/**
+ * Before a call writes [off, off + len) of the view at rw: faults in the
+ * chunks of that span the background has not reached, from the head, on
+ * the calling thread.  Costs one relaxed load when no view is pending.
+ */
+void mxop__prefill_claim(void *rw, size_t off, size_t len);
+
+/**
+ * Stops any prefill of the mapping at rw and returns once the thread no
+ * longer touches it: called before rw is unmapped.
+ */
+void mxop__prefill_cancel(void *rw);
+
+#endif
