@@ -26,10 +26,10 @@ static int restricted; /* this process was moved off its peer's CPU and not rele
 
 void mxop__placement_init(void)
 {
-    /* Opt-in: it helps many small calls and hurts calls that move data (placement.h). */
+    /* On unless turned off (placement.h). */
     const char *e = getenv("MXOP_PLACEMENT");
-    on = e != NULL && strcmp(e, "1") == 0 && sched_getaffinity(0, sizeof allowed, &allowed) == 0 &&
-         CPU_COUNT(&allowed) >= 2;
+    on = !(e != NULL && strcmp(e, "0") == 0) &&
+         sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) >= 2;
 }
 
 int mxop__placement_keep_off(int peer_cpu)

@@ -12,11 +12,13 @@
  * client with sched_getcpu()), within the CPUs it was allowed at start.
  * Only the shortest calls gain from this: when calls take longer than
  * MXOP__PLACEMENT_LONG_NS on average the worker gets all its CPUs back.
- * Measured in docs/performance.md ("Placement").  It is off unless the
- * daemon's environment has MXOP_PLACEMENT=1: it multiplies the calls/s of
- * several processes of tiny calls, but from PyTorch a relu of 1 MiB (a
- * short op that moves data) ran 2.7-3.9x slower with it than without, in
- * the same minutes, so it is not a default.
+ * Measured in docs/performance.md ("Placement").  On by default;
+ * MXOP_PLACEMENT=0 in the daemon's environment turns it off.  It was
+ * opt-in while a relu of 1 MiB from PyTorch ran 2.7-3.9x slower with it:
+ * that was the client sleeping through calls just longer than its spin
+ * (client/spincap.c has fixed that), and with the spin that follows the
+ * waits the row is the same with and without placement (1.14x-1.19x
+ * against 1.19x, `python -m mxop.bench`, alternating).
  *
  * The client's CPU number is only a hint from an untrusted peer: a value
  * out of range, a CPU outside the worker's allowed set, or a set that
@@ -49,7 +51,7 @@ int mxop__placement_away(int peer_cpu, int my_cpu, const cpu_set_t *allowed, cpu
 
 /*
  * Takes the affinity the process has now as the CPUs every later choice
- * stays within (placement is off unless $MXOP_PLACEMENT is 1, and with
+ * stays within (placement is off where $MXOP_PLACEMENT is 0, and with
  * fewer than 2 CPUs).
  */
 void mxop__placement_init(void);

@@ -84,7 +84,7 @@ Test(placement_rule, keep_off_moves_the_caller_and_ignores_bad_hints, .timeout =
     if (first_two_cpus(&a, &b) != 0)
         cr_skip_test("fewer than 2 CPUs allowed here");
     pin_self(a, b);
-    setenv("MXOP_PLACEMENT", "1", 1);
+    unsetenv("MXOP_PLACEMENT"); /* on by default */
     mxop__placement_init();
     cr_assert_eq(mxop__placement_keep_off(-3), 0);
     cr_assert_eq(mxop__placement_keep_off(CPU_SETSIZE + 7), 0);
@@ -94,9 +94,9 @@ Test(placement_rule, keep_off_moves_the_caller_and_ignores_bad_hints, .timeout =
     cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
     cr_assert(!CPU_ISSET(me, &now), "still allowed on the peer's CPU %d", me);
     cr_assert_eq(CPU_COUNT(&now), 1);
-    /* Switched off (the default), it never moves. */
+    /* Switched off, it never moves. */
     pin_self(a, b);
-    unsetenv("MXOP_PLACEMENT");
+    setenv("MXOP_PLACEMENT", "0", 1);
     mxop__placement_init();
     cr_assert_eq(mxop__placement_keep_off(sched_getcpu()), 0);
     cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
@@ -115,7 +115,7 @@ static void teardown(void)
     mxt_daemon_stop(&daemon_);
 }
 
-/* The daemon (and so every worker) may run on both CPUs; placement on (it is opt-in). */
+/* The daemon (and so every worker) may run on both CPUs; placement on (the default, said anyway). */
 static void setup_two(void)
 {
     sched_getaffinity(0, sizeof start_mask, &start_mask);
