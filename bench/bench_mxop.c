@@ -1156,8 +1156,10 @@ static void bench_threads(bench_t *b)
         die("mxop_connect: %s: %s", mxop_err_name(rc), mxop_connect_error());
     check(c, mxop_load_library(c, "relu.so"), "relu.so");
     check(c, mxop_load_library(c, "gemm.so"), "gemm.so");
-    /* relu of 4 MiB: about 100 us a call, bound by memory bandwidth (two
-     * threads share it); gemm 96x96: about 100 us of arithmetic. */
+    /* relu of 4 MiB: about 90 us a call here, bound by memory bandwidth
+     * (two threads share it); gemm 96x96: about 16 us of arithmetic here
+     * (one OpenBLAS thread, server/worker/blas.h), a short call where the
+     * hand-over between four threads on two CPUs weighs most. */
     threads_row(b, c, "relu", (int64_t)(4 * MIB / sizeof(float)),
                 "relu 4 MiB, 2 threads, one client of 2 sessions (sum)");
     threads_row(b, c, "gemm", 96, "gemm 96x96, 2 threads, one client of 2 sessions (sum)");

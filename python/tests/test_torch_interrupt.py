@@ -9,7 +9,12 @@ import textwrap
 from conftest import PYTHON, SOURCE, BUILD
 
 SIBLING = textwrap.dedent("""
-    import os, signal, sys, threading, time, torch, mxop, mxop.torch as mt
+    import signal
+    # Ctrl-C as in a terminal, even where the runner's shell ignores SIGINT (a
+    # background job's does, and its children inherit that); before mxop
+    # looks at the handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import os, sys, threading, time, torch, mxop, mxop.torch as mt
     c = mxop.connect(timeout=120, sessions=2)
     c.load("crash.so")
     sleep = mt.op("sleep", c)

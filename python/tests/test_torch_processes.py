@@ -244,7 +244,12 @@ def test_daemon_warnings_reach_the_user_once(mode, tmp_path):
 
 
 CTRL_C = textwrap.dedent("""
-    import os, signal, sys, threading, time, torch, mxop, mxop.torch as mt
+    import signal
+    # Ctrl-C as in a terminal, even where the runner's shell ignores SIGINT (a
+    # background job's does, and its children inherit that); before mxop
+    # looks at the handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import os, sys, threading, time, torch, mxop, mxop.torch as mt
     c = mxop.connect(timeout=120)
     c.load("crash.so")
     op = mt.op(sys.argv[1], c)
