@@ -195,6 +195,17 @@ Test(contention, threads_sharing_one_client_each_get_their_own_results)
 
 /* ---- the spin policy itself, on a mailbox with no peer ---- */
 
+/* A client's mailbox (cl) and the worker's view of it (wk), in one process. */
+static void mailbox_pair(mxop__mbox_t *cl, mxop__mbox_t *wk)
+{
+    int fds[3];
+    char why[256];
+    cr_assert_eq(mxop__mbox_create(cl, fds, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(
+        mxop__mbox_attach(wk, fds[0], dup(fds[1]), dup(fds[2]), MXOP__MBOX_BYTES, why, sizeof(why)),
+        0, "%s", why);
+}
+
 Test(contention, a_side_whose_spins_never_succeed_stops_spinning)
 {
     mxop__mbox_t m;
@@ -222,12 +233,7 @@ Test(contention, a_side_whose_spins_never_succeed_stops_spinning)
 Test(contention, a_side_whose_probes_succeed_spins_again)
 {
     mxop__mbox_t cl, wk;
-    int fds[3];
-    char why[256];
-    cr_assert_eq(mxop__mbox_create(&cl, fds, why, sizeof(why)), 0, "%s", why);
-    cr_assert_eq(mxop__mbox_attach(&wk, fds[0], dup(fds[1]), dup(fds[2]), MXOP__MBOX_BYTES, why,
-                                   sizeof(why)),
-                 0, "%s", why);
+    mailbox_pair(&cl, &wk);
     for (int i = 0; i < 100; i++) {
         int64_t spent;
         mxop__mbox_spin(&cl, MXOP__MBOX_SPIN_NS, &spent);
@@ -268,12 +274,7 @@ Test(contention, a_side_whose_probes_succeed_spins_again)
 Test(contention, a_wait_counts_until_the_answer_not_until_the_wake_up)
 {
     mxop__mbox_t cl, wk;
-    int fds[3];
-    char why[256];
-    cr_assert_eq(mxop__mbox_create(&cl, fds, why, sizeof(why)), 0, "%s", why);
-    cr_assert_eq(mxop__mbox_attach(&wk, fds[0], dup(fds[1]), dup(fds[2]), MXOP__MBOX_BYTES, why,
-                                   sizeof(why)),
-                 0, "%s", why);
+    mailbox_pair(&cl, &wk);
     uint8_t buf[MXOP__MBOX_SLOT_BYTES];
     Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
     for (int i = 0; i < 16; i++) {
@@ -353,12 +354,7 @@ static void *late_peer_main(void *arg)
 static uint64_t calls_against_a_late_peer(int64_t cap, int n)
 {
     mxop__mbox_t cl, wk;
-    int fds[3];
-    char why[256];
-    cr_assert_eq(mxop__mbox_create(&cl, fds, why, sizeof(why)), 0, "%s", why);
-    cr_assert_eq(mxop__mbox_attach(&wk, fds[0], dup(fds[1]), dup(fds[2]), MXOP__MBOX_BYTES, why,
-                                   sizeof(why)),
-                 0, "%s", why);
+    mailbox_pair(&cl, &wk);
     late_peer_t peer = {.wk = &wk, .n = n};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, late_peer_main, &peer), 0);
