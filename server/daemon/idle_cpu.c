@@ -17,13 +17,13 @@
  */
 #include "server/daemon/idle_cpu.h"
 
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/util.h"
+#include "server/daemon/procstat.h"
 
 #define SLOTS 256
 #define STALE_NS (10LL * 1000000000LL)
@@ -41,29 +41,19 @@ static entry_t table[SLOTS];
 /* utime + stime of the whole process, in clock ticks; -1 if unknown. */
 static long long cpu_ticks(pid_t pid)
 {
-    char path[48], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    /* The command name may hold anything, ')' included: fields follow the last ')'. */
-    char *p = strrchr(buf, ')');
+    char buf[1024];
+    const char *p = mxop__proc_stat(pid, buf, sizeof(buf));
     if (p == NULL)
         return -1;
-    p++;
-    /* Fields 3.. follow; utime and stime are fields 14 and 15. */
+    /* p is field 3; utime and stime are fields 14 and 15. */
     for (int field = 3; field < 14; field++) {
-        p = strchr(p + 1, ' ');
+        p = strchr(p, ' ');
         if (p == NULL)
             return -1;
+        p++;
     }
     char *end;
-    long long ut = strtoll(p + 1, &end, 10);
+    long long ut = strtoll(p, &end, 10);
     long long st = strtoll(end, NULL, 10);
     return ut + st;
 }

@@ -33,6 +33,7 @@
 #include "server/daemon/cgroup.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/idle_cpu.h"
+#include "server/daemon/procstat.h"
 #include "server/daemon/integrity.h"
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
@@ -180,22 +181,14 @@ static void sup_frame_cb(mxop__conn_t *c, uint16_t kind, const uint8_t *payload,
  */
 static bool is_exiting(pid_t pid)
 {
-    char path[64];
     char buf[512];
-    mxop__fmt(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return true;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    if (p == NULL || p[1] != ' ')
+    const char *fields = mxop__proc_stat(pid, buf, sizeof(buf));
+    if (fields == NULL)
         return true;
     char state;
     int ppid, pgrp, sess, tty, tpgid;
     unsigned flags;
-    if (sscanf(p + 2, "%c %d %d %d %d %d %u", &state, &ppid, &pgrp, &sess, &tty, &tpgid, &flags) !=
+    if (sscanf(fields, "%c %d %d %d %d %d %u", &state, &ppid, &pgrp, &sess, &tty, &tpgid, &flags) !=
         7)
         return true;
     return state == 'Z' || state == 'X' || (flags & 0x4u) != 0;
@@ -229,18 +222,9 @@ static void sup_error_cb(mxop__conn_t *c, int code, const char *msg)
 /* True if `pid` has exited and waits only to be reaped. */
 static bool is_zombie(long pid)
 {
-    char path[64];
     char buf[256];
-    mxop__fmt(path, sizeof(path), "/proc/%ld/stat", pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return false;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* "pid (comm) S ...": comm may hold spaces and parentheses, so find the last ')'. */
-    char *p = strrchr(buf, ')');
-    return p != NULL && p[1] == ' ' && p[2] == 'Z';
+    const char *fields = mxop__proc_stat((pid_t)pid, buf, sizeof(buf));
+    return fields != NULL && fields[0] == 'Z';
 }
 
 /*

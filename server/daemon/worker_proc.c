@@ -12,23 +12,16 @@
 #include "common/util.h"
 #include "server/daemon/cgroup.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/procstat.h"
 
 /* The parent of `pid` from /proc, or 0 when it cannot be read. */
 static pid_t parent_of(pid_t pid)
 {
-    char path[64];
     char buf[512];
-    mxop__fmt(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *q = strrchr(buf, ')');
+    const char *fields = mxop__proc_stat(pid, buf, sizeof(buf));
     char state;
     int ppid;
-    if (q == NULL || sscanf(q + 1, " %c %d", &state, &ppid) != 2)
+    if (fields == NULL || sscanf(fields, "%c %d", &state, &ppid) != 2)
         return 0;
     return (pid_t)ppid;
 }
@@ -67,19 +60,11 @@ bool mxop__worker_is_stopped(const mxop__worker_t *w)
 {
     if (w->exited)
         return false;
-    char path[64];
     char buf[256];
-    mxop__fmt(path, sizeof(path), "/proc/%d/stat", (int)w->pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
+    const char *fields = mxop__proc_stat(w->pid, buf, sizeof(buf));
+    if (fields == NULL || (fields[0] != 'T' && fields[0] != 't'))
         return false;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    if (p == NULL || p[1] != ' ' || (p[2] != 'T' && p[2] != 't'))
-        return false;
-    if (p[2] == 'T')
+    if (fields[0] == 'T')
         return true;
     /*
      * A tracing stop whose tracer the worker started itself is
@@ -87,8 +72,9 @@ bool mxop__worker_is_stopped(const mxop__worker_t *w)
      * that ptrace through, sandbox.c); the exit follows.  Any other tracer
      * stopped it.
      */
+    char path[64];
     mxop__fmt(path, sizeof(path), "/proc/%d/status", (int)w->pid);
-    f = fopen(path, "re");
+    FILE *f = fopen(path, "re");
     if (f == NULL)
         return true;
     int tracer = 0;
