@@ -291,9 +291,9 @@ $(INPROC_A): $(filter-out $(B)/obj/server/worker/main.o,$(WORKER_O)) \
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-# The in-process runner's test links it alone: its worker objects share
-# internal names with libmxop's client objects.
-$(B)/tests/test_opkit_inproc: $(B)/obj/tests/test_opkit_inproc.o $(INPROC_A)
+# The in-process runner's test, and the worker's BLAS count's, link it
+# alone: its worker objects share internal names with libmxop's client objects.
+$(B)/tests/test_opkit_inproc $(B)/tests/test_blas_used: $(B)/tests/%: $(B)/obj/tests/%.o $(INPROC_A)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(CRIT_LIBS) $(PB_LIBS) $(BLAS_LIBS) -lseccomp -lstdc++ -ldl -lm

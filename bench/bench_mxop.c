@@ -18,8 +18,10 @@
  *   6. 1, 2, 4 and 8 client processes calling the null op at once, on
  *      both data paths (aggregate calls/s against one process's, and the
  *      shared-memory path against the socket path);
- *   7. two threads of one process calling relu 4 MiB, then gemm 96x96 (each
- *      about 100 us), through one client of 2 sessions vs one thread;
+ *   7. two threads of one process calling relu 4 MiB and softmax 64x160
+ *      (each about 100 us), then gemm 96x96 (a short call) and 256x256 (on
+ *      two BLAS threads) without a target, through one client of 2
+ *      sessions vs one thread;
  *   8. memory integrity: the null op and relu 1 MiB and 64 MiB in a session
  *      in scratch mode (it loaded an untrusted library: outputs go through
  *      the scratch region and are copied into place) vs the same calls in a
@@ -416,10 +418,9 @@ static void integrity_relu(mxop_client_t *c, const mxop_op_t *relu, const mxop_a
 
 static void bench_integrity(bench_t *b)
 {
-    /* A session that loads an untrusted library (softmax.so, never called) besides noop and relu.
-     */
+    /* A session that loads an untrusted library (sum_n.so, never called) besides noop and relu. */
     mxop_client_t *u = connect_client(b, "bench-untrusted");
-    static const char *const libs[] = {"noop.so", "relu.so", "softmax.so"};
+    static const char *const libs[] = {"noop.so", "relu.so", "sum_n.so"};
     for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]); i++)
         check(u, mxop_load_library(u, libs[i]), libs[i]);
     mxop_stats_v2_t st;
@@ -427,7 +428,7 @@ static void bench_integrity(bench_t *b)
     st.struct_size = sizeof(st);
     check(u, mxop_stats_v2(u, &st), "mxop_stats_v2");
     if (!st.confined)
-        die("the session with softmax.so is not in scratch mode");
+        die("the session with sum_n.so is not in scratch mode");
     memset(&st, 0, sizeof(st));
     st.struct_size = sizeof(st);
     check(b->c, mxop_stats_v2(b->c, &st), "mxop_stats_v2");
@@ -1079,26 +1080,73 @@ static double run_threads(bench_t *b, thread_run_t *t, int k, double seconds)
     return total / ((double)el / 1e9);
 }
 
-/* One row: 2 threads against 1 on `op` (relu on n floats, or gemm n x n). */
-static void threads_row(bench_t *b, mxop_client_t *c, const char *opname, int64_t n,
-                        const char *label)
+/* The ops of section 7's rows, each checked in its own way. */
+typedef enum { THREADS_RELU, THREADS_GEMM, THREADS_SOFTMAX } threads_op_t;
+
+/* Whether `got` is the op's answer on thread `t`'s inputs; dies naming the element if not. */
+static void threads_check(const thread_run_t *t, threads_op_t kind, int64_t rows, int64_t cols)
 {
-    const int gemm = strcmp(opname, "gemm") == 0;
-    const mxop_op_t *op = find_op(c, opname);
+    const float *x = t->in[0].data, *got = t->out.data;
+    const size_t elems = (size_t)(rows * cols);
+    if (kind == THREADS_RELU) {
+        float *want = xalloc(elems * sizeof(float));
+        relu_ref(x, want, elems);
+        relu_check(got, want, elems, "relu from a thread");
+        free(want);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        double max = -INFINITY, total = 0;
+        if (kind == THREADS_SOFTMAX) {
+            for (int64_t k = 0; k < cols; k++)
+                max = fmax(max, x[r * cols + k]);
+            for (int64_t k = 0; k < cols; k++)
+                total += exp((double)x[r * cols + k] - max);
+        }
+        for (int64_t col = 0; col < cols; col++) {
+            double want = 0;
+            if (kind == THREADS_SOFTMAX) {
+                want = exp((double)x[r * cols + col] - max) / total;
+            } else {
+                const float *bb = t->in[1].data;
+                for (int64_t k = 0; k < cols; k++)
+                    want += (double)x[r * cols + k] * (double)bb[k * cols + col];
+            }
+            double g = got[r * cols + col];
+            if (fabs(g - want) > 1e-3 * (kind == THREADS_GEMM) + 1e-4 * fabs(want) + 1e-7)
+                die("%s from a thread: element (%lld, %lld) is %g, expected %g",
+                    kind == THREADS_GEMM ? "gemm" : "softmax", (long long)r, (long long)col, g,
+                    want);
+        }
+    }
+}
+
+/*
+ * One row: 2 threads against 1 on an op over rows x cols floats (relu: one
+ * axis of rows * cols; gemm: two square matrices, rows == cols; softmax:
+ * over each row).  `target` is the ratio the row must reach, 0 for a row
+ * shown without one.
+ */
+static void threads_row(bench_t *b, mxop_client_t *c, threads_op_t kind, int64_t rows, int64_t cols,
+                        const char *label, double target)
+{
+    static const char *const names[] = {"relu", "gemm", "softmax"};
+    const mxop_op_t *op = find_op(c, names[kind]);
     thread_run_t t[THREAD_MAX];
-    const int64_t shape1[1] = {n}, shape2[2] = {n, n};
-    const size_t elems = gemm ? (size_t)(n * n) : (size_t)n;
+    const int64_t flat[1] = {rows * cols}, shape[2] = {rows, cols};
+    const int ndim = kind == THREADS_RELU ? 1 : 2;
+    const size_t elems = (size_t)(rows * cols);
     for (int i = 0; i < THREAD_MAX; i++) {
         memset(&t[i], 0, sizeof(t[i]));
         t[i].b = b;
         t[i].c = c;
         t[i].op = op;
-        t[i].n_in = gemm ? 2 : 1;
+        t[i].n_in = kind == THREADS_GEMM ? 2 : 1;
         for (int j = 0; j < t[i].n_in; j++) {
-            alloc_array(c, gemm ? 2 : 1, gemm ? shape2 : shape1, &t[i].in[j]);
+            alloc_array(c, ndim, ndim == 1 ? flat : shape, &t[i].in[j]);
             fill_random(t[i].in[j].data, elems, 70 + (uint64_t)(2 * i + j));
         }
-        alloc_array(c, gemm ? 2 : 1, gemm ? shape2 : shape1, &t[i].out);
+        alloc_array(c, ndim, ndim == 1 ? flat : shape, &t[i].out);
     }
     double seconds = 0.5 * (b->scale < 1 ? b->scale : 1);
     int rounds = 3;
@@ -1109,30 +1157,12 @@ static void threads_row(bench_t *b, mxop_client_t *c, const char *opname, int64_
         two += run_threads(b, t, 2, seconds) / rounds;
     }
     /* Each thread's last answer is its own. */
-    float *want = xalloc(elems * sizeof(float));
-    for (int i = 0; i < THREAD_MAX; i++) {
-        if (!gemm) {
-            relu_ref(t[i].in[0].data, want, elems);
-            relu_check(t[i].out.data, want, elems, "relu from a thread");
-            continue;
-        }
-        const float *a = t[i].in[0].data, *bb = t[i].in[1].data, *got = t[i].out.data;
-        for (int64_t r = 0; r < n; r++) {
-            for (int64_t col = 0; col < n; col++) {
-                double sum = 0;
-                for (int64_t k = 0; k < n; k++)
-                    sum += (double)a[r * n + k] * (double)bb[k * n + col];
-                double g = got[r * n + col];
-                if (fabs(g - sum) > 1e-3 + 1e-4 * fabs(sum))
-                    die("gemm from a thread: element (%lld, %lld) is %g, expected %g", (long long)r,
-                        (long long)col, g, sum);
-            }
-        }
-    }
-    free(want);
+    for (int i = 0; i < THREAD_MAX; i++)
+        threads_check(&t[i], kind, rows, cols);
     mxb_row_t *row = mxb_report_value("7", label, MXB_RATE, (size_t)rounds, two, two, "1 thread",
                                       (size_t)rounds, one, one);
-    mxb_row_target(row, MXB_RATIO_AT_LEAST, 1.6);
+    if (target > 0)
+        mxb_row_target(row, MXB_RATIO_AT_LEAST, target);
     mxb_row_note(row, "calls/s over %.1f s runs (mean of %d); %.0f us a call with 1 thread",
                  seconds, rounds, 1e6 / one);
     for (int i = 0; i < THREAD_MAX; i++) {
@@ -1156,13 +1186,26 @@ static void bench_threads(bench_t *b)
         die("mxop_connect: %s: %s", mxop_err_name(rc), mxop_connect_error());
     check(c, mxop_load_library(c, "relu.so"), "relu.so");
     check(c, mxop_load_library(c, "gemm.so"), "gemm.so");
-    /* relu of 4 MiB: about 90 us a call here, bound by memory bandwidth
-     * (two threads share it); gemm 96x96: about 16 us of arithmetic here
-     * (one OpenBLAS thread, server/worker/blas.h), a short call where the
-     * hand-over between four threads on two CPUs weighs most. */
-    threads_row(b, c, "relu", (int64_t)(4 * MIB / sizeof(float)),
-                "relu 4 MiB, 2 threads, one client of 2 sessions (sum)");
-    threads_row(b, c, "gemm", 96, "gemm 96x96, 2 threads, one client of 2 sessions (sum)");
+    check(c, mxop_load_library(c, "softmax.so"), "softmax.so");
+    /*
+     * The target (issue 15) is for an op of about 100 us, one that keeps
+     * one CPU busy.  relu of 4 MiB: about 90 us a call here, bound by memory
+     * bandwidth, which the two threads share.  softmax of 64 x 160: about
+     * 100 us of exp() on one thread, data in the cache, bound by the CPU.
+     * Shown without a target: gemm 96x96, about 16 us on one OpenBLAS
+     * thread, a short call where the hand-over between four threads on two
+     * CPUs costs as much as the op; gemm 256x256, a product on two BLAS
+     * threads (server/worker/blas.h), where one call already keeps both
+     * CPUs busy and a second thread cannot add much.
+     */
+    threads_row(b, c, THREADS_RELU, 1, (int64_t)(4 * MIB / sizeof(float)),
+                "relu 4 MiB, 2 threads, one client of 2 sessions (sum)", 1.6);
+    threads_row(b, c, THREADS_SOFTMAX, 64, 160,
+                "softmax 64x160, 2 threads, one client of 2 sessions (sum)", 1.6);
+    threads_row(b, c, THREADS_GEMM, 96, 96, "gemm 96x96, 2 threads, one client of 2 sessions (sum)",
+                0);
+    threads_row(b, c, THREADS_GEMM, 256, 256,
+                "gemm 256x256, 2 threads, one client of 2 sessions (sum)", 0);
     mxop_close(c);
 }
 

@@ -408,10 +408,12 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
     if (c->mbox_on) {
         size_t n = protobuf_c_message_get_packed_size(msg);
         if (mxop__mbox_fits(n)) {
-            int64_t spin_cap = mxop__spincap_enter();
+            /* What the worker's last call kept busy (its op's BLAS threads). */
+            int worker_cpus = mxop__mbox_peer_busy(&c->mbox);
+            int64_t spin_cap = mxop__spincap_enter(worker_cpus);
             mxop__mbox_put(&c->mbox, MXOP__KIND_CALL, msg, n);
             int rc = wait_mbox(c, op, id, wait_ms, start, end, spin_cap, res);
-            mxop__spincap_leave();
+            mxop__spincap_leave(worker_cpus);
             return rc;
         }
         /* Too large for a slot: the socket carries it, and its result. */

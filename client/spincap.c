@@ -9,8 +9,11 @@
  * threads over one): spinning up to the long cap 1.14x and 1.20x, up to
  * 50 us 1.50x-1.71x, not spinning 1.80x-1.84x.  So a call spins (up to the
  * long cap) only while every call in flight in this process, its thread and
- * its worker, can have a CPU of their own: 2 x in flight <= CPUs; beyond
- * that it sleeps on the bell at once, and the CPUs go to the workers.  A
+ * its worker, can have a CPU of their own; beyond that it sleeps on the
+ * bell at once, and the CPUs go to the workers.  A worker counts for the
+ * CPUs it said its last call kept busy (an op's product on two BLAS
+ * threads: two), so that one call's spin does not take the CPU its op's
+ * second thread wants (docs/performance.md, "BLAS threads and the spin").  A
  * call that started after this one began to spin does not shorten the
  * spin; with calls back to back, the next call sees it.  Other processes'
  * spins are not seen here; spins that fail because of them end spinning
@@ -24,7 +27,8 @@
 
 #include "shm/mailbox.h"
 
-static _Atomic int in_flight;
+static _Atomic int
+    in_flight; /* the CPUs the calls in flight want: each its thread and its worker's */
 static _Atomic int cpus_cached;
 
 /* The CPUs this process may run on, read once (0 until then). */
@@ -44,13 +48,20 @@ static int cpus(void)
     return n;
 }
 
-int64_t mxop__spincap_enter(void)
+/* A call's claim: its waiting thread and its worker's CPUs (at least one, at most 64). */
+static int claim(int worker_cpus)
 {
-    int w = atomic_fetch_add_explicit(&in_flight, 1, memory_order_relaxed) + 1;
-    return 2 * w <= cpus() ? MXOP__MBOX_SPIN_LONG_NS : 0;
+    return 1 + (worker_cpus < 1 ? 1 : worker_cpus > 64 ? 64 : worker_cpus);
 }
 
-void mxop__spincap_leave(void)
+int64_t mxop__spincap_enter(int worker_cpus)
 {
-    atomic_fetch_sub_explicit(&in_flight, 1, memory_order_relaxed);
+    int want = atomic_fetch_add_explicit(&in_flight, claim(worker_cpus), memory_order_relaxed) +
+               claim(worker_cpus);
+    return want <= cpus() ? MXOP__MBOX_SPIN_LONG_NS : 0;
+}
+
+void mxop__spincap_leave(int worker_cpus)
+{
+    atomic_fetch_sub_explicit(&in_flight, claim(worker_cpus), memory_order_relaxed);
 }

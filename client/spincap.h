@@ -11,13 +11,14 @@
  * Counts a call of the calling thread as in flight (from before its request
  * is published to its result) and returns the spin cap for its wait
  * (mxop__mbox_spin): MXOP__MBOX_SPIN_LONG_NS while the process's calls in
- * flight, each a waiting thread and a busy worker, fit the CPUs it may run
- * on, else 0 (no spin: sleep on the bell at once).  Paired with
- * mxop__spincap_leave.
+ * flight, each a waiting thread and its worker's `worker_cpus` (what the
+ * worker said its last call kept busy, shm/mailbox.h), fit the CPUs it may
+ * run on, else 0 (no spin: sleep on the bell at once).  Paired with
+ * mxop__spincap_leave, given the same worker_cpus.
  */
-int64_t mxop__spincap_enter(void);
+int64_t mxop__spincap_enter(int worker_cpus);
 
 /* The call is over. */
-void mxop__spincap_leave(void);
+void mxop__spincap_leave(int worker_cpus);
 
 #endif

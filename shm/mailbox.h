@@ -82,7 +82,9 @@ typedef struct mxop__mbox_slot {
     _Atomic uint32_t len;      /* frame bytes in data[] */
     _Atomic int32_t cpu;       /* the CPU the writer ran on when it last wrote (-1: unknown) */
     _Atomic int64_t put_ns;    /* CLOCK_MONOTONIC when the writer published its last frame */
-    uint32_t pad_[10];         /* the control words get their own cache line */
+    _Atomic uint32_t
+        busy_cpus;    /* CPUs the work behind the writer's last frame kept busy (0: not said) */
+    uint32_t pad_[9]; /* the control words get their own cache line */
     uint8_t data[MXOP__MBOX_SLOT_BYTES];
 } mxop__mbox_slot_t;
 
@@ -148,6 +150,23 @@ static inline int mxop__mbox_fits(size_t payload)
  * sleeps.  Never blocks.
  */
 void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg, size_t payload);
+
+/**
+ * Says, with the next put, how many CPUs the work behind that frame kept
+ * busy (the worker: its op's BLAS threads).  A hint for the peer's spin
+ * (client/spincap.c); whatever a writer says costs only its own peer's spin.
+ */
+static inline void mxop__mbox_say_busy(mxop__mbox_t *m, int cpus)
+{
+    atomic_store_explicit(&m->tx->busy_cpus, cpus > 0 ? (uint32_t)cpus : 1u, memory_order_relaxed);
+}
+
+/** The peer's last word on the CPUs its work kept busy: 1 to 64 (1 when not said). */
+static inline int mxop__mbox_peer_busy(const mxop__mbox_t *m)
+{
+    uint32_t n = atomic_load_explicit(&m->rx->busy_cpus, memory_order_relaxed);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
 
 /** Whether a frame newer than the last one taken is in the rx slot (no copy). */
 static inline int mxop__mbox_ready(const mxop__mbox_t *m)

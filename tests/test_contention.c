@@ -311,15 +311,59 @@ Test(contention, long_spins_only_while_calls_in_flight_fit_the_cpus)
     int cpus = CPU_COUNT(&set);
     int64_t caps[8];
     for (int k = 1; k <= 8; k++) {
-        caps[k - 1] = mxop__spincap_enter();
+        caps[k - 1] = mxop__spincap_enter(1);
         cr_assert_eq(caps[k - 1], 2 * k <= cpus ? MXOP__MBOX_SPIN_LONG_NS : 0,
                      "%d calls in flight on %d CPUs: cap %lld", k, cpus, (long long)caps[k - 1]);
     }
     for (int k = 0; k < 8; k++)
-        mxop__spincap_leave();
+        mxop__spincap_leave(1);
     /* All over: a lone call spins long again (where 2 CPUs allow it). */
-    cr_assert_eq(mxop__spincap_enter(), cpus >= 2 ? MXOP__MBOX_SPIN_LONG_NS : 0);
-    mxop__spincap_leave();
+    cr_assert_eq(mxop__spincap_enter(1), cpus >= 2 ? MXOP__MBOX_SPIN_LONG_NS : 0);
+    mxop__spincap_leave(1);
+}
+
+/*
+ * A worker whose last call kept all the CPUs busy (a product on every BLAS
+ * thread) leaves none for its client's spin; a worker's word outside 1..64
+ * is clamped, and the count comes back whole when the calls end.
+ */
+Test(contention, no_spin_beside_a_worker_that_keeps_every_cpu_busy)
+{
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+    int cpus = CPU_COUNT(&set);
+    cr_assert_eq(mxop__spincap_enter(cpus), 0, "a spin beside a worker on all %d CPUs", cpus);
+    mxop__spincap_leave(cpus);
+    cr_assert_eq(mxop__spincap_enter(cpus - 1), cpus >= 2 ? MXOP__MBOX_SPIN_LONG_NS : 0,
+                 "a worker on %d of %d CPUs leaves one for the spin", cpus - 1, cpus);
+    mxop__spincap_leave(cpus - 1);
+    cr_assert_eq(mxop__spincap_enter(-7), cpus >= 2 ? MXOP__MBOX_SPIN_LONG_NS : 0,
+                 "a negative word counts as one CPU");
+    mxop__spincap_leave(-7);
+    cr_assert_eq(mxop__spincap_enter(1 << 30), 0, "a huge word stops the spin");
+    mxop__spincap_leave(1 << 30);
+    cr_assert_eq(mxop__spincap_enter(1), cpus >= 2 ? MXOP__MBOX_SPIN_LONG_NS : 0,
+                 "the count came back whole");
+    mxop__spincap_leave(1);
+}
+
+/*
+ * The worker's word on the CPUs its last call kept busy reaches the client
+ * with the result, clamped to 1..64; a peer that never said reads as 1.
+ */
+Test(contention, the_workers_busy_cpus_reach_the_client_clamped)
+{
+    mxop__mbox_t cl, wk;
+    mailbox_pair(&cl, &wk);
+    cr_assert_eq(mxop__mbox_peer_busy(&cl), 1, "nothing said yet");
+    static const int said[] = {2, 1, 0, -3, 64, 65, 1 << 30};
+    static const int heard[] = {2, 1, 1, 1, 64, 64, 64};
+    for (size_t i = 0; i < sizeof(said) / sizeof(said[0]); i++) {
+        mxop__mbox_say_busy(&wk, said[i]);
+        cr_assert_eq(mxop__mbox_peer_busy(&cl), heard[i], "said %d", said[i]);
+    }
+    mxop__mbox_close(&wk);
+    mxop__mbox_close(&cl);
 }
 
 /* The peer of long_waits_are_caught_by_a_long_spin_only: answers each request 150 us late. */

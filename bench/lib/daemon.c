@@ -211,12 +211,17 @@ int mxb_daemon_start(mxb_daemon_t *d, const char *build, char *err, size_t errle
      * The libraries of sections 1 to 7 are trusted (--trusted-library), so
      * those rows measure the zero-copy path as before; section 8 measures the
      * scratch mode of a session that loads an untrusted library too
-     * (softmax.so, never called).
+     * (sum_n.so, never called).
      */
-    const char *argv[] = {daemon,     "--socket",          d->sock,    "--plugin-dir",
-                          d->plugins, "--log-level",       "error",    "--trusted-library",
-                          "noop.so",  "--trusted-library", "relu.so",  "--trusted-library",
-                          "gemm.so",  "--trusted-library", "crash.so", NULL};
+    const char *argv[] = {daemon,       "--socket",
+                          d->sock,      "--plugin-dir",
+                          d->plugins,   "--log-level",
+                          "error",      "--trusted-library",
+                          "noop.so",    "--trusted-library",
+                          "relu.so",    "--trusted-library",
+                          "gemm.so",    "--trusted-library",
+                          "crash.so",   "--trusted-library",
+                          "softmax.so", NULL};
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {

@@ -18,8 +18,9 @@ Rows (microseconds per call, median of 5 runs of N calls):
                   torch_fwd_bwd_vs_pyfunction_ratio (target <= 1.5)
   stub_torch_ops_nograd  the Python layer's own cost through torch.ops
   stub_*_fwd_bwd  forward + backward with both calls stubbed
-  threads_relu_4MiB_* / threads_gemm_96_*  calls/s of relu on 4 MiB and of gemm
-                  96x96 from 1 and 2 threads sharing one client (its pool of
+  threads_relu_4MiB_* / threads_softmax_64x160_*  calls/s of relu on 4 MiB and
+                  of softmax on 64x160 (each about 100 us a call, on one CPU)
+                  from 1 and 2 threads sharing one client (its pool of
                   sessions, issue 15; target 2 vs 1 >= 1.6)
   fastcall        1 when the C call path (mxop._fastcall) made the calls, else 0
   torchops        1 when torch.ops.mxop's C++ kernels (mxop/_torchops.so) are loaded
@@ -86,7 +87,8 @@ def run(socket=None, n=20000, gemm_n=256):
         # As bench_mxop does: the measured libraries are trusted, so that the
         # zero-copy path is what is timed (what scratch mode, the default for
         # untrusted libraries under strict, adds is section 8 of `make bench`).
-        own = mxop.Daemon(extra_args=[a for lib_name in ("relu.so", "gemm.so", "noop.so")
+        own = mxop.Daemon(extra_args=[a for lib_name in ("relu.so", "gemm.so", "noop.so",
+                                                       "softmax.so")
                                       for a in ("--trusted-library", lib_name)])
         socket = own
     try:
@@ -191,7 +193,7 @@ def _run(c, n, gemm_n):
         rows["gemm_mxop_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: tg(a, b), m)
         rows["gemm_torch_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: torch.mm(a, b), m)
     rows["python_layer_overhead"] = rows["numpy_relu"] - rows["c_forward"]
-    rows.update(_threads(c, relu, gemm))
+    rows.update(_threads(c, relu, c.load("softmax.so").softmax))
     rows.update(_python_layer_only(c, relu, x, tx if torch is not None else None, n))
     # The same stub rows through the ctypes path (what MXOP_NO_FASTCALL=1 gives),
     # in the same run, for the comparison.
@@ -224,25 +226,26 @@ def _run(c, n, gemm_n):
     return rows
 
 
-def _threads(c, relu, gemm, seconds=0.5, rounds=3):
-    """Calls/s of relu on 4 MiB and of gemm 96x96 (each about 100 us a call;
-    relu bound by memory bandwidth, gemm by arithmetic) from 1 and from 2
-    threads sharing client `c` (its pool of sessions lets both calls be in
-    flight at once, issue 15)."""
+def _threads(c, relu, softmax, seconds=0.5, rounds=3):
+    """Calls/s of relu on 4 MiB and of softmax on 64x160 (each about 100 us a
+    call on one CPU; relu bound by memory bandwidth, softmax by exp()) from 1
+    and from 2 threads sharing client `c` (its pool of sessions lets both
+    calls be in flight at once, issue 15)."""
     rows = {}
     rng = np.random.default_rng(1)
     relu_args = [(c.asarray(rng.standard_normal(1 << 20, dtype=np.float32)),) for _ in range(2)]
-    gemm_args = [tuple(c.asarray(rng.standard_normal((96, 96), dtype=np.float32))
-                       for _ in range(2)) for _ in range(2)]
-    for name, op, args in (("relu_4MiB", relu, relu_args), ("gemm_96", gemm, gemm_args)):
+    sm_args = [(c.asarray(rng.standard_normal((64, 160), dtype=np.float32)),) for _ in range(2)]
+    for name, op, args in (("relu_4MiB", relu, relu_args), ("softmax_64x160", softmax, sm_args)):
         one, two = _thread_rates(op, args, seconds, rounds)
         rows["threads_%s_1_per_s" % name] = one
         rows["threads_%s_2_per_s" % name] = two
         rows["threads_%s_2_vs_1_ratio" % name] = two / one
     for (x,) in relu_args:
         np.testing.assert_array_equal(relu(x), np.maximum(x, 0))
-    for a, b in gemm_args:
-        np.testing.assert_allclose(gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
+    for (x,) in sm_args:
+        e = np.exp(x.astype(np.float64) - x.max(axis=-1, keepdims=True))
+        np.testing.assert_allclose(softmax(x), e / e.sum(axis=-1, keepdims=True),
+                                   rtol=1e-4, atol=1e-7)
     return rows
 
 

@@ -79,5 +79,5 @@ def test_bench_runs(daemon, tmp_path):
     for k in ("c_forward", "numpy_relu", "torch_relu_grad", "stub_numpy_op_call",
               "gemm_mxop_64x64", "gemm_torch_64x64", "stub_torch_ops_fwd_bwd",
               "torch_ops_fwd_bwd_vs_pyfunction_ratio", "threads_relu_4MiB_2_vs_1_ratio",
-              "threads_gemm_96_2_vs_1_ratio"):
+              "threads_softmax_64x160_2_vs_1_ratio"):
         assert rows[k] > 0, k

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 /* Tried in order: OpenBLAS (what the build depends on), then any CBLAS. */
@@ -24,6 +25,7 @@ static int (*get_threads)(void);
 static int default_threads;
 static int current_threads;
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int threads_used = 1; /* the most used since the last take */
 
 static void load(void)
 {
@@ -74,4 +76,13 @@ void mxop__blas_fit_threads(int64_t m, int64_t n, int64_t k)
         current_threads = want;
     }
     pthread_mutex_unlock(&threads_lock);
+    int was = atomic_load_explicit(&threads_used, memory_order_relaxed);
+    while (want > was && !atomic_compare_exchange_weak_explicit(
+                             &threads_used, &was, want, memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+int mxop__blas_take_threads_used(void)
+{
+    return atomic_exchange_explicit(&threads_used, 1, memory_order_relaxed);
 }

@@ -46,4 +46,12 @@ const mxop__blas_t *mxop__blas_get(const char **why);
  */
 void mxop__blas_fit_threads(int64_t m, int64_t n, int64_t k);
 
+/**
+ * The most BLAS threads a product used since the last call of this
+ * function (1 when none ran, or the BLAS has no thread switch), and starts
+ * counting again.  The worker says it with each result (shm/mailbox.h
+ * busy_cpus), so that a client does not spin on a CPU its op's threads want.
+ */
+int mxop__blas_take_threads_used(void);
+
 #endif /* MXOP_SERVER_WORKER_BLAS_H */

@@ -26,6 +26,7 @@
 #include "mxop/client.h"
 #include "proto/frame.h"
 #include "server/status_page.h"
+#include "server/worker/blas.h"
 #include "server/worker/pid1.h"
 #include "server/worker/worker.h"
 #include "shm/mailbox.h"
@@ -118,6 +119,7 @@ static void reply(Mxop__CallResult *res, int via_mbox)
     if (via_mbox && mbox.sh != NULL) {
         size_t n = protobuf_c_message_get_packed_size(&res->base);
         if (mxop__mbox_fits(n)) {
+            mxop__mbox_say_busy(&mbox, mxop__blas_take_threads_used());
             mxop__mbox_put(&mbox, MXOP__KIND_CALL_RESULT, &res->base, n);
             return;
         }
