@@ -239,6 +239,16 @@ int mxop__fail(mxop_client_t *c, int code, const char *fmt, ...)
 int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds,
                       int timeout_ms, Mxop__Reply **reply, int *fd_out);
 
+/**
+ * mxop__ctl_request in two halves, for a caller with work to do while the
+ * daemon answers (client/regions.c): send sets req->id; await takes the
+ * Reply to that id as mxop__ctl_request does.  Nothing else may use the
+ * control connection in between.
+ */
+int mxop__ctl_send(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds);
+int mxop__ctl_await(mxop_client_t *c, uint64_t id, int timeout_ms, Mxop__Reply **reply,
+                    int *fd_out);
+
 /** The timeout of control requests after connect. */
 int mxop__ctl_timeout(const mxop_client_t *c);
 

@@ -157,17 +157,23 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
 int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds,
                       int timeout_ms, Mxop__Reply **reply, int *fd_out)
 {
-    int rc;
-
     *reply = NULL;
     if (fd_out != NULL)
         *fd_out = -1;
+    int rc = mxop__ctl_send(c, req, fds, nfds);
+    if (rc < 0)
+        return rc;
+    return mxop__ctl_await(c, req->id, timeout_ms, reply, fd_out);
+}
+
+int mxop__ctl_send(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds)
+{
     if (c->ctl_dead)
         return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
 
     req->id = c->next_req_id++;
-    rc = mxop__frame_send(c->ctl_fd, &c->ctl_fb, MXOP__KIND_CTL_REQUEST,
-                          (const ProtobufCMessage *)req, fds, nfds);
+    int rc = mxop__frame_send(c->ctl_fd, &c->ctl_fb, MXOP__KIND_CTL_REQUEST,
+                              (const ProtobufCMessage *)req, fds, nfds);
     if (rc == MXOP_EDISCONNECTED) {
         /* The daemon may have said why before it closed: read that first. */
         Mxop__Reply *r;
@@ -178,7 +184,15 @@ int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int 
     }
     if (rc < 0)
         return mxop__fail(c, rc, "cannot send a request to mxop-serverd");
+    return 0;
+}
 
+int mxop__ctl_await(mxop_client_t *c, uint64_t id, int timeout_ms, Mxop__Reply **reply, int *fd_out)
+{
+    *reply = NULL;
+    if (fd_out != NULL)
+        *fd_out = -1;
+    int rc;
     int64_t end = mxop__now_ns() + (int64_t)timeout_ms * 1000000;
     for (;;) {
         Mxop__Reply *r;
@@ -188,7 +202,7 @@ int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int 
             continue;
         if (rc < 0)
             return rc;
-        if (r->id != req->id) {
+        if (r->id != id) {
             if (fd >= 0)
                 close(fd);
             continue;

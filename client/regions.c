@@ -2,6 +2,7 @@
  * client/regions.c - shared memory regions registered with the session,
  * and arrays viewed inside them.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,19 +44,34 @@ int mxop__region_reserve(mxop_client_t *c)
     return table_reserve(c);
 }
 
-/* Sends RegisterRegion with `fd` attached; *id gets the daemon's id.  `scratch`: the staging
- * region, which the worker may write in scratch mode too. */
-static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, uint32_t *id)
+static int release_id(mxop_client_t *c, uint32_t id);
+
+/*
+ * Sends RegisterRegion with `fd` attached; *id gets the daemon's id.
+ * `scratch`: the staging region, which the worker may write in scratch mode
+ * too.  `reserve_from`: the bytes of the memfd before it are not reserved
+ * yet; they are reserved here while the request is on its way (the worker
+ * leaves them alone until a call writes there, shm/region.h), and a failure
+ * to reserve them releases the region again.
+ */
+static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, size_t reserve_from,
+                       uint32_t *id)
 {
     Mxop__RegisterRegion body = MXOP__REGISTER_REGION__INIT;
     body.size = bytes;
     body.scratch = scratch != 0;
+    body.reserved_from = reserve_from;
     Mxop__Request req = MXOP__REQUEST__INIT;
     req.body_case = MXOP__REQUEST__BODY_REGISTER_REGION;
     req.register_region = &body;
 
+    int rc = mxop__ctl_send(c, &req, &fd, 1);
+    if (rc < 0)
+        return rc;
+    int reserved = mxop__region_reserve_pages(fd, 0, reserve_from);
+    int reserve_errno = errno;
     Mxop__Reply *r;
-    int rc = mxop__ctl_request(c, &req, &fd, 1, mxop__ctl_timeout(c), &r, NULL);
+    rc = mxop__ctl_await(c, req.id, mxop__ctl_timeout(c), &r, NULL);
     if (rc < 0)
         return rc;
     if (r->body_case != MXOP__REPLY__BODY_REGISTER_REGION || r->register_region == NULL ||
@@ -63,6 +79,13 @@ static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, uint
         return mxop__fail(c, MXOP_EPROTOCOL,
                           "mxop-serverd answered RegisterRegion without a region id");
     *id = r->register_region->region;
+    if (reserved != 0) {
+        (void)release_id(c, *id);
+        return mxop__fail(c, MXOP_ESHM,
+                          "cannot reserve the first %zu of the %zu bytes of a shared memory "
+                          "region: %s",
+                          reserve_from, bytes, strerror(reserve_errno));
+    }
     return 0;
 }
 
@@ -96,10 +119,12 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     rc = table_reserve(c);
     if (rc < 0)
         return rc;
+    /* The lower half of a large one is reserved while its registration is on its way. */
+    size_t split = mxop__region_split(bytes);
     rc = mxop__region_create_fd_sealable(kind == MXOP__REGION_USER    ? "mxop-region"
                                          : kind == MXOP__REGION_ARENA ? "mxop-arena"
                                                                       : "mxop-stage",
-                                         bytes, 1, &fd);
+                                         bytes, 1, split, &fd);
     if (rc < 0)
         return mxop__fail(c, rc, "cannot create a shared memory region of %zu bytes", bytes);
     rc = mxop__region_map(fd, bytes, 1, &base);
@@ -107,7 +132,7 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
         mxop__fail(c, rc, "cannot map a shared memory region of %zu bytes", bytes);
         goto err_fd;
     }
-    rc = register_fd(c, fd, bytes, kind == MXOP__REGION_STAGE, &id);
+    rc = register_fd(c, fd, bytes, kind == MXOP__REGION_STAGE, split, &id);
     if (rc < 0)
         goto err_map;
 
@@ -255,7 +280,7 @@ static int register_fd_common(mxop_client_t *c, int fd, size_t bytes, uint32_t *
         cmap = NULL;
     /* The fd stays the caller's: SCM_RIGHTS gives the daemon its own copy. */
     uint32_t id;
-    rc = register_fd(c, fd, bytes, 0, &id);
+    rc = register_fd(c, fd, bytes, 0, 0, &id);
     if (rc < 0) {
         if (cmap != map && cmap != shared_cmap)
             mxop__region_unmap(cmap, bytes);

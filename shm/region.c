@@ -22,12 +22,31 @@
 
 int mxop__region_create_fd(const char *name, size_t size, int *fd_out)
 {
-    return mxop__region_create_fd_sealable(name, size, 0, fd_out);
+    return mxop__region_create_fd_sealable(name, size, 0, 0, fd_out);
 }
 
-int mxop__region_create_fd_sealable(const char *name, size_t size, int sealable, int *fd_out)
+size_t mxop__region_split(size_t size)
 {
-    if (size == 0)
+    if (size < MXOP__REGION_SPLIT_MIN)
+        return 0;
+    return size / 2 / MXOP__PREFAULT_MAX * MXOP__PREFAULT_MAX;
+}
+
+int mxop__region_reserve_pages(int fd, size_t off, size_t len)
+{
+    if (len == 0)
+        return 0;
+    int err = posix_fallocate(fd, (off_t)off, (off_t)len);
+    if (err == 0)
+        return 0;
+    errno = err;
+    return MXOP_ESHM;
+}
+
+int mxop__region_create_fd_sealable(const char *name, size_t size, int sealable,
+                                    size_t reserve_from, int *fd_out)
+{
+    if (size == 0 || reserve_from > size)
         return MXOP_EINVAL;
     int fd = memfd_create(name ? name : "mxop-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
@@ -38,11 +57,8 @@ int mxop__region_create_fd_sealable(const char *name, size_t size, int sealable,
      * Reserve the pages now: on a full /dev/shm (tmpfs) this fails here with
      * ENOSPC instead of raising SIGBUS in whichever process touches the page.
      */
-    int err = posix_fallocate(fd, 0, (off_t)size);
-    if (err != 0) {
-        errno = err;
+    if (mxop__region_reserve_pages(fd, reserve_from, size - reserve_from) != 0)
         goto err_fd;
-    }
     /*
      * Nobody may shrink a region under a mapping (that too would SIGBUS).  A
      * sealable one stays open to more seals: the daemon seals it read-only

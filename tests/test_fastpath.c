@@ -16,10 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "client/client_internal.h"
 #include "harness.h"
+#include "shm/region.h"
 
 static mxt_daemon_t daemon_;
 
@@ -33,7 +36,22 @@ static void teardown(void)
     mxt_daemon_stop(&daemon_);
 }
 
+/*
+ * The libraries these tests load are not trusted by the default daemon, so
+ * its sessions run in scratch mode, where the worker holds the regions
+ * read-only.  The tests about the worker's writable views (first use of a
+ * region) run again against a daemon that trusts them.
+ */
+static void setup_trusted(void)
+{
+    const char *args[] = {
+        "--trusted-library", "relu.so", "--trusted-library", "noop.so", "--trusted-library",
+        "crash.so",          NULL};
+    mxt_daemon_start(&daemon_, args);
+}
+
 TestSuite(fastpath, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(fastpath_trusted, .init = setup_trusted, .fini = teardown, .timeout = 60);
 
 /* The path a session takes by default in this run of the suite. */
 static int expected_path(void)
@@ -381,7 +399,8 @@ Test(fastpath, an_idle_session_burns_no_cpu)
  * their results whole; regions released while the thread works on them
  * (their views unmapped under it) cost no crash, and the worker stays.
  */
-Test(fastpath, new_regions_are_right_while_faulted_in_and_released_at_once)
+/* New regions, as inputs and outputs, while their views are faulted in; some released at once. */
+static void new_regions_while_faulted_in(void)
 {
     mxop_client_t *c = connect_path(MXOP_DATA_PATH_DEFAULT);
     pid_t worker = mxt_worker_pid(c);
@@ -421,5 +440,108 @@ Test(fastpath, new_regions_are_right_while_faulted_in_and_released_at_once)
     const char *fail = relu_calls(c, 50, why, sizeof(why));
     cr_assert_null(fail, "%s", fail);
     cr_assert_eq(mxt_worker_pid(c), worker, "the worker was replaced");
+    mxop_close(c);
+}
+
+Test(fastpath, new_regions_are_right_while_faulted_in_and_released_at_once)
+{
+    new_regions_while_faulted_in();
+}
+
+/* The same with writable views in the worker, which it faults in behind the answer. */
+Test(fastpath_trusted, new_regions_are_right_while_faulted_in_and_released_at_once)
+{
+    new_regions_while_faulted_in();
+}
+
+/*
+ * Registers `fd` by hand (the client library would pick reserved_from
+ * itself, shm/region.h), so that a test can leave the head unreserved.
+ * Returns the status; *id gets the region on success, *msg the daemon's
+ * words on failure.
+ */
+static int register_by_hand(mxop_client_t *c, int fd, size_t bytes, size_t reserved_from,
+                            uint32_t *id, const char **msg)
+{
+    Mxop__RegisterRegion body = MXOP__REGISTER_REGION__INIT;
+    body.size = bytes;
+    body.reserved_from = reserved_from;
+    Mxop__Request req = MXOP__REQUEST__INIT;
+    req.body_case = MXOP__REQUEST__BODY_REGISTER_REGION;
+    req.register_region = &body;
+    Mxop__Reply *r;
+    int rc = mxop__ctl_request(c, &req, &fd, 1, 20000, &r, NULL);
+    *msg = mxop_last_error(c);
+    if (rc == 0)
+        *id = r->register_region->region;
+    return rc;
+}
+
+static void release_by_hand(mxop_client_t *c, uint32_t id)
+{
+    Mxop__ReleaseRegion body = MXOP__RELEASE_REGION__INIT;
+    body.region = id;
+    Mxop__Request req = MXOP__REQUEST__INIT;
+    req.body_case = MXOP__REQUEST__BODY_RELEASE_REGION;
+    req.release_region = &body;
+    Mxop__Reply *r;
+    int rc = mxop__ctl_request(c, &req, NULL, 0, 20000, &r, NULL);
+    cr_assert_eq(rc, 0, "release: %s: %s", mxop_err_name(rc), mxop_last_error(c));
+}
+
+/*
+ * A client reserves the head of a large region while its registration is
+ * on its way (client/regions.c).  Faulting that head in before then would
+ * allocate the engine's pages in the worker (its cgroup pays), so the
+ * worker leaves it alone until a call writes there: the region's memfd
+ * keeps exactly the pages the client reserved, well after the worker
+ * faulted in the rest.
+ */
+Test(fastpath_trusted, the_worker_leaves_alone_the_head_a_client_still_reserves)
+{
+    mxop_client_t *c = connect_path(MXOP_DATA_PATH_DEFAULT);
+    const size_t bytes = 32u << 20, half = bytes / 2;
+    int fd = -1;
+    cr_assert_eq(mxop__region_create_fd_sealable("mxop-test", bytes, 1, half, &fd), 0);
+    uint32_t id = 0;
+    const char *msg;
+    int rc = register_by_hand(c, fd, bytes, half, &id, &msg);
+    cr_assert_eq(rc, 0, "register: %s: %s", mxop_err_name(rc), msg);
+    /*
+     * Ample time for the worker to fault in the upper half (and the lower if
+     * it would), and for the session's warm spare to start and map it too.
+     */
+    mxt_sleep_ms(500);
+    struct stat st;
+    cr_assert_eq(fstat(fd, &st), 0);
+    cr_assert_eq((size_t)st.st_blocks * 512, half,
+                 "the memfd holds %lld bytes; the client reserved %zu of them",
+                 (long long)st.st_blocks * 512, half);
+    release_by_hand(c, id);
+    close(fd);
+    /* The session goes on. */
+    char why[256];
+    const char *fail = relu_calls(c, 20, why, sizeof(why));
+    cr_assert_null(fail, "%s", fail);
+    mxop_close(c);
+}
+
+/* A reserved_from past the region, or on a device region, is refused by name. */
+Test(fastpath, a_reserved_from_past_the_region_is_refused)
+{
+    mxop_client_t *c = connect_path(MXOP_DATA_PATH_DEFAULT);
+    const size_t bytes = 8u << 20;
+    int fd = -1;
+    cr_assert_eq(mxop__region_create_fd_sealable("mxop-test", bytes, 1, 0, &fd), 0);
+    uint32_t id = 0;
+    const char *msg;
+    int rc = register_by_hand(c, fd, bytes, bytes + 4096, &id, &msg);
+    cr_assert_eq(rc, MXOP_EINVAL, "got %s", mxop_err_name(rc));
+    cr_assert(strstr(msg, "reserved_from") != NULL, "the error does not name the field: %s", msg);
+    /* The session goes on. */
+    char why[256];
+    const char *fail = relu_calls(c, 5, why, sizeof(why));
+    cr_assert_null(fail, "%s", fail);
+    close(fd);
     mxop_close(c);
 }

@@ -257,6 +257,7 @@ static void handle_register(mxop__client_t *cl, mxop__session_t *s, const Mxop__
     p->region = mxop__session_new_region_id(s);
     p->size = size;
     p->scratch = req->register_region->scratch;
+    p->reserved_from = req->register_region->reserved_from;
     rc = mxop__pending_send_client(s, p, fd);
     if (rc != 0) {
         mxop__pending_free(p);

@@ -162,6 +162,17 @@ static int check_body(const Mxop__Request *req, char *msg, size_t msglen)
                       (int)rr->device);
             return MXOP_EINVAL;
         }
+        if (rr->reserved_from > rr->size) {
+            mxop__fmt(msg, msglen,
+                      "RegisterRegion.reserved_from is %llu, past the region's %llu bytes",
+                      (unsigned long long)rr->reserved_from, (unsigned long long)rr->size);
+            return MXOP_EINVAL;
+        }
+        if (rr->reserved_from != 0 && rr->cuda_ipc_handle.len != 0) {
+            mxop__fmt(msg, msglen,
+                      "RegisterRegion.reserved_from is for a memfd; a device region has none");
+            return MXOP_EINVAL;
+        }
         return 0;
     }
     case MXOP__REQUEST__BODY_RELEASE_REGION:

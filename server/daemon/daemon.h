@@ -377,6 +377,8 @@ typedef struct mxop__region {
     uint8_t ipc[MXOP__CUDA_IPC_BYTES];
     /* Memory integrity (memconfine.c): the client's scratch region, writable in scratch mode. */
     bool scratch;
+    /* RegisterRegion.reserved_from, passed on to later workers' maps (replay.c). */
+    uint64_t reserved_from;
 } mxop__region_t;
 
 enum mxop__pending_kind {
@@ -405,6 +407,8 @@ typedef struct mxop__pending {
     mxop__libver_t ver; /* LOAD: the version read for this load (libver.c) */
     /* Memory integrity (memconfine.c): MAP of the client's scratch region. */
     bool scratch;
+    /* MAP: the bytes before it the client was still reserving (RegisterRegion.reserved_from). */
+    uint64_t reserved_from;
     /*
      * Least privilege (libfd.c): a LOAD's fd above is the library the
      * daemon opened; under an allowlist, the digest listed for it, where

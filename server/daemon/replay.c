@@ -71,6 +71,8 @@ void mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r)
         p->device = r->device;
         memcpy(p->ipc, r->ipc, sizeof(p->ipc));
         p->scratch = r->scratch;
+        /* The client may still be reserving the head: the spare leaves it alone too. */
+        p->reserved_from = r->reserved_from;
     }
     if (p == NULL || mxop__pending_send(s, p, r->fd, MXOP__FIFO_SPARE) != 0) {
         mxop__pending_free(p);
@@ -119,6 +121,12 @@ bool mxop__replay_to(mxop__session_t *s, enum mxop__pending_fifo q)
         p->device = s->regions[i].device;
         memcpy(p->ipc, s->regions[i].ipc, sizeof(p->ipc));
         p->scratch = s->regions[i].scratch;
+        /*
+         * The daemon never learns when the client's reservation ended (the
+         * spare starts within its first 100 ms), so a new worker leaves the
+         * head alone too, until a call writes there (prefill.c).
+         */
+        p->reserved_from = s->regions[i].reserved_from;
         if (mxop__pending_send(s, p, s->regions[i].fd, q) != 0) {
             MXOP__LOGD(s->id, NULL, "cannot re-map region %u into the new worker",
                        (unsigned)p->region);
@@ -265,7 +273,8 @@ static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Sup
                          .size = p->size,
                          .cuda = p->cuda,
                          .device = p->device,
-                         .scratch = p->scratch};
+                         .scratch = p->scratch,
+                         .reserved_from = p->reserved_from};
     if (p->cuda)
         memcpy(nr.ipc, p->ipc, sizeof(nr.ipc));
     if (mxop__session_add_region(s, &nr) != 0) {

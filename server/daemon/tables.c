@@ -262,6 +262,7 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
             map.device = p->device;
         }
         map.scratch = p->scratch;
+        map.reserved_from = p->reserved_from;
         if (s->mem_confined && !p->cuda && !p->scratch && fd >= 0) {
             /* Scratch mode: the worker gets a descriptor it cannot write through. */
             char why[256];

@@ -16,6 +16,15 @@
  * the thread on the other CPU (the client sleeps through a call that
  * long).
  *
+ * A client reserves the lower half of a large region while its
+ * registration is on its way (shm/region.h, mxop__region_split), and says
+ * so (reserved_from).  Faulting a page in before the client reserved it
+ * would allocate it here, charged to the worker's cgroup, so the chunks
+ * that reach below reserved_from wait until a call claims a span of the
+ * view: the call comes after the registration returned, and that is after
+ * the reservation.  Meanwhile the thread does the upper half, on the other
+ * CPU, while the client reserves the lower one.
+ *
  * One thread for the worker's lifetime, started at the first large
  * region, sleeping on a condition variable when there is nothing to do.
  * Each job is a view with a map of its chunks (pending, taken); the lock
@@ -44,7 +53,8 @@ typedef struct job {
     size_t size;             /* bytes to fault in (at most MXOP__PREFILL_MAX) */
     uint32_t n_chunks, left; /* chunks in all, and not yet taken */
     uint32_t busy;           /* chunks being populated now, outside the lock */
-    uint8_t taken[CHUNKS];   /* 1: populated or being populated (chunk 0: the head) */
+    uint32_t held;         /* chunks [0, held) wait for a claim: the client may be reserving them */
+    uint8_t taken[CHUNKS]; /* 1: populated or being populated (chunk 0: the head) */
 } job_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -93,24 +103,31 @@ static void populate(job_t *j, uint32_t k)
     pthread_cond_broadcast(&chunk_over);
 }
 
+/* The highest chunk of j the background may take now, or UINT32_MAX for none. */
+static uint32_t next_chunk(const job_t *j)
+{
+    uint32_t k = j->n_chunks;
+    while (k > j->held && j->taken[k - 1])
+        k--;
+    return k > j->held ? k - 1 : UINT32_MAX;
+}
+
 static void *prefill_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&lock);
     for (;;) {
-        /* The newest view with a chunk left, its highest chunk left. */
+        /* The newest view with a chunk it may take, its highest such chunk. */
         job_t *j = NULL;
+        uint32_t k = UINT32_MAX;
         for (int i = n_jobs - 1; i >= 0 && j == NULL; i--)
-            if (jobs[i].left > 0)
+            if (jobs[i].left > 0 && (k = next_chunk(&jobs[i])) != UINT32_MAX)
                 j = &jobs[i];
         if (j == NULL) {
             pthread_cond_wait(&work, &lock);
             continue;
         }
-        uint32_t k = j->n_chunks;
-        while (k > 0 && j->taken[k - 1])
-            k--;
-        populate(j, k - 1);
+        populate(j, k);
     }
     return NULL;
 }
@@ -136,7 +153,7 @@ static int ensure_thread(void)
     return 0;
 }
 
-void mxop__prefill_start(void *rw, size_t size)
+void mxop__prefill_start(void *rw, size_t size, size_t reserved_from)
 {
     if (rw == NULL || size <= MXOP__PREFILL_MIN)
         return;
@@ -156,9 +173,18 @@ void mxop__prefill_start(void *rw, size_t size)
             j->busy = 0;
             for (uint32_t k = 0; k < j->n_chunks; k++)
                 j->taken[k] = 0;
-            /* The head was faulted in with the answer (mxop__region_prefault). */
-            j->taken[0] = 1;
-            j->left = j->n_chunks - 1;
+            if (reserved_from == 0) {
+                /* The head was faulted in with the answer (mxop__region_prefault). */
+                j->taken[0] = 1;
+                j->left = j->n_chunks - 1;
+                j->held = 0;
+            } else {
+                /* Every chunk that begins below reserved_from waits for a claim. */
+                j->left = j->n_chunks;
+                j->held = (uint32_t)((reserved_from + CHUNK - 1) / CHUNK);
+                if (j->held > j->n_chunks)
+                    j->held = j->n_chunks;
+            }
             atomic_store_explicit(&any_jobs, 1, memory_order_relaxed);
             pthread_cond_signal(&work);
         }
@@ -171,6 +197,12 @@ void mxop__prefill_claim(void *rw, size_t off, size_t len)
     if (!atomic_load_explicit(&any_jobs, memory_order_relaxed) || rw == NULL || len == 0)
         return;
     pthread_mutex_lock(&lock);
+    job_t *held = find_job(rw);
+    if (held != NULL && held->held > 0) {
+        /* A call: the client's registration, and so its reservation, is over. */
+        held->held = 0;
+        pthread_cond_signal(&work);
+    }
     for (;;) {
         job_t *j = find_job(rw);
         if (j == NULL || j->left == 0 || off >= j->size)

@@ -25,17 +25,22 @@
 #define MXOP__PREFILL_MAX ((size_t)512 << 20)
 
 /**
- * Queues the writable view rw (size bytes) of a new region, whose head
- * (MXOP__PREFILL_MIN) is already faulted in: a background thread faults in
- * the rest from the end towards the head, 2 MiB at a time.  Does nothing
- * where the thread cannot be started (the first use faults).
+ * Queues the writable view rw (size bytes) of a new region: a background
+ * thread faults it in from the end towards the head, 2 MiB at a time.
+ * With reserved_from 0 the head (MXOP__PREFILL_MIN) is already faulted in
+ * (mxop__region_prefault).  Otherwise the client may still be reserving
+ * the bytes before reserved_from (RegisterRegion.reserved_from): the
+ * chunks that reach below it are held back until a call claims a span of
+ * the view, which it can only do once the client's registration returned.
+ * Does nothing where the thread cannot be started (the first use faults).
  */
-void mxop__prefill_start(void *rw, size_t size);
+void mxop__prefill_start(void *rw, size_t size, size_t reserved_from);
 
 /**
- * Before a call writes [off, off + len) of the view at rw: faults in the
- * chunks of that span the background has not reached, from the head, on
- * the calling thread.  Costs one relaxed load when no view is pending.
+ * Before a call writes [off, off + len) of the view at rw: releases the
+ * view's held chunks to the background, and faults in the chunks of that
+ * span not yet done, from the head, on the calling thread.  Costs one
+ * relaxed load when no view is pending.
  */
 void mxop__prefill_claim(void *rw, size_t off, size_t len);
 

@@ -111,7 +111,7 @@ static int grow(void)
 
 int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msglen)
 {
-    return mxop__region_add_flags(id, size, fd, 0, msg, msglen);
+    return mxop__region_add_flags(id, size, fd, 0, 0, msg, msglen);
 }
 
 void mxop__regions_confine(void)
@@ -127,8 +127,8 @@ void mxop__regions_confine(void)
     }
 }
 
-int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags, char *msg,
-                           size_t msglen)
+int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags,
+                           uint64_t reserved_from, char *msg, size_t msglen)
 {
     int scratch = (flags & MXOP__MAP_SCRATCH) != 0;
     int writable = scratch || (!confined && !(flags & MXOP__MAP_READ_ONLY));
@@ -179,12 +179,21 @@ int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags, c
             goto err_ro;
         }
     }
-    /* The heads now; the rest of the writable view in the background (prefill.c). */
-    mxop__region_prefault(ro, (size_t)size, 0);
-    if (rw != NULL) {
-        mxop__region_prefault(rw, (size_t)size, 1);
-        mxop__prefill_start(rw, (size_t)size);
+    /*
+     * The heads now; the rest of the writable view in the background
+     * (prefill.c).  Not a head the client is still reserving: a fault there
+     * would allocate the page here, in the worker's cgroup, before the
+     * engine's reservation.
+     */
+    if (reserved_from > size)
+        reserved_from = size;
+    if (reserved_from == 0) {
+        mxop__region_prefault(ro, (size_t)size, 0);
+        if (rw != NULL)
+            mxop__region_prefault(rw, (size_t)size, 1);
     }
+    if (rw != NULL)
+        mxop__prefill_start(rw, (size_t)size, (size_t)reserved_from);
 
     mxop__region_t r = {.id = id,
                         .ro = ro,

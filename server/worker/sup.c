@@ -110,7 +110,8 @@ static int map(const Mxop__WorkerMap *wm, int *fds, int nfds)
     }
     unsigned flags =
         (wm->read_only ? MXOP__MAP_READ_ONLY : 0u) | (wm->scratch ? MXOP__MAP_SCRATCH : 0u);
-    int rc = mxop__region_add_flags(wm->region, wm->size, fds[0], flags, msg, sizeof(msg));
+    int rc = mxop__region_add_flags(wm->region, wm->size, fds[0], flags, wm->reserved_from, msg,
+                                    sizeof(msg));
     /* The mappings keep the memory; the descriptor is no longer needed. */
     close(fds[0]);
     fds[0] = -1;

@@ -271,9 +271,14 @@ int mxop__region_add(uint32_t id, uint64_t size, int fd, char *msg, size_t msgle
 #define MXOP__MAP_READ_ONLY 1u /* map the read-only view only (fd is a read-only reopen) */
 #define MXOP__MAP_SCRATCH 2u   /* the client's scratch region */
 
-/** mxop__region_add with MXOP__MAP_* flags. */
-int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags, char *msg,
-                           size_t msglen);
+/**
+ * mxop__region_add with MXOP__MAP_* flags, and `reserved_from`
+ * (WorkerMap.reserved_from): the client may still be reserving the bytes
+ * before it, so nothing of them is faulted in ahead of a call that writes
+ * there (server/worker/prefill.h).  Clamped to `size`.
+ */
+int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags,
+                           uint64_t reserved_from, char *msg, size_t msglen);
 
 /**
  * Scratch mode, for good (WorkerLoad.confine): unmaps the writable view of
