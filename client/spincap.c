@@ -27,8 +27,8 @@
 
 #include "shm/mailbox.h"
 
-static _Atomic int
-    in_flight; /* the CPUs the calls in flight want: each its thread and its worker's */
+/* The CPUs the calls in flight want: each its waiting thread and its worker's. */
+static _Atomic int in_flight;
 static _Atomic int cpus_cached;
 
 /* The CPUs this process may run on, read once (0 until then). */

@@ -23,6 +23,7 @@ python/README.md documents it).
 """
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -97,6 +98,14 @@ def main(argv=None):
         xt, yt = spirals(100, seed=1)
         acc = (model.module(xt).argmax(1) == yt).float().mean().item()
 
+    # The DDP model goes while the process group is still registered.  If
+    # its Reducer dropped the group's last reference, torch 1.13 would
+    # destroy the group holding the GIL, and a gloo thread that is freeing a
+    # tensor Python let go of waits for that GIL: the rank hangs at exit
+    # (seen about once in 25 runs).  destroy_process_group() below drops the
+    # group through Python's handle, which lets go of the GIL first.
+    del opt, model
+    gc.collect()
     client.close()
     dist.barrier()  # every session closed before the daemon goes
     if daemon is not None:
