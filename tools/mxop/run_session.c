@@ -176,16 +176,29 @@ static int start_private(mxop__run_daemon_t *d, const char *lib, char *err, size
     if (mkdir(plugins, 0700) != 0 || copy_file(path, d->lib_copy) != 0)
         return fail(err, errlen, "cannot copy %s into %s: %s", path, plugins, strerror(errno));
     pid_t parent = getpid();
-    d->pid = fork();
-    if (d->pid < 0) {
-        d->pid = 0;
+    /*
+     * The fatal signals wait until d->pid holds the child: a signal between
+     * fork's return and that store would leave the handler without a daemon
+     * to stop, and the daemon would make its files after the cleanup.
+     */
+    sigset_t fatal, was;
+    sigemptyset(&fatal);
+    sigaddset(&fatal, SIGINT);
+    sigaddset(&fatal, SIGTERM);
+    sigaddset(&fatal, SIGHUP);
+    sigprocmask(SIG_BLOCK, &fatal, &was);
+    pid_t pid = fork();
+    d->pid = pid > 0 ? pid : 0;
+    if (pid != 0)
+        sigprocmask(SIG_SETMASK, &was, NULL);
+    if (pid < 0)
         return fail(err, errlen, "fork: %s", strerror(errno));
-    }
-    if (d->pid == 0) {
+    if (pid == 0) {
         /* The cleanup is the parent's; the daemon handles its own signals. */
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &was, NULL);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent)
             _exit(1);
