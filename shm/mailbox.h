@@ -82,8 +82,8 @@ typedef struct mxop__mbox_slot {
     _Atomic uint32_t len;      /* frame bytes in data[] */
     _Atomic int32_t cpu;       /* the CPU the writer ran on when it last wrote (-1: unknown) */
     _Atomic int64_t put_ns;    /* CLOCK_MONOTONIC when the writer published its last frame */
-    _Atomic uint32_t
-        busy_cpus;    /* CPUs the work behind the writer's last frame kept busy (0: not said) */
+    /* The CPUs the work behind the writer's last frame kept busy (0: not said). */
+    _Atomic uint32_t busy_cpus;
     uint32_t pad_[9]; /* the control words get their own cache line */
     uint8_t data[MXOP__MBOX_SLOT_BYTES];
 } mxop__mbox_slot_t;
@@ -158,7 +158,8 @@ void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg,
  */
 static inline void mxop__mbox_say_busy(mxop__mbox_t *m, int cpus)
 {
-    atomic_store_explicit(&m->tx->busy_cpus, cpus > 0 ? (uint32_t)cpus : 1u, memory_order_relaxed);
+    /* The reader clamps whatever it finds (mxop__mbox_peer_busy). */
+    atomic_store_explicit(&m->tx->busy_cpus, cpus > 0 ? (uint32_t)cpus : 0u, memory_order_relaxed);
 }
 
 /** The peer's last word on the CPUs its work kept busy: 1 to 64 (1 when not said). */

@@ -457,15 +457,22 @@ Test(fastpath_trusted, new_regions_are_right_while_faulted_in_and_released_at_on
 /*
  * Registers `fd` by hand (the client library would pick reserved_from
  * itself, shm/region.h), so that a test can leave the head unreserved.
- * Returns the status; *id gets the region on success, *msg the daemon's
- * words on failure.
+ * With `device`, the request also carries the form of a device region (a
+ * 64-byte CUDA IPC handle, device 0).  Returns the status; *id gets the
+ * region on success, *msg the daemon's words on failure.
  */
 static int register_by_hand(mxop_client_t *c, int fd, size_t bytes, size_t reserved_from,
-                            uint32_t *id, const char **msg)
+                            int device, uint32_t *id, const char **msg)
 {
+    static uint8_t handle[64];
     Mxop__RegisterRegion body = MXOP__REGISTER_REGION__INIT;
     body.size = bytes;
     body.reserved_from = reserved_from;
+    if (device) {
+        body.cuda_ipc_handle.data = handle;
+        body.cuda_ipc_handle.len = sizeof(handle);
+        body.device = 0;
+    }
     Mxop__Request req = MXOP__REQUEST__INIT;
     req.body_case = MXOP__REQUEST__BODY_REGISTER_REGION;
     req.register_region = &body;
@@ -493,7 +500,7 @@ Test(fastpath_trusted, the_worker_leaves_alone_the_head_a_client_still_reserves)
     cr_assert_eq(mxop__region_create_fd_sealable("mxop-test", bytes, 1, half, &fd), 0);
     uint32_t id = 0;
     const char *msg;
-    int rc = register_by_hand(c, fd, bytes, half, &id, &msg);
+    int rc = register_by_hand(c, fd, bytes, half, 0, &id, &msg);
     cr_assert_eq(rc, 0, "register: %s: %s", mxop_err_name(rc), msg);
     /*
      * Ample time for the worker to fault in the upper half (and the lower if
@@ -516,19 +523,27 @@ Test(fastpath_trusted, the_worker_leaves_alone_the_head_a_client_still_reserves)
 /* A reserved_from past the region, or on a device region, is refused by name. */
 Test(fastpath, a_reserved_from_past_the_region_is_refused)
 {
+    /* A first session, closed, so that the daemon's lazily made state is in the baseline. */
+    mxop_close(connect_path(MXOP_DATA_PATH_DEFAULT));
+    mxt_baseline_t base = mxt_baseline_take(&daemon_);
     mxop_client_t *c = connect_path(MXOP_DATA_PATH_DEFAULT);
     const size_t bytes = 8u << 20;
     int fd = -1;
     cr_assert_eq(mxop__region_create_fd_sealable("mxop-test", bytes, 1, 0, &fd), 0);
     uint32_t id = 0;
     const char *msg;
-    int rc = register_by_hand(c, fd, bytes, bytes + 4096, &id, &msg);
-    cr_assert_eq(rc, MXOP_EINVAL, "got %s", mxop_err_name(rc));
+    int rc = register_by_hand(c, fd, bytes, bytes + 4096, 0, &id, &msg);
+    cr_assert_eq(rc, MXOP_EINVAL, "past the region: got %s", mxop_err_name(rc));
     cr_assert(strstr(msg, "reserved_from") != NULL, "the error does not name the field: %s", msg);
-    /* The session goes on. */
+    rc = register_by_hand(c, fd, bytes, 4096, 1, &id, &msg);
+    cr_assert_eq(rc, MXOP_EINVAL, "on a device region: got %s", mxop_err_name(rc));
+    cr_assert(strstr(msg, "reserved_from") != NULL, "the error does not name the field: %s", msg);
+    /* The session goes on, another one is untouched, and nothing is left. */
     char why[256];
     const char *fail = relu_calls(c, 5, why, sizeof(why));
     cr_assert_null(fail, "%s", fail);
+    mxt_other_session_correct(&daemon_);
     close(fd);
     mxop_close(c);
+    mxt_baseline_expect(&base);
 }

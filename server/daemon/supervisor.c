@@ -33,10 +33,10 @@
 #include "server/daemon/cgroup.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/idle_cpu.h"
-#include "server/daemon/procstat.h"
 #include "server/daemon/integrity.h"
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
+#include "server/daemon/procstat.h"
 #include "server/worker/cuda.h"
 #include "server/daemon/worker_output.h"
 

@@ -43,7 +43,8 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-/* A chunk is the head mxop__region_prefault faulted in, so chunk 0 is done at the start. */
+/* A chunk is the head mxop__region_prefault faults in, so chunk 0 is done at the start when
+ * the client had reserved the whole region (reserved_from 0). */
 #define CHUNK MXOP__PREFILL_MIN
 #define JOBS 16
 #define CHUNKS (MXOP__PREFILL_MAX / CHUNK)
@@ -173,18 +174,13 @@ void mxop__prefill_start(void *rw, size_t size, size_t reserved_from)
             j->busy = 0;
             for (uint32_t k = 0; k < j->n_chunks; k++)
                 j->taken[k] = 0;
-            if (reserved_from == 0) {
-                /* The head was faulted in with the answer (mxop__region_prefault). */
-                j->taken[0] = 1;
-                j->left = j->n_chunks - 1;
-                j->held = 0;
-            } else {
-                /* Every chunk that begins below reserved_from waits for a claim. */
-                j->left = j->n_chunks;
-                j->held = (uint32_t)((reserved_from + CHUNK - 1) / CHUNK);
-                if (j->held > j->n_chunks)
-                    j->held = j->n_chunks;
-            }
+            /* With all reserved, the head was faulted in with the answer (mxop__region_prefault).
+             */
+            j->taken[0] = reserved_from == 0;
+            j->left = j->n_chunks - j->taken[0];
+            /* Else every chunk that begins below reserved_from waits for a claim. */
+            size_t held = (reserved_from + CHUNK - 1) / CHUNK;
+            j->held = held < j->n_chunks ? (uint32_t)held : j->n_chunks;
             atomic_store_explicit(&any_jobs, 1, memory_order_relaxed);
             pthread_cond_signal(&work);
         }
@@ -197,16 +193,14 @@ void mxop__prefill_claim(void *rw, size_t off, size_t len)
     if (!atomic_load_explicit(&any_jobs, memory_order_relaxed) || rw == NULL || len == 0)
         return;
     pthread_mutex_lock(&lock);
-    job_t *held = find_job(rw);
-    if (held != NULL && held->held > 0) {
+    job_t *j = find_job(rw);
+    if (j != NULL && j->held > 0) {
         /* A call: the client's registration, and so its reservation, is over. */
-        held->held = 0;
+        j->held = 0;
         pthread_cond_signal(&work);
     }
-    for (;;) {
-        job_t *j = find_job(rw);
-        if (j == NULL || j->left == 0 || off >= j->size)
-            break;
+    /* populate() lets go of the lock, and the job may move meanwhile: look it up again. */
+    for (; j != NULL && j->left > 0 && off < j->size; j = find_job(rw)) {
         size_t end = off + len < j->size ? off + len : j->size;
         uint32_t k = (uint32_t)(off / CHUNK), last = (uint32_t)((end - 1) / CHUNK);
         while (k <= last && j->taken[k])
