@@ -27,6 +27,7 @@
 
 #include "client/client_internal.h"
 #include "client/inflight.h"
+#include "client/lease.h"
 #include "client/spincap.h"
 #include "common/util.h"
 #include "shm/call_page.h"
@@ -313,8 +314,13 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
 {
     int64_t spent;
     int rc;
-    if (mxop__mbox_spin(&c->mbox, spin_cap, &spent) && (rc = mbox_result(c, op, id, res)) != 1)
-        goto done;
+    if (spin_cap > 0) {
+        if (mxop__mbox_spin_now(&c->mbox, spin_cap, &spent) &&
+            (rc = mbox_result(c, op, id, res)) != 1)
+            goto done;
+        /* A failed spin (a long op, or a worker without a CPU): no turn needed to sleep. */
+        mxop__lease_leave(&c->lease);
+    }
     for (;;) {
         rc = mbox_result(c, op, id, res);
         if (rc != 1)
@@ -411,6 +417,14 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
             /* What the worker's last call kept busy (its op's BLAS threads). */
             int worker_cpus = mxop__mbox_peer_busy(&c->mbox);
             int64_t spin_cap = mxop__spincap_enter(worker_cpus);
+            /* A call that will spin takes its turn first (client/lease.c); one that will not
+             * lets its process's turn go. */
+            if (spin_cap > 0 && mxop__mbox_spin_pays(&c->mbox)) {
+                mxop__lease_enter(&c->lease);
+            } else {
+                spin_cap = 0;
+                mxop__lease_leave(&c->lease);
+            }
             mxop__mbox_put(&c->mbox, MXOP__KIND_CALL, msg, n);
             int rc = wait_mbox(c, op, id, wait_ms, start, end, spin_cap, res);
             mxop__spincap_leave(worker_cpus);

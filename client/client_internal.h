@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client/lease.h"
 #include "mxop/client.h"
 #include "proto/frame.h"
 #include "shm/mailbox.h"
@@ -150,6 +151,8 @@ struct mxop_client {
     int mbox_on;   /* the current worker has the mailbox: calls go through it */
     /* The session's call page (shm/call_page.h), mapped from the OpenSession reply; or NULL. */
     struct mxop__call_page *call_page;
+    /* Its uid's spin lease (client/lease.c), also from the OpenSession reply. */
+    mxop__lease_t lease;
     int mbox_wanted; /* give the current worker a mailbox before the next call */
     mxop__mbox_t mbox;
     uint8_t *mbox_buf; /* a result copied out of the mailbox (NULL on the socket path) */

@@ -181,6 +181,7 @@ static void client_free(mxop_client_t *c)
     mxop__data_drop(c);
     if (c->call_page != NULL)
         munmap(c->call_page, sizeof(mxop__call_page_t));
+    mxop__lease_unmap(&c->lease);
     mxop__rxbuf_free(&c->data_rx);
     free(c->mbox_buf);
     mxop__arena_free_all(c);

@@ -262,7 +262,7 @@ static int64_t spin_budget(const mxop__mbox_t *m, int64_t cap)
  * succeeded, except for a probe now and then, so that the side learns when
  * the peer answers quickly again.
  */
-static int spin_pays(mxop__mbox_t *m)
+int mxop__mbox_spin_pays(mxop__mbox_t *m)
 {
     if (m->hit_rate < MXOP__MBOX_HIT_MIN && ++m->unspun < MXOP__MBOX_PROBE_EVERY) {
         m->n_skip_rare++;
@@ -281,9 +281,17 @@ static void note_spin(mxop__mbox_t *m, int hit)
 
 int mxop__mbox_spin(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
 {
+    *spent_ns = 0;
+    if (cap_ns <= 0 || !mxop__mbox_spin_pays(m))
+        return mxop__mbox_ready(m);
+    return mxop__mbox_spin_now(m, cap_ns, spent_ns);
+}
+
+int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
+{
     int64_t start = mxop__now_ns(), budget = spin_budget(m, cap_ns), now = start;
     *spent_ns = 0;
-    if (cap_ns <= 0 || !spin_pays(m))
+    if (cap_ns <= 0)
         return mxop__mbox_ready(m);
     /*
      * Two processes on one CPU: the peer can only answer when this side

@@ -195,6 +195,16 @@ int mxop__mbox_take(mxop__mbox_t *m, uint8_t *buf, size_t cap, uint16_t *kind, u
 int mxop__mbox_spin(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns);
 
 /**
+ * The two halves of mxop__mbox_spin, for a caller that does something
+ * between deciding and spinning (the client takes its spin lease,
+ * client/lease.c).  spin_pays: whether this wait should spin (counts a
+ * probe when it says yes while spins rarely succeed).  spin_now: spins as
+ * mxop__mbox_spin does once it decided to.
+ */
+int mxop__mbox_spin_pays(mxop__mbox_t *m);
+int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns);
+
+/**
  * Raises the sleeping flag before a poll() on bell_rx.  Returns 1 if a
  * frame arrived meanwhile (the flag is lowered again: do not sleep).
  */

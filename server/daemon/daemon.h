@@ -37,6 +37,7 @@
 #include "common.pb-c.h"
 #include "control.pb-c.h"
 #include "proto/frame.h"
+#include "server/daemon/lease_pages.h"
 #include "server/daemon/spawn.h"
 #include "server/status_page.h"
 #include "supervisor.pb-c.h"
@@ -277,6 +278,9 @@ struct mxop__daemon {
     uid_t euid;
     pid_t pid;
     int64_t start_ns;
+
+    /* The spin-lease pages of the client uids (lease_pages.c, shm/lease_page.h). */
+    mxop__lease_pages_t leases;
 
     /* listener.c */
     int listen_fd;

@@ -245,6 +245,7 @@ out_loop:
     }
 out_cfg:
     mxop__quarantine_free(&d);
+    mxop__lease_pages_free(&d.leases);
     mxop__reload_free(&d);
     free(d.cfg.plugin_dir);
     free(d.cfg.worker_path);

@@ -455,7 +455,7 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     s->reload_fd = -1;
 
     char err[MXOP__MSG_MAX];
-    int fds[2] = {-1, -1}; /* the data channel, the call page */
+    int fds[2] = {-1, -1}; /* the data channel, the call page (and the lease page, below) */
     mxop__worker_t *w = NULL;
     int rc = mxop__call_page_create(s, &fds[1], err, sizeof(err));
     if (rc == 0)
@@ -488,7 +488,10 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     r.id = req_id;
     r.body_case = MXOP__REPLY__BODY_OPEN_SESSION;
     r.open_session = &osr;
-    mxop__reply_send_fds(cl, &r, fds, 2);
+    /* Third, the client uid's spin-lease page (shm/lease_page.h), when there is one. */
+    int lease_fd = mxop__lease_page_fd(&d->leases, cl->uid);
+    int sent[3] = {fds[0], fds[1], lease_fd};
+    mxop__reply_send_fds(cl, &r, sent, lease_fd >= 0 ? 3 : 2);
     close(fds[0]);
     close(fds[1]);
     MXOP__LOGI(s->id, NULL, "session opened by client %llu '%s'; worker %d",
