@@ -86,8 +86,11 @@ static int relu_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_o
 /*
  * The worker has already checked the counts, the regions, the dtypes and
  * the shapes (infer_type above, and the default infer_shape: y takes the
- * shape of x), so the callbacks go straight to work.
+ * shape of x), so the callbacks go straight to work.  MXOP_VECTOR_CLONES
+ * builds each callback for AVX2 as well, picked when the library loads on a
+ * CPU that has it.
  */
+MXOP_VECTOR_CLONES
 static int relu_forward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
                         mxop_tensor_t *out)
 {
@@ -104,6 +107,7 @@ static int relu_forward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int 
     return 0;
 }
 
+MXOP_VECTOR_CLONES
 static int relu_backward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
                          mxop_tensor_t *out)
 {

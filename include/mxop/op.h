@@ -403,6 +403,25 @@ typedef int (*mxop_plugin_init_fn)(mxop_ctx_t *ctx, const mxop_host_t *host);
 #define MXOP_EXPORT
 #endif
 
+/*
+ * Builds a function twice, for AVX2 and for the baseline x86-64 (SSE2), and
+ * has the dynamic loader pick the one this CPU runs when the library loads.
+ * For the hot loop of an op: a library built for the baseline cannot use
+ * AVX2's 32-byte vectors, and one built with -mavx2 would not load on a
+ * CPU without it.  relu of 1 MiB: 23 us with the baseline loop, 21 us
+ * with this (docs/op-author-guide.md, "Threads, OpenMP and
+ * vectorisation").  Empty where the compiler or the target has no
+ * target_clones.
+ */
+#if defined(__x86_64__) && defined(__linux__) &&                                                  \
+    ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 6) ||                                \
+     (defined(__clang__) && __clang_major__ >= 14)) &&                                             \
+    !defined(__CUDACC__)
+#define MXOP_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MXOP_VECTOR_CLONES
+#endif
+
 /* C linkage for the two exported symbols when a library is C++ or CUDA. */
 #ifdef __cplusplus
 #define MXOP_EXTERN_C extern "C"
