@@ -319,7 +319,7 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
             (rc = mbox_result(c, op, id, res)) != 1)
             goto done;
         /* A failed spin (a long op, or a worker without a CPU): no turn needed to sleep. */
-        mxop__lease_leave(&c->lease);
+        mxop__lease_spin_failed(&c->lease);
     }
     for (;;) {
         rc = mbox_result(c, op, id, res);

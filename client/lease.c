@@ -5,10 +5,13 @@
  * holds a slot of its uid's lease page; one that will not spin lets go of
  * any.  Holding is cheap: a check of the slot's holder, the quantum and the
  * waiter count, all on lines nobody else writes while the holder runs.
- * Waiting is a futex sleep on the page's generation word, bounded by the
- * quantum (so that a holder that died or went idle is noticed and its slot
- * taken) and in all by MXOP__LEASE_WAIT_MAX_NS, after which the session
- * goes on without the lease for a second.  A holder passes its slot on at
+ * Waiting is a futex sleep on the page's generation word, woken by a
+ * release, or after MXOP__LEASE_NAP_NS to look for a holder that died or
+ * went idle (napping rarely keeps the futex's wake order, first come first
+ * served, mostly intact).  A wait in which nothing was released for
+ * MXOP__LEASE_STUCK_NS, or that lasts MXOP__LEASE_WAIT_MAX_NS, ends
+ * without a slot, and the session goes on without the lease for a second.
+ * A holder passes its slot on at
  * the end of a quantum when others wait, and keeps it free for a woken
  * waiter for MXOP__LEASE_HANDOFF_NS, so that the pairs take turns.
  *
@@ -58,6 +61,7 @@ int mxop__lease_map(mxop__lease_t *l, int fd)
 {
     l->page = NULL;
     l->slot = -1;
+    l->fresh = 0;
     l->off_until_ns = 0;
     struct stat st;
     if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(mxop__lease_page_t))
@@ -152,6 +156,7 @@ int mxop__lease_enter(mxop__lease_t *l)
                     MXOP__LEASE_QUANTUM_NS ||
                 atomic_load_explicit(&p->waiters, memory_order_relaxed) == 0) {
                 atomic_store_explicit(&s->last_ns, now, memory_order_relaxed);
+                l->fresh = 0;
                 return 1;
             }
             /* The quantum is over and others wait: their turn. */
@@ -160,17 +165,26 @@ int mxop__lease_enter(mxop__lease_t *l)
         }
         l->slot = -1;
     }
-    int64_t start = now;
+    int64_t start = now, moved = now; /* when a release was last seen */
+    uint32_t seen = atomic_load_explicit(&p->gen, memory_order_seq_cst);
     int waited = 0;
     for (;;) {
         uint32_t g = atomic_load_explicit(&p->gen, memory_order_seq_cst);
-        int64_t next = now + MXOP__LEASE_QUANTUM_NS;
+        if (g != seen) {
+            seen = g;
+            moved = now;
+        }
+        int64_t next = now + MXOP__LEASE_NAP_NS;
         int i = take(p, me, now, &next);
         if (i >= 0) {
             l->slot = i;
+            l->fresh = 1;
             return 1;
         }
-        if (now - start >= MXOP__LEASE_WAIT_MAX_NS) {
+        int64_t end = moved + MXOP__LEASE_STUCK_NS;
+        if (start + MXOP__LEASE_WAIT_MAX_NS < end)
+            end = start + MXOP__LEASE_WAIT_MAX_NS;
+        if (now >= end) {
             l->gave_up++;
             l->off_until_ns = now + LEASE_OFF_NS;
             return 0;
@@ -179,8 +193,7 @@ int mxop__lease_enter(mxop__lease_t *l)
             waited = 1;
             l->waits++;
         }
-        int64_t left = start + MXOP__LEASE_WAIT_MAX_NS - now;
-        int64_t nap = next - now < left ? next - now : left;
+        int64_t nap = (next < end ? next : end) - now;
         if (nap < 1000)
             nap = 1000;
         struct timespec ts = {.tv_sec = nap / 1000000000, .tv_nsec = nap % 1000000000};
@@ -201,6 +214,14 @@ void mxop__lease_leave(mxop__lease_t *l)
     if (atomic_load_explicit(&s->holder, memory_order_relaxed) == me)
         release(p, s, me, mxop__now_ns(), 0);
     l->slot = -1;
+}
+
+void mxop__lease_spin_failed(mxop__lease_t *l)
+{
+    if (l->fresh)
+        l->fresh = 0;
+    else
+        mxop__lease_leave(l);
 }
 
 void mxop__lease_unmap(mxop__lease_t *l)

@@ -18,8 +18,9 @@
  * passed to a worker.  Processes of one uid can already do anything to each
  * other, so the page needs no defence against them beyond bounded waits:
  * everything on it is a hint, and a client that finds it unusable (a
- * holder that never lets go, a wait past MXOP__LEASE_WAIT_MAX_NS) goes on
- * without it, as if there were no page.
+ * holder that never lets go, a wait with no release for
+ * MXOP__LEASE_STUCK_NS) goes on without it for a while, as if there were
+ * no page.
  *
  * Slot holders are process ids.  All fields are atomics; `gen` is the
  * futex word waiters sleep on, bumped at every release.
@@ -39,8 +40,12 @@
 #define MXOP__LEASE_STALE_NS 300000
 /* After a hand-over the slot is kept for a woken waiter this long. */
 #define MXOP__LEASE_HANDOFF_NS 100000
-/* The longest a call waits for a slot before it goes on without one. */
-#define MXOP__LEASE_WAIT_MAX_NS 50000000
+/* A waiter not woken by then looks again for a holder gone or idle. */
+#define MXOP__LEASE_NAP_NS 10000000
+/* A wait in which no slot was released for this long: the page is stuck; go on without it. */
+#define MXOP__LEASE_STUCK_NS 50000000
+/* The longest a call waits for a slot, however many others take their turns first. */
+#define MXOP__LEASE_WAIT_MAX_NS 1000000000
 
 typedef struct mxop__lease_slot {
     _Atomic uint32_t holder;       /* a process id; 0: free */
