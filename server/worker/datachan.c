@@ -349,13 +349,22 @@ int mxop__data_serve(void)
                 serve_mbox();
                 int64_t now = mxop__now_ns();
                 idle_since = now;
+                /*
+                 * Short calls flow: keep the spins possible (shm/placement.h).
+                 * Looked at after every call (sched_getcpu reads the rseq
+                 * area; only a move is a system call): a client that lands on
+                 * this CPU, as after its turn of the spin lease begins
+                 * (client/lease.c), costs two context switches a call until
+                 * the worker moves.
+                 */
+                if (!calls_long) {
+                    int peer = atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed);
+                    if (peer == sched_getcpu())
+                        mxop__placement_keep_off(peer);
+                }
                 if (now - last_socket_check < SOCKET_CHECK_NS)
                     continue;
                 last_socket_check = now;
-                /* Short calls flow: keep the spins possible (shm/placement.h). */
-                if (!calls_long)
-                    mxop__placement_keep_off(
-                        atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed));
                 struct pollfd p = {.fd = sup_fd, .events = POLLIN};
                 if (poll(&p, 1, 0) > 0)
                     return MXOP__W_SUP_READY;
