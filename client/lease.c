@@ -11,9 +11,10 @@
  * served, mostly intact).  A wait in which nothing was released for
  * MXOP__LEASE_STUCK_NS, or that lasts MXOP__LEASE_WAIT_MAX_NS, ends
  * without a slot, and the session goes on without the lease for a second.
- * A holder passes its slot on at
- * the end of a quantum when others wait, and keeps it free for a woken
- * waiter for MXOP__LEASE_HANDOFF_NS, so that the pairs take turns.
+ * A holder passes its slot on at the end of a quantum when others wait,
+ * and keeps it free for a woken waiter for MXOP__LEASE_HANDOFF_NS, so that
+ * the pairs take turns.  A session's side of this is the state in
+ * client/lease.h, changed by lease_to alone.
  *
  * Holders are process ids: the sessions of one process (a pool's
  * siblings) share their process's slot, and the calls in flight within a
@@ -58,12 +59,18 @@ static uint32_t self(void)
     return atomic_load_explicit(&self_pid, memory_order_relaxed);
 }
 
+/* The one place a session's lease state changes. */
+static void lease_to(mxop__lease_t *l, mxop__lease_state_t to, int slot, int64_t off_until_ns)
+{
+    l->state = to;
+    l->slot = to == MXOP__LEASE_TAKEN || to == MXOP__LEASE_HELD ? slot : -1;
+    l->off_until_ns = to == MXOP__LEASE_OFF ? off_until_ns : 0;
+}
+
 int mxop__lease_map(mxop__lease_t *l, int fd)
 {
     l->page = NULL;
-    l->slot = -1;
-    l->fresh = 0;
-    l->off_until_ns = 0;
+    lease_to(l, MXOP__LEASE_NONE, -1, 0);
     struct stat st;
     if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(mxop__lease_page_t))
         return -1;
@@ -76,6 +83,7 @@ int mxop__lease_map(mxop__lease_t *l, int fd)
         return -1;
     }
     l->page = p;
+    lease_to(l, MXOP__LEASE_FREE, -1, 0);
     return 0;
 }
 
@@ -144,20 +152,23 @@ static int take(mxop__lease_page_t *p, uint32_t me, int64_t now, int64_t *next_n
 int mxop__lease_enter(mxop__lease_t *l)
 {
     mxop__lease_page_t *p = l->page;
-    if (p == NULL)
+    if (l->state == MXOP__LEASE_NONE || p == NULL)
         return 0;
     int64_t now = mxop__now_ns();
-    if (now < l->off_until_ns)
-        return 0;
+    if (l->state == MXOP__LEASE_OFF) {
+        if (now < l->off_until_ns)
+            return 0;
+        lease_to(l, MXOP__LEASE_FREE, -1, 0);
+    }
     uint32_t me = self();
-    if (l->slot >= 0) {
+    if (l->state == MXOP__LEASE_TAKEN || l->state == MXOP__LEASE_HELD) {
         mxop__lease_slot_t *s = &p->slots[l->slot];
         if (atomic_load_explicit(&s->holder, memory_order_relaxed) == me) {
             if (now - atomic_load_explicit(&s->since_ns, memory_order_relaxed) <
                     MXOP__LEASE_QUANTUM_NS ||
                 atomic_load_explicit(&p->waiters, memory_order_relaxed) == 0) {
                 atomic_store_explicit(&s->last_ns, now, memory_order_relaxed);
-                l->fresh = 0;
+                lease_to(l, MXOP__LEASE_HELD, l->slot, 0);
                 return 1;
             }
             /* The quantum is over and others wait: their turn. */
@@ -174,7 +185,8 @@ int mxop__lease_enter(mxop__lease_t *l)
                 sched_yield();
             now = mxop__now_ns();
         }
-        l->slot = -1;
+        /* Handed over, or taken from us while we looked idle. */
+        lease_to(l, MXOP__LEASE_FREE, -1, 0);
     }
     int64_t start = now, moved = now; /* when a release was last seen */
     uint32_t seen = atomic_load_explicit(&p->gen, memory_order_seq_cst);
@@ -188,8 +200,7 @@ int mxop__lease_enter(mxop__lease_t *l)
         int64_t next = now + MXOP__LEASE_NAP_NS;
         int i = take(p, me, now, &next);
         if (i >= 0) {
-            l->slot = i;
-            l->fresh = 1;
+            lease_to(l, MXOP__LEASE_TAKEN, i, 0);
             return 1;
         }
         int64_t end = moved + MXOP__LEASE_STUCK_NS;
@@ -197,7 +208,7 @@ int mxop__lease_enter(mxop__lease_t *l)
             end = start + MXOP__LEASE_WAIT_MAX_NS;
         if (now >= end) {
             l->gave_up++;
-            l->off_until_ns = now + LEASE_OFF_NS;
+            lease_to(l, MXOP__LEASE_OFF, -1, now + LEASE_OFF_NS);
             return 0;
         }
         if (!waited) {
@@ -217,20 +228,19 @@ int mxop__lease_enter(mxop__lease_t *l)
 
 void mxop__lease_leave(mxop__lease_t *l)
 {
-    mxop__lease_page_t *p = l->page;
-    if (p == NULL || l->slot < 0)
+    if (l->state != MXOP__LEASE_TAKEN && l->state != MXOP__LEASE_HELD)
         return;
-    mxop__lease_slot_t *s = &p->slots[l->slot];
+    mxop__lease_slot_t *s = &l->page->slots[l->slot];
     uint32_t me = self();
     if (atomic_load_explicit(&s->holder, memory_order_relaxed) == me)
-        release(p, s, me, mxop__now_ns(), 0);
-    l->slot = -1;
+        release(l->page, s, me, mxop__now_ns(), 0);
+    lease_to(l, MXOP__LEASE_FREE, -1, 0);
 }
 
 void mxop__lease_spin_failed(mxop__lease_t *l)
 {
-    if (l->fresh)
-        l->fresh = 0;
+    if (l->state == MXOP__LEASE_TAKEN)
+        lease_to(l, MXOP__LEASE_HELD, l->slot, 0);
     else
         mxop__lease_leave(l);
 }
@@ -242,4 +252,5 @@ void mxop__lease_unmap(mxop__lease_t *l)
     mxop__lease_leave(l);
     munmap(l->page, sizeof(mxop__lease_page_t));
     l->page = NULL;
+    lease_to(l, MXOP__LEASE_NONE, -1, 0);
 }

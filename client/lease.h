@@ -9,12 +9,21 @@
 
 struct mxop__lease_page;
 
+/* Where a session stands with its lease; changed only by lease_to (lease.c). */
+typedef enum mxop__lease_state {
+    MXOP__LEASE_NONE = 0, /* no page: the session spins as it would alone */
+    MXOP__LEASE_FREE,     /* a page, and no slot held through this session */
+    MXOP__LEASE_TAKEN,    /* a slot, taken for the call in flight */
+    MXOP__LEASE_HELD,     /* a slot, held since an earlier call */
+    MXOP__LEASE_OFF       /* a wait found the page stuck: no lease until off_until_ns */
+} mxop__lease_state_t;
+
 typedef struct mxop__lease {
-    struct mxop__lease_page *page; /* mapped from the OpenSession reply; NULL: none */
-    int slot;                      /* the slot this session last found its process holding; -1 */
-    int fresh;                     /* the slot was taken for the call in flight */
-    int64_t off_until_ns;          /* a wait ran past its bound: no lease until then */
-    uint64_t waits, gave_up;       /* calls that slept for a slot, and those that went on without */
+    struct mxop__lease_page *page; /* mapped from the OpenSession reply; NULL in NONE */
+    mxop__lease_state_t state;
+    int slot;                /* TAKEN and HELD: the slot's index */
+    int64_t off_until_ns;    /* OFF: until when */
+    uint64_t waits, gave_up; /* calls that slept for a slot, and those that went on without */
 } mxop__lease_t;
 
 /*

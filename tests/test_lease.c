@@ -93,6 +93,7 @@ Test(lease, a_holder_keeps_its_slot_while_nobody_waits)
     lease_on(&l, fd);
     for (int i = 0; i < 1000; i++)
         cr_assert_eq(mxop__lease_enter(&l), 1);
+    cr_assert_eq(l.state, MXOP__LEASE_HELD);
     cr_assert_eq(l.slot, 0);
     cr_assert_eq(l.waits, 0, "a lone process waited for its own slot");
     cr_assert_eq(l.page->slots[0].holder, (uint32_t)getpid());
@@ -178,7 +179,7 @@ Test(lease, leave_frees_the_slot)
     cr_assert_eq(mxop__lease_enter(&l), 1);
     mxop__lease_leave(&l);
     cr_assert_eq(l.page->slots[0].holder, 0, "a process that stopped spinning kept its slot");
-    cr_assert_eq(l.slot, -1);
+    cr_assert_eq(l.state, MXOP__LEASE_FREE);
     mxop__lease_unmap(&l);
     close(fd);
 }
