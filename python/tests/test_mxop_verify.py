@@ -212,6 +212,38 @@ def test_verify_interrupted_leaves_nothing(sig, delay, tmp_path):
     assert processes_under(tmp_path) == []
 
 
+def test_verify_interrupted_removes_what_the_daemon_left(tmp_path):
+    """A daemon stopped while it starts can leave names the tool never made
+    (its socket's temporary name, mxop.sock.tmp.PID, before the rename): the
+    private directory goes all the same.  The daemon here is a stand-in that
+    makes such names and never listens."""
+    fake = tmp_path / "fake-serverd"
+    fake.write_text("#!/bin/sh\n"
+                    "touch \"$2.tmp.4242\" \"$(dirname \"$2\")/stray\"\n"
+                    "exec sleep 60\n")
+    fake.chmod(0o755)
+    run = tmp_path / "run"
+    run.mkdir()
+    e = dict(os.environ)
+    e["TMPDIR"] = str(run)
+    e["MXOP_SERVERD"] = str(fake)
+    e.pop("MXOP_SOCKET", None)
+    p = subprocess.Popen([MXOP, "verify", os.path.join(FIXTURES, "hang_cb.so")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=e)
+    end = time.monotonic() + 20
+    while time.monotonic() < end and p.poll() is None and not glob.glob(
+            str(run / "mxop-run-*" / "stray")):
+        time.sleep(0.01)
+    assert glob.glob(str(run / "mxop-run-*" / "mxop.sock.tmp.4242")), "the stand-in did not start"
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == -signal.SIGTERM
+    assert leftovers(run) == []
+    end = time.monotonic() + 10
+    while processes_under(fake) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert processes_under(fake) == []
+
+
 def fnv1a64(data):
     h = 0xcbf29ce484222325
     for b in data:

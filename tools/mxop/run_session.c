@@ -4,6 +4,7 @@
 
 #include "tools/mxop/run_session.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,17 +38,45 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
  */
 static mxop__run_daemon_t *active;
 
+/*
+ * Unlinks every entry of the directory open as `dfd` (one level: the
+ * entries are files and sockets) and closes it.  Every name, not only the
+ * ones this program made: a daemon stopped while it started leaves its
+ * socket's temporary name (mxop.sock.tmp.PID) before it renames it.  Raw
+ * getdents64 and unlinkat: no allocation, so the signal handler may use it.
+ */
+static void unlink_entries(int dfd)
+{
+    char buf[4096] __attribute__((aligned(8)));
+    for (;;) {
+        long n = syscall(SYS_getdents64, dfd, buf, sizeof(buf));
+        if (n <= 0)
+            break;
+        for (long off = 0; off < n;) {
+            struct dirent64 *e = (struct dirent64 *)(void *)(buf + off);
+            off += e->d_reclen;
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            unlinkat(dfd, e->d_name, 0);
+        }
+    }
+    close(dfd);
+}
+
 static void remove_files(const mxop__run_daemon_t *d)
 {
     char plugins[160];
-    unlink(d->lib_copy);
-    unlink(d->socket);
-    unlink(d->log);
     /* Built with plain copies: snprintf is not async-signal-safe in theory. */
     size_t n = strlen(d->dir);
     memcpy(plugins, d->dir, n);
     memcpy(plugins + n, "/plugins", sizeof("/plugins"));
+    int pfd = open(plugins, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (pfd >= 0)
+        unlink_entries(pfd);
     rmdir(plugins);
+    int dfd = open(d->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd >= 0)
+        unlink_entries(dfd);
     rmdir(d->dir);
 }
 
