@@ -71,10 +71,19 @@ static pid_t busy_holder(int fd, int ms, int ready_fd)
     return pid;
 }
 
-static void wait_ready(int rd)
+/* A busy holder of the page in fd for `ms`, started and holding its slot, and
+ * this process's own view of the page in *l. */
+static pid_t holder_and_waiter(int fd, int ms, mxop__lease_t *l)
 {
+    int pp[2];
+    cr_assert_eq(pipe(pp), 0);
+    pid_t holder = busy_holder(fd, ms, pp[1]);
     char b;
-    cr_assert_eq(read(rd, &b, 1), 1, "the holder process did not start");
+    cr_assert_eq(read(pp[0], &b, 1), 1, "the holder process did not start");
+    close(pp[0]);
+    close(pp[1]);
+    lease_on(l, fd);
+    return holder;
 }
 
 static int exit_code(pid_t pid)
@@ -105,13 +114,9 @@ Test(lease, a_holder_keeps_its_slot_while_nobody_waits)
 Test(lease, a_waiter_gets_the_slot_after_the_holders_quantum)
 {
     int fd = page_fd(1);
-    int pp[2];
-    cr_assert_eq(pipe(pp), 0);
     /* The holder calls for 5 s: far longer than a quantum (2 ms). */
-    pid_t holder = busy_holder(fd, 5000, pp[1]);
-    wait_ready(pp[0]);
     mxop__lease_t l;
-    lease_on(&l, fd);
+    pid_t holder = holder_and_waiter(fd, 5000, &l);
     int64_t t0 = mxop__now_ns();
     cr_assert_eq(mxop__lease_enter(&l), 1, "the waiter went on without a slot");
     int64_t waited = mxop__now_ns() - t0;
@@ -129,13 +134,9 @@ Test(lease, a_waiter_gets_the_slot_after_the_holders_quantum)
 Test(lease, two_processes_take_turns)
 {
     int fd = page_fd(1);
-    int pp[2];
-    cr_assert_eq(pipe(pp), 0);
     /* Both call back to back for a while: about a hundred quanta each. */
-    pid_t holder = busy_holder(fd, 600, pp[1]);
-    wait_ready(pp[0]);
     mxop__lease_t l;
-    lease_on(&l, fd);
+    pid_t holder = holder_and_waiter(fd, 600, &l);
     int64_t end = mxop__now_ns() + 400 * (int64_t)1000000;
     uint64_t held = 0;
     while (mxop__now_ns() < end)
@@ -155,14 +156,10 @@ Test(lease, two_processes_take_turns)
 Test(lease, a_dead_holder_loses_its_slot)
 {
     int fd = page_fd(1);
-    int pp[2];
-    cr_assert_eq(pipe(pp), 0);
-    pid_t holder = busy_holder(fd, 60000, pp[1]);
-    wait_ready(pp[0]);
+    mxop__lease_t l;
+    pid_t holder = holder_and_waiter(fd, 60000, &l);
     kill(holder, SIGKILL);
     exit_code(holder);
-    mxop__lease_t l;
-    lease_on(&l, fd);
     cr_assert_eq(l.page->slots[0].holder, (uint32_t)holder, "the dead holder had no slot");
     cr_assert_eq(mxop__lease_enter(&l), 1, "the dead holder's slot was not taken");
     cr_assert_eq(l.gave_up, 0);
