@@ -136,12 +136,6 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
      * The session's call page rides second on the OpenSession reply: the
      * client publishes its calls' deadlines there for the daemon's watchdog.
      */
-    if (r->body_case == MXOP__REPLY__BODY_OPEN_SESSION && nfds > 2 && c->lease.page == NULL) {
-        /* Third, the spin lease; one that does not map leaves the session without it. */
-        (void)mxop__lease_map(&c->lease, fds[2]);
-        close(fds[2]);
-        fds[2] = -1;
-    }
     if (r->body_case == MXOP__REPLY__BODY_OPEN_SESSION && nfds > 1 && c->call_page == NULL) {
         void *m =
             mmap(NULL, sizeof(mxop__call_page_t), PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
@@ -149,6 +143,13 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
             c->call_page = m;
         close(fds[1]);
         fds[1] = -1;
+    }
+    if (r->body_case == MXOP__REPLY__BODY_OPEN_SESSION && nfds > 2 && c->lease.page == NULL) {
+        /* Third, the spin lease (client/lease.c): one that does not map leaves the
+         * session without it. */
+        (void)mxop__lease_map(&c->lease, fds[2]);
+        close(fds[2]);
+        fds[2] = -1;
     }
     if (fd_out != NULL && nfds > 0) {
         *fd_out = fds[0];

@@ -58,9 +58,9 @@ typedef struct mxop__lease_slot {
 
 typedef struct mxop__lease_page {
     uint32_t magic;
-    uint32_t n_slots;          /* set by the daemon: the CPU pairs it sees, 1 to SLOTS_MAX */
-    _Atomic uint32_t gen;      /* futex: bumped at each release */
-    _Atomic uint32_t waiters;  /* processes asleep on gen */
+    uint32_t n_slots;           /* set by the daemon: the CPU pairs it sees, 1 to SLOTS_MAX */
+    _Atomic uint32_t gen;       /* futex: bumped at each release */
+    _Atomic uint32_t waiters;   /* processes asleep on gen */
     _Atomic uint64_t handovers; /* slots passed on at the end of a quantum, for tests */
     char pad[40];
     mxop__lease_slot_t slots[MXOP__LEASE_SLOTS_MAX];

@@ -33,8 +33,8 @@ static double now_s(void)
 static void client(const char *sock, double secs, int res_fd)
 {
     mxop_client_t *c = NULL;
-    mxop_connect_opts_t o = {.struct_size = sizeof(o), .timeout_ms = 60000,
-                             .data_path = MXOP_DATA_PATH_SHM};
+    mxop_connect_opts_t o = {
+        .struct_size = sizeof(o), .timeout_ms = 60000, .data_path = MXOP_DATA_PATH_SHM};
     const mxop_op_t *op = NULL;
     if (mxop_connect(sock, &o, &c) != 0 || mxop_load_library(c, "noop.so") != 0 ||
         mxop_op_find(c, "noop", &op) != 0)

@@ -413,7 +413,7 @@ typedef int (*mxop_plugin_init_fn)(mxop_ctx_t *ctx, const mxop_host_t *host);
  * vectorisation").  Empty where the compiler or the target has no
  * target_clones.
  */
-#if defined(__x86_64__) && defined(__linux__) &&                                                  \
+#if defined(__x86_64__) && defined(__linux__) &&                                                   \
     ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 6) ||                                \
      (defined(__clang__) && __clang_major__ >= 14)) &&                                             \
     !defined(__CUDACC__)

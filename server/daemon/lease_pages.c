@@ -14,7 +14,8 @@
 
 #include "shm/lease_page.h"
 
-/* A slot per pair of CPUs this daemon may run on: a spinning call wants its thread and its worker. */
+/* A slot per pair of CPUs this daemon may run on: a spinning call wants its thread and its worker.
+ */
 static uint32_t slots_for_cpus(void)
 {
     cpu_set_t set;
