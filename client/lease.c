@@ -233,7 +233,7 @@ void mxop__lease_leave(mxop__lease_t *l)
     mxop__lease_slot_t *s = &l->page->slots[l->slot];
     uint32_t me = self();
     if (atomic_load_explicit(&s->holder, memory_order_relaxed) == me)
-        release(l->page, s, me, mxop__now_ns(), 0);
+        release(l->page, s, me, 0, 0); /* no hand-over: the time is not used */
     lease_to(l, MXOP__LEASE_FREE, -1, 0);
 }
 

@@ -253,6 +253,22 @@ Test(lease, a_page_that_is_not_a_lease_page_is_refused)
     close(fd);
 }
 
+Test(lease, a_slot_count_changed_under_a_session_takes_no_slot)
+{
+    int fd = page_fd(1);
+    mxop__lease_t l;
+    lease_on(&l, fd);
+    cr_assert_eq(mxop__lease_enter(&l), 1);
+    mxop__lease_leave(&l);
+    /* Another process of the uid writes a count past the slots the page has. */
+    l.page->n_slots = 1000;
+    cr_assert_eq(mxop__lease_enter(&l), 0, "took a slot the page does not have");
+    cr_assert_eq(l.gave_up, 1);
+    cr_assert_eq(l.state, MXOP__LEASE_OFF);
+    mxop__lease_unmap(&l);
+    close(fd);
+}
+
 /* ---- through the daemon ---- */
 
 static mxt_daemon_t daemon_;
@@ -286,4 +302,29 @@ Test(lease_daemon, sessions_of_one_uid_share_one_page)
     cr_assert_null(mxt_relu_calls(b, 2, 200, why, sizeof(why)), "%s", why);
     mxop_close(a);
     mxop_close(b);
+}
+
+Test(lease_daemon, a_page_that_never_frees_costs_calls_time_not_results)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *a = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *b = mxt_connect_with(&daemon_, libs);
+    cr_assert_not_null(a->lease.page);
+    /* A process of the same uid holds the only slots for ever (its last call an hour away). */
+    int64_t hour = 3600 * (int64_t)1000000000;
+    for (uint32_t i = 0; i < a->lease.page->n_slots; i++) {
+        atomic_store(&a->lease.page->slots[i].holder, (uint32_t)getppid());
+        atomic_store(&a->lease.page->slots[i].since_ns, mxop__now_ns() + hour);
+        atomic_store(&a->lease.page->slots[i].last_ns, mxop__now_ns() + hour);
+    }
+    char why[512];
+    cr_assert_null(mxt_relu_calls(b, 2, 300, why, sizeof(why)), "%s", why);
+    if (b->mbox_on)
+        cr_assert_geq(b->lease.gave_up, 1, "the calls did not meet the stuck page");
+    /* The daemon and a new session are unaffected. */
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_null(mxt_relu_calls(c, 3, 100, why, sizeof(why)), "%s", why);
+    mxop_close(c);
+    mxop_close(b);
+    mxop_close(a);
 }
