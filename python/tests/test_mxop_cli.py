@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import threading
@@ -560,6 +561,32 @@ def test_bad_observability_options(tmp_path, args, words):
                        + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
     assert p.returncode == 2 and words in p.stderr.decode(), p.stderr
     assert not os.path.exists(str(tmp_path / "s"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_daemon_stopped_while_it_starts_leaves_no_socket(tmp_path, sig):
+    """A stop signal the moment the daemon's first name appears in its
+    socket directory (the socket's temporary name, or the socket just after
+    the rename, before the signal handlers are in place): the daemon stops
+    by its handler, and removes what it made."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    for i in range(12):
+        d = tmp_path / ("run%d" % i)
+        d.mkdir()
+        p = subprocess.Popen([SERVERD, "--socket", str(d / "s.sock"), "--plugin-dir",
+                              str(plugins)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        end = time.monotonic() + 30
+        while not os.listdir(str(d)) and p.poll() is None and time.monotonic() < end:
+            pass  # no sleep: the window is a few microseconds wide
+        p.send_signal(sig)
+        # SIGHUP asks a running daemon to reload; one held through the start
+        # is delivered then, so the daemon is stopped after it.
+        if sig == signal.SIGHUP:
+            time.sleep(0.05)
+            p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0, "the daemon did not stop by its handler"
+        assert os.listdir(str(d)) == []
 
 
 def test_metrics_file_that_cannot_be_written(tmp_path):

@@ -120,6 +120,19 @@ static void close_walk_cb(uv_handle_t *h, void *arg)
 
 int main(int argc, char **argv)
 {
+    /*
+     * The stop signals wait until their handlers are in place: one that came
+     * between the listener's bind and then would end the process with its
+     * default action and leave the socket (or its temporary name) behind.
+     * Held ones are delivered, to the handlers, when the mask is restored.
+     */
+    sigset_t stop_signals, start_mask;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stop_signals, &start_mask);
+
     mxop__daemon_t d;
     memset(&d, 0, sizeof(d));
     d.listen_fd = -1;
@@ -217,6 +230,7 @@ int main(int argc, char **argv)
     uv_signal_start(&d.sigterm, signal_cb, SIGTERM);
     uv_signal_start(&d.sigint, signal_cb, SIGINT);
     uv_signal_start(&d.sighup, sighup_cb, SIGHUP);
+    sigprocmask(SIG_SETMASK, &start_mask, NULL);
 
     MXOP__LOGI(0, NULL, "mxop-serverd %s listening on %s (plugins %s, worker %s)",
                MXOP_VERSION_STRING, d.cfg.socket_path, d.cfg.plugin_dir, d.cfg.worker_path);
