@@ -310,7 +310,8 @@ static int mbox_result(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxop_
  * mailbox wins over news of the worker's death.
  */
 static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t wait_ms,
-                     int64_t start_ns, int64_t end_ns, int64_t spin_cap, Mxop__CallResult **res)
+                     int64_t start_ns, int64_t end_ns, int64_t spin_cap, uint32_t sleep_why,
+                     Mxop__CallResult **res)
 {
     int64_t spent;
     int rc;
@@ -328,7 +329,7 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
         int64_t left = end_ns - mxop__now_ns();
         if (left <= 0)
             return timed_out(c, op, wait_ms);
-        if (mxop__mbox_sleep_begin(&c->mbox))
+        if (mxop__mbox_sleep_begin(&c->mbox, sleep_why))
             continue;
         struct pollfd p[2] = {{.fd = c->data_fd, .events = POLLIN},
                               {.fd = c->mbox.bell_rx, .events = POLLIN}};
@@ -417,6 +418,9 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
             /* What the worker's last call kept busy (its op's BLAS threads). */
             int worker_cpus = mxop__mbox_peer_busy(&c->mbox);
             int64_t spin_cap = mxop__spincap_enter(worker_cpus);
+            /* No spin because this process's calls fill the CPUs: the worker is told (it then
+             * runs on the CPU this thread leaves free, shm/placement.h). */
+            uint32_t sleep_why = spin_cap > 0 ? MXOP__MBOX_SLEEPING : MXOP__MBOX_CROWDED;
             /* A call that will spin takes its turn first (client/lease.c); one that will not
              * lets its process's turn go. */
             if (spin_cap > 0 && mxop__mbox_spin_pays(&c->mbox)) {
@@ -426,7 +430,7 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
                 mxop__lease_leave(&c->lease);
             }
             mxop__mbox_put(&c->mbox, MXOP__KIND_CALL, msg, n);
-            int rc = wait_mbox(c, op, id, wait_ms, start, end, spin_cap, res);
+            int rc = wait_mbox(c, op, id, wait_ms, start, end, spin_cap, sleep_why, res);
             mxop__spincap_leave(worker_cpus);
             return rc;
         }

@@ -202,7 +202,9 @@ void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg,
      * either the reader finds the frame or this side rings the bell.
      */
     atomic_store_explicit(&s->seq, seq + 2, memory_order_seq_cst);
-    if (atomic_load_explicit(&s->sleeping, memory_order_seq_cst) != 0)
+    uint32_t why = atomic_load_explicit(&s->sleeping, memory_order_seq_cst);
+    m->peer_crowded = why == MXOP__MBOX_CROWDED;
+    if (why != MXOP__MBOX_AWAKE)
         ring(m->bell_tx);
 }
 
@@ -329,9 +331,9 @@ int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
     return 0;
 }
 
-int mxop__mbox_sleep_begin(mxop__mbox_t *m)
+int mxop__mbox_sleep_begin(mxop__mbox_t *m, uint32_t why)
 {
-    atomic_store_explicit(&m->rx->sleeping, 1, memory_order_seq_cst);
+    atomic_store_explicit(&m->rx->sleeping, why, memory_order_seq_cst);
     uint32_t s = atomic_load_explicit(&m->rx->seq, memory_order_seq_cst);
     if (s != m->rx_seen && (s & 1u) == 0) {
         atomic_store_explicit(&m->rx->sleeping, 0, memory_order_relaxed);

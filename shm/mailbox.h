@@ -76,9 +76,20 @@
 #define MXOP__MBOX_HIT_MIN 256
 #define MXOP__MBOX_PROBE_EVERY 16
 
+/*
+ * The `sleeping` word of a slot: whether its reader sleeps on its bell,
+ * and why.  CROWDED: it went to sleep without spinning because its
+ * process's calls in flight fill the CPUs (client/spincap.c); the worker
+ * then runs on the CPU its client leaves free (shm/placement.h).  Any
+ * other non-zero value reads as SLEEPING.
+ */
+#define MXOP__MBOX_AWAKE 0u
+#define MXOP__MBOX_SLEEPING 1u
+#define MXOP__MBOX_CROWDED 2u
+
 typedef struct mxop__mbox_slot {
     _Atomic uint32_t seq;      /* even: stable; odd: being written */
-    _Atomic uint32_t sleeping; /* 1: the reader sleeps (or is about to) on its bell */
+    _Atomic uint32_t sleeping; /* MXOP__MBOX_AWAKE or why the reader sleeps on its bell */
     _Atomic uint32_t len;      /* frame bytes in data[] */
     _Atomic int32_t cpu;       /* the CPU the writer ran on when it last wrote (-1: unknown) */
     _Atomic int64_t put_ns;    /* CLOCK_MONOTONIC when the writer published its last frame */
@@ -110,6 +121,7 @@ typedef struct mxop__mbox {
     int64_t wait_avg_ns;     /* moving average of recent waits, for the spin budget */
     int32_t hit_rate;        /* moving average of spin successes, in 1/MXOP__MBOX_HIT_ONE */
     uint32_t unspun;         /* waits since the last spin, when spins stopped paying */
+    int peer_crowded;        /* 1: the peer slept CROWDED when the last put woke it */
     /* What the policy did, for tests and the bench (never reset). */
     uint64_t n_spins, n_spin_hits, n_skip_rare;
 } mxop__mbox_t;
@@ -205,10 +217,12 @@ int mxop__mbox_spin_pays(mxop__mbox_t *m);
 int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns);
 
 /**
- * Raises the sleeping flag before a poll() on bell_rx.  Returns 1 if a
- * frame arrived meanwhile (the flag is lowered again: do not sleep).
+ * Raises the sleeping flag before a poll() on bell_rx: `why` is
+ * MXOP__MBOX_SLEEPING, or MXOP__MBOX_CROWDED for a reader that sleeps
+ * because its calls in flight fill the CPUs.  Returns 1 if a frame arrived
+ * meanwhile (the flag is lowered again: do not sleep).
  */
-int mxop__mbox_sleep_begin(mxop__mbox_t *m);
+int mxop__mbox_sleep_begin(mxop__mbox_t *m, uint32_t why);
 
 /** Lowers the flag after the poll; drains the bell when poll said it rang. */
 void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang);

@@ -1,6 +1,7 @@
 /*
- * shm/placement.c - a worker keeps off its client's CPU while calls flow
- * through the mailbox (see placement.h for why).
+ * shm/placement.c - a worker keeps off its client's CPU while short calls
+ * flow through the mailbox, and moves to it while its client's process has
+ * more calls in flight than CPUs (see placement.h for why).
  */
 #include "shm/placement.h"
 
@@ -17,6 +18,15 @@ int mxop__placement_away(int peer_cpu, int my_cpu, const cpu_set_t *allowed, cpu
     *out = *allowed;
     CPU_CLR(peer_cpu, out);
     return CPU_COUNT(out) > 0;
+}
+
+int mxop__placement_near(int peer_cpu, const cpu_set_t *allowed, cpu_set_t *out)
+{
+    if (peer_cpu < 0 || peer_cpu >= CPU_SETSIZE || !CPU_ISSET(peer_cpu, allowed))
+        return 0;
+    CPU_ZERO(out);
+    CPU_SET(peer_cpu, out);
+    return 1;
 }
 
 /* The affinity at start: every later choice stays within it. */
@@ -42,6 +52,28 @@ int mxop__placement_keep_off(int peer_cpu)
     if (sched_setaffinity(0, sizeof want, &want) != 0)
         return -1;
     restricted = 1;
+    return 1;
+}
+
+int mxop__placement_join(int peer_cpu)
+{
+    if (!on || sched_getcpu() == peer_cpu)
+        return 0;
+    cpu_set_t want;
+    if (!mxop__placement_near(peer_cpu, &allowed, &want))
+        return 0;
+    /*
+     * A move, not a pin: held to one CPU, two workers whose clients both
+     * last ran on CPU 0 would stay there while CPU 1 idles (the balancer
+     * cannot take a pinned task).  Given back its CPUs at once, the worker
+     * stays where it was moved until the scheduler has a reason to move it.
+     */
+    if (sched_setaffinity(0, sizeof want, &want) != 0)
+        return -1;
+    if (restricted)
+        mxop__placement_release();
+    else
+        sched_setaffinity(0, sizeof allowed, &allowed);
     return 1;
 }
 

@@ -20,6 +20,17 @@
  * waits the row is the same with and without placement (1.14x-1.19x
  * against 1.19x, `python -m mxop.bench`, alternating).
  *
+ * The other way round when a client's process has more calls in flight
+ * than CPUs (two threads calling ops of about 100 us on two CPUs): the
+ * client sleeps through each call (MXOP__MBOX_CROWDED, shm/mailbox.h), and
+ * the worker moves to the CPU its client sleeps on.  Woken by the answer,
+ * the client is then queued where its worker, about to spin for the next
+ * call, yields at each look (the client is on its CPU), instead of behind
+ * the other pair's op on the other CPU while this worker spins for a call
+ * that cannot come (the scheduler does not move a task that ran there a
+ * moment ago).  Each pair then takes turns on one CPU.  Measured in
+ * docs/performance.md ("A worker beside its crowded client").
+ *
  * The client's CPU number is only a hint from an untrusted peer: a value
  * out of range, a CPU outside the worker's allowed set, or a set that
  * would be left empty changes nothing, and a failing sched_setaffinity
@@ -50,6 +61,12 @@
 int mxop__placement_away(int peer_cpu, int my_cpu, const cpu_set_t *allowed, cpu_set_t *out);
 
 /*
+ * The CPUs to run on to join peer_cpu: 1 with *out = {peer_cpu} when
+ * `allowed` has it, else 0.  Pure, for tests.
+ */
+int mxop__placement_near(int peer_cpu, const cpu_set_t *allowed, cpu_set_t *out);
+
+/*
  * Takes the affinity the process has now as the CPUs every later choice
  * stays within (placement is off where $MXOP_PLACEMENT is 0, and with
  * fewer than 2 CPUs).
@@ -63,6 +80,16 @@ void mxop__placement_init(void);
  * sched_setaffinity failed.
  */
 int mxop__placement_keep_off(int peer_cpu);
+
+/*
+ * Moves the calling thread onto peer_cpu unless it is there already (and
+ * gives it back every CPU mxop__placement_init took, so that the scheduler
+ * may move it again): for a client whose process's calls in flight fill
+ * the CPUs, which sleeps through each call (shm/mailbox.h,
+ * MXOP__MBOX_CROWDED).  Returns 1 if it moved, 0 if not, -1 if
+ * sched_setaffinity failed.
+ */
+int mxop__placement_join(int peer_cpu);
 
 /*
  * Gives every thread of the process back the affinity mxop__placement_init

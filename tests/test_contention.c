@@ -8,6 +8,7 @@
  * for a loaded 2-CPU machine.
  */
 #include <criterion/criterion.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -438,4 +439,31 @@ Test(contention, long_waits_are_caught_by_a_long_spin_only, .timeout = 60)
     const int n = 200;
     cr_assert_lt(calls_against_a_late_peer(MXOP__MBOX_SPIN_NS, n), (uint64_t)n / 4);
     cr_assert_gt(calls_against_a_late_peer(MXOP__MBOX_SPIN_LONG_NS, n), (uint64_t)n / 4);
+}
+
+Test(contention, a_put_says_whether_it_woke_a_crowded_reader)
+{
+    mxop__mbox_t cl, wk;
+    mailbox_pair(&cl, &wk);
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    const uint32_t whys[] = {MXOP__MBOX_CROWDED, MXOP__MBOX_SLEEPING, MXOP__MBOX_CROWDED,
+                             MXOP__MBOX_AWAKE, 7u /* any other word: plain sleeping */};
+    for (size_t i = 0; i < sizeof(whys) / sizeof(whys[0]); i++) {
+        if (whys[i] != MXOP__MBOX_AWAKE)
+            cr_assert_eq(mxop__mbox_sleep_begin(&cl, whys[i]), 0, "no frame was waiting");
+        res.id = (uint64_t)i;
+        mxop__mbox_put(&wk, MXOP__KIND_CALL_RESULT, &res.base,
+                       protobuf_c_message_get_packed_size(&res.base));
+        cr_assert_eq(wk.peer_crowded, whys[i] == MXOP__MBOX_CROWDED, "word %u", whys[i]);
+        /* A sleeper's bell rang; an awake reader's did not. */
+        struct pollfd p = {.fd = cl.bell_rx, .events = POLLIN};
+        cr_assert_eq(poll(&p, 1, 0), whys[i] != MXOP__MBOX_AWAKE, "word %u", whys[i]);
+        mxop__mbox_sleep_end(&cl, p.revents & POLLIN);
+        uint8_t buf[MXOP__MBOX_SLOT_BYTES];
+        uint16_t kind;
+        uint32_t len;
+        cr_assert_eq(mxop__mbox_take(&cl, buf, sizeof(buf), &kind, &len), 1);
+    }
+    mxop__mbox_close(&cl);
+    mxop__mbox_close(&wk);
 }

@@ -1,6 +1,7 @@
 /*
  * tests/test_placement.c - a worker keeps off its client's CPU while calls
- * flow through the mailbox (shm/placement.c), and the client's CPU number,
+ * flow through the mailbox, and moves to it when its client sleeps through
+ * crowded calls (shm/placement.c); the client's CPU number,
  * a hint from an untrusted peer, is harmless when it is out of range, not
  * among the worker's allowed CPUs, or the worker has only one CPU.
  *
@@ -52,6 +53,16 @@ Test(placement_rule, a_hint_out_of_range_or_not_allowed_changes_nothing, .timeou
     cr_assert_eq(mxop__placement_away(1, 1, &one, &out), 0);
 }
 
+Test(placement_rule, near_is_the_peers_cpu_within_the_allowed_set, .timeout = 30)
+{
+    cpu_set_t allowed = set_of(0, 1), out;
+    cr_assert_eq(mxop__placement_near(1, &allowed, &out), 1);
+    cr_assert(CPU_ISSET(1, &out) && CPU_COUNT(&out) == 1);
+    const int bad[] = {-1, -1000, 5, CPU_SETSIZE, CPU_SETSIZE + 1, 1 << 30};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(mxop__placement_near(bad[i], &allowed, &out), 0, "hint %d", bad[i]);
+}
+
 /* ---- in a process: keep_off moves the caller, and ignores bad hints ---- */
 
 static int first_two_cpus(int *a, int *b)
@@ -101,6 +112,42 @@ Test(placement_rule, keep_off_moves_the_caller_and_ignores_bad_hints, .timeout =
     cr_assert_eq(mxop__placement_keep_off(sched_getcpu()), 0);
     cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
     cr_assert_eq(CPU_COUNT(&now), 2);
+}
+
+Test(placement_rule, join_moves_the_caller_and_leaves_it_every_cpu, .timeout = 30)
+{
+    int a, b;
+    if (first_two_cpus(&a, &b) != 0)
+        cr_skip_test("fewer than 2 CPUs allowed here");
+    pin_self(a, b);
+    unsetenv("MXOP_PLACEMENT");
+    mxop__placement_init();
+    cpu_set_t now;
+    const int bad[] = {-3, CPU_SETSIZE + 7, 1 << 30};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(mxop__placement_join(bad[i]), 0, "hint %d", bad[i]);
+    /* Pinned to b (as a worker might be, by itself or anyone): told the peer is on a. */
+    pin_self(b, -1);
+    cr_assert_eq(mxop__placement_join(a), 1, "on CPU %d, told the peer is on %d", b, a);
+    /* A move, not a pin: every CPU it started with is allowed again. */
+    cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
+    cr_assert(CPU_ISSET(a, &now) && CPU_ISSET(b, &now) && CPU_COUNT(&now) == 2,
+              "after the move the caller is held to %d CPU(s)", CPU_COUNT(&now));
+    /* After keep_off (held off a), a join gives every thread back its CPUs. */
+    pin_self(a, b);
+    int me = sched_getcpu();
+    cr_assert_eq(mxop__placement_keep_off(me), 1);
+    cr_assert_eq(mxop__placement_join(me), 1);
+    cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
+    cr_assert_eq(CPU_COUNT(&now), 2);
+    /* Switched off, it never moves. */
+    pin_self(b, -1);
+    setenv("MXOP_PLACEMENT", "0", 1);
+    mxop__placement_init();
+    cr_assert_eq(mxop__placement_join(a), 0);
+    cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
+    cr_assert(CPU_ISSET(b, &now) && CPU_COUNT(&now) == 1);
+    unsetenv("MXOP_PLACEMENT");
 }
 
 /* ---- through the daemon ---- */
@@ -191,6 +238,41 @@ Test(placement, the_worker_moves_off_its_clients_cpu, .init = setup_two, .fini =
     cr_assert(moved, "the worker stayed allowed on its client's CPU %d", cpu_a);
     cr_assert(CPU_ISSET(cpu_b, &now), "the worker left its allowed CPUs");
     /* Calls with data still get their own results with the worker moved. */
+    cr_assert_null(mxt_relu_calls(c, 0, 200, why, sizeof(why)), "after the move: %s", why);
+    mxop_close(c);
+}
+
+/*
+ * A client whose process has more calls in flight than CPUs sleeps through
+ * each call (MXOP__MBOX_CROWDED): its worker moves to the client's CPU.
+ * Here the client's process may run on one CPU only, so that each of its
+ * calls is crowded; the worker, held to the other CPU from outside, is seen
+ * to have moved when it is allowed the client's CPU again.
+ */
+Test(placement, the_worker_moves_to_its_crowded_clients_cpu, .init = setup_two, .fini = teardown,
+     .timeout = 120)
+{
+    if (cpu_b < 0)
+        cr_skip_test("fewer than 2 CPUs allowed here");
+    char why[256];
+    /* Before the first call, which reads how many CPUs the process may use (client/spincap.c). */
+    pin_self(cpu_a, -1);
+    mxop_client_t *c = connect_shm();
+    cr_assert_null(mxt_relu_calls(c, 0, 50, why, sizeof(why)), "%s", why);
+    cr_assert_eq(mxop_data_path(c), MXOP_DATA_PATH_SHM, "the session has no mailbox");
+    pid_t w = mxt_worker_pid(c);
+    cr_assert_gt(w, 0);
+    cpu_set_t other = set_of(cpu_b, -1), now;
+    cr_assert_eq(sched_setaffinity(w, sizeof other, &other), 0, "pinning the worker: %s",
+                 strerror(errno));
+    int moved = 0;
+    for (int round = 0; round < 200 && !moved; round++) {
+        cr_assert_null(mxt_relu_calls(c, 0, 20, why, sizeof(why)), "round %d: %s", round, why);
+        cr_assert_eq(sched_getaffinity(w, sizeof now, &now), 0);
+        moved = CPU_ISSET(cpu_a, &now);
+    }
+    cr_assert(moved, "the worker stayed held to CPU %d, away from its crowded client", cpu_b);
+    cr_assert(CPU_ISSET(cpu_b, &now), "the worker was left without its other CPU");
     cr_assert_null(mxt_relu_calls(c, 0, 200, why, sizeof(why)), "after the move: %s", why);
     mxop_close(c);
 }

@@ -333,9 +333,37 @@ static int serve_mbox(void)
      */
     call_avg_ns += (mxop__now_ns() - t0 - call_avg_ns) / 8;
     calls_long = call_avg_ns > MXOP__PLACEMENT_LONG_NS;
-    if (calls_long)
-        mxop__placement_release();
     return 1;
+}
+
+/*
+ * Where to run after answering a call (shm/placement.h), looked at after
+ * every call (sched_getcpu reads the rseq area; only a move is a system
+ * call):
+ *  - a client that slept CROWDED (its process's calls fill the CPUs):
+ *    moved to its CPU, which it leaves free through each call.  The
+ *    answer's wake-up then finds the client where its worker is about to
+ *    spin with a yield at each look (mxop__mbox_spin_now), instead of
+ *    queued behind another worker's op while this one spins on the other
+ *    CPU.  Not when the call kept more than one CPU busy (BLAS threads):
+ *    then the client sleeps because of this worker's own threads;
+ *  - long calls: anywhere (their ops may want every CPU, or the client's
+ *    cache, more than the next call wants a spin);
+ *  - short calls flow: off the client's CPU, so that both spins can
+ *    succeed.  A client that lands on this CPU, as after its turn of the
+ *    spin lease begins (client/lease.c), costs two context switches a call
+ *    until the worker moves.
+ */
+static void place_after_call(void)
+{
+    int peer = atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed);
+    int one_cpu = atomic_load_explicit(&mbox.tx->busy_cpus, memory_order_relaxed) <= 1;
+    if (mbox.peer_crowded && one_cpu)
+        mxop__placement_join(peer);
+    else if (calls_long)
+        mxop__placement_release();
+    else if (peer == sched_getcpu())
+        mxop__placement_keep_off(peer);
 }
 
 int mxop__data_serve(void)
@@ -349,19 +377,7 @@ int mxop__data_serve(void)
                 serve_mbox();
                 int64_t now = mxop__now_ns();
                 idle_since = now;
-                /*
-                 * Short calls flow: keep the spins possible (shm/placement.h).
-                 * Looked at after every call (sched_getcpu reads the rseq
-                 * area; only a move is a system call): a client that lands on
-                 * this CPU, as after its turn of the spin lease begins
-                 * (client/lease.c), costs two context switches a call until
-                 * the worker moves.
-                 */
-                if (!calls_long) {
-                    int peer = atomic_load_explicit(&mbox.rx->cpu, memory_order_relaxed);
-                    if (peer == sched_getcpu())
-                        mxop__placement_keep_off(peer);
-                }
+                place_after_call();
                 if (now - last_socket_check < SOCKET_CHECK_NS)
                     continue;
                 last_socket_check = now;
@@ -383,7 +399,7 @@ int mxop__data_serve(void)
             mxop__transport_check(MXOP__TRANSPORT_BELLS, "by the last call or a thread of an op");
         if (has_mbox) {
             pfd[2].fd = mbox.bell_rx;
-            if (mxop__mbox_sleep_begin(&mbox))
+            if (mxop__mbox_sleep_begin(&mbox, MXOP__MBOX_SLEEPING))
                 continue;
         }
         /* A closed data channel is not polled (it would always be ready). */
