@@ -16,6 +16,8 @@ import ctypes.util
 import os
 import struct
 
+from .errors import LibraryNotFound, use_library_words
+
 MAX_DIMS = 8
 MAX_TENSORS = 64
 REGION_HEAP = 0
@@ -276,8 +278,6 @@ class _Lib:
     def load(self):
         if self._dll is not None:
             return self._dll
-        from .errors import LibraryNotFound
-
         path = find_library()
         if not path:
             raise LibraryNotFound(
@@ -294,6 +294,7 @@ class _Lib:
             fn.argtypes = args
         self._dll = dll
         self.path = path
+        use_library_words(dll.mxop_err_name, dll.mxop_strerror)
         return dll
 
     def __getattr__(self, name):

@@ -88,14 +88,28 @@ __all__ = ["MxopError", "error_class", "make_error"] + [t[2] for t in _TABLE]
 del _name, _num, _cls, _extra, _bases, _c
 
 
-def _lib_name(code):
-    try:
-        from ._lib import lib
+# How libmxop names a code and says what it means, for codes the table above
+# does not hold: handed over by _lib.py when it loads the library, so that
+# this module imports nothing of the package (and _lib.py can import it).
+_library_words = {"name": None, "message": None}
 
-        n = lib.mxop_err_name(code)
-        return n.decode() if n else "MXOP_E?"
-    except Exception:  # the library itself may be what is missing
-        return "MXOP_E?"
+
+def use_library_words(name_of, message_of):
+    """Called by _lib.py with libmxop's mxop_err_name and mxop_strerror."""
+    _library_words["name"], _library_words["message"] = name_of, message_of
+
+
+def _ask_library(what, code):
+    f = _library_words[what]
+    try:
+        w = f(code) if f is not None else None
+        return w.decode() if w else ""
+    except Exception:  # a library that misbehaves must not hide the error itself
+        return ""
+
+
+def _lib_name(code):
+    return _ask_library("name", code) or "MXOP_E?"
 
 
 def error_class(code):
@@ -106,12 +120,5 @@ def error_class(code):
 def make_error(code, message):
     """An exception instance for `code` with `message` (never empty)."""
     if not message:
-        try:
-            from ._lib import lib
-
-            m = lib.mxop_strerror(code)
-            message = m.decode() if m else ""
-        except Exception:
-            message = ""
-        message = message or "error %d" % code
+        message = _ask_library("message", code) or "error %d" % code
     return CLASSES.get(code, MxopError)(code, message)
