@@ -66,6 +66,13 @@ _NP_OF = {
 }
 _MX_OF_NP = {v: k for k, v in _NP_OF.items()}
 _MX_OF_NAME = {n: i for i, n in enumerate(_lib.DTYPE_NAMES)}
+# The mxop dtype numbers of torch's dtypes, by name: this module reads a
+# tensor's dtype without importing torch or mxop.torch (which builds its own
+# table from this one).
+_MX_OF_TORCH_NAME = {
+    "float32": _lib.F32, "float64": _lib.F64, "float16": _lib.F16, "bfloat16": _lib.BF16,
+    "int32": _lib.I32, "int64": _lib.I64, "uint8": _lib.U8, "int8": _lib.I8, "bool": _lib.BOOL,
+}
 
 
 def dtype_code(dtype):
@@ -1052,9 +1059,11 @@ def _spec_of(x):
             shape = (shape,)
         return dtype_code(dtype), tuple(int(d) for d in shape)
     if hasattr(x, "dtype") and hasattr(x, "shape") and not isinstance(x, _ndarray):
-        from . import torch as _mt  # a tensor
-
-        return _mt.dtype_code(x.dtype), tuple(x.shape)
+        name = str(x.dtype)  # a tensor's: "torch.float32"
+        code = _MX_OF_TORCH_NAME.get(name[6:]) if name.startswith("torch.") else None
+        if code is None:
+            raise InvalidArgument(-1001, "dtype %s has no mxop equivalent" % name)
+        return code, tuple(x.shape)
     x = np.asarray(x)
     return dtype_code(x.dtype), tuple(x.shape)
 

@@ -58,17 +58,7 @@ _from_numpy = torch.from_numpy
 _Tensor = torch.Tensor
 _strided = torch.strided
 
-_MX_OF_TORCH = {
-    torch.float32: _lib.F32,
-    torch.float64: _lib.F64,
-    torch.float16: _lib.F16,
-    torch.bfloat16: _lib.BF16,
-    torch.int32: _lib.I32,
-    torch.int64: _lib.I64,
-    torch.uint8: _lib.U8,
-    torch.int8: _lib.I8,
-    torch.bool: _lib.BOOL,
-}
+_MX_OF_TORCH = {getattr(torch, name): code for name, code in _cl._MX_OF_TORCH_NAME.items()}
 _TORCH_OF = {v: k for k, v in _MX_OF_TORCH.items()}
 
 
