@@ -52,10 +52,13 @@ static void client_frame_cb(mxop__conn_t *c, uint16_t kind, const uint8_t *paylo
         MXOP__LOGI(cl->session ? cl->session->id : 0, NULL, "client %llu: %s refused: %s",
                    (unsigned long long)cl->id, mxop__ctl_body_name((int)req->body_case), msg);
         mxop__client_reply_error(cl, req->id, rc, msg);
-    } else {
-        mxop__ctl_handle(cl, req, payload, len);
+        mxop__pbarena_reset(&c->arena);
+        return;
     }
+    mxop__ctl_verdict_t v = mxop__ctl_handle(cl, req, payload, len);
     mxop__pbarena_reset(&c->arena);
+    if (v == MXOP__CTL_CLOSE)
+        mxop__client_close(cl);
 }
 
 static void client_error_cb(mxop__conn_t *c, int code, const char *msg)

@@ -22,7 +22,7 @@
 #include "server/daemon/session.h"
 #include "shm/region.h"
 
-static void handle_hello(mxop__client_t *cl, const Mxop__Request *req)
+static mxop__ctl_verdict_t handle_hello(mxop__client_t *cl, const Mxop__Request *req)
 {
     const Mxop__Hello *h = req->hello;
     uint32_t lo = h->min_version;
@@ -42,8 +42,7 @@ static void handle_hello(mxop__client_t *cl, const Mxop__Request *req)
                   (unsigned)lo, (unsigned)hi, MXOP__DAEMON_PROTO_MIN, MXOP__DAEMON_PROTO_MAX);
         MXOP__LOGW(0, NULL, "client %llu (%s): %s", (unsigned long long)cl->id, cl->name, msg);
         mxop__client_reply_error(cl, req->id, MXOP_EVERSION, msg);
-        mxop__client_close(cl);
-        return;
+        return MXOP__CTL_CLOSE;
     }
     cl->version = best;
     cl->hello_done = true;
@@ -60,6 +59,7 @@ static void handle_hello(mxop__client_t *cl, const Mxop__Request *req)
     MXOP__LOGI(0, NULL, "client %llu '%s' (uid %u, pid %d) speaks protocol %u",
                (unsigned long long)cl->id, cl->name, (unsigned)cl->uid, (int)cl->pid,
                (unsigned)best);
+    return MXOP__CTL_KEEP;
 }
 
 static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Request *req)
@@ -373,24 +373,10 @@ static void handle_shutdown(mxop__client_t *cl, const Mxop__Request *req)
     d->shutdown_cb(d, why);
 }
 
-void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_t *payload,
-                      uint32_t len)
+/* A request on a connection past its Hello. */
+static void serve(mxop__client_t *cl, const Mxop__Request *req)
 {
-    (void)payload;
-    (void)len;
     int body = (int)req->body_case;
-    if (!cl->hello_done) {
-        if (body != MXOP__REQUEST__BODY_HELLO) {
-            mxop__reply_errorf(cl, req->id, MXOP_EPROTOCOL,
-                               "the first request on a connection must be Hello, not %s",
-                               mxop__ctl_body_name(body));
-            mxop__client_close(cl);
-            return;
-        }
-        handle_hello(cl, req);
-        return;
-    }
-
     mxop__session_t *s = cl->session;
     switch (body) {
     case MXOP__REQUEST__BODY_HELLO:
@@ -438,4 +424,23 @@ void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_
     case MXOP__REQUEST__BODY_REPLACE_WORKER: handle_replace(cl, s, req); break;
     default: handle_release(cl, s, req); break;
     }
+}
+
+mxop__ctl_verdict_t mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req,
+                                     const uint8_t *payload, uint32_t len)
+{
+    (void)payload;
+    (void)len;
+    int body = (int)req->body_case;
+    if (cl->hello_done) {
+        serve(cl, req);
+        return MXOP__CTL_KEEP;
+    }
+    if (body != MXOP__REQUEST__BODY_HELLO) {
+        mxop__reply_errorf(cl, req->id, MXOP_EPROTOCOL,
+                           "the first request on a connection must be Hello, not %s",
+                           mxop__ctl_body_name(body));
+        return MXOP__CTL_CLOSE;
+    }
+    return handle_hello(cl, req);
 }

@@ -90,9 +90,16 @@ void mxop__call_page_free(mxop__session_t *s);
 /* ------------------------------------------------------------------------ */
 /* ctl.c */
 
-/* Serves one decoded request of a client (`payload` is its wire form, for checks). */
-void mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req, const uint8_t *payload,
-                      uint32_t len);
+/* What the connection does after a request: stays, or closes once the reply is out. */
+typedef enum { MXOP__CTL_KEEP = 0, MXOP__CTL_CLOSE = 1 } mxop__ctl_verdict_t;
+
+/*
+ * Serves one decoded request of a client (`payload` is its wire form, for
+ * checks).  The caller (client.c) closes the connection on MXOP__CTL_CLOSE:
+ * a first request that is not Hello, or a Hello with no common version.
+ */
+mxop__ctl_verdict_t mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req,
+                                     const uint8_t *payload, uint32_t len);
 
 /* ------------------------------------------------------------------------ */
 /* ctl_validate.c */
