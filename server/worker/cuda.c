@@ -487,6 +487,14 @@ void *mxop__cuda_host_workspace(mxop_ctx_t *ctx, size_t bytes)
 
 /* ------------------------------------------------------------------------ */
 
+/* What another file holds on the devices, freed before the streams (mxop__cuda_before_cleanup). */
+static void (*before_cleanup)(void);
+
+void mxop__cuda_before_cleanup(void (*fn)(void))
+{
+    before_cleanup = fn;
+}
+
 static void cleanup_at_exit(void)
 {
     /* A worker that exits inside a GPU call (an op called exit) leaves it as it is. */
@@ -496,7 +504,8 @@ static void cleanup_at_exit(void)
         if (rt.SetDevice(opened[i].device) == 0)
             rt.IpcCloseMemHandle(opened[i].ptr);
     n_opened = 0;
-    mxop__cublas_free();
+    if (before_cleanup != NULL)
+        before_cleanup();
     for (int i = 0; i < MAX_DEVICES && i < n_devices; i++) {
         if (devs[i].stream == NULL && devs[i].ws == NULL)
             continue;

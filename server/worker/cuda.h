@@ -152,7 +152,12 @@ const mxop__cudart_t *mxop__cudart(int *code, char *msg, size_t msglen);
 /** "cudaErrorIllegalAddress (an illegal memory access was encountered)" into buf. */
 const char *mxop__cuda_errstr(int err, char *buf, size_t len);
 
-/** Frees cuBLAS handles (at exit, before the runtime tears down). */
-void mxop__cublas_free(void);
+/**
+ * Has `fn` run at exit before the worker's streams and workspaces go (and
+ * not when the worker exits inside a GPU call): how cuda_blas.c frees its
+ * cuBLAS handles, bound to those streams.  One such function; a later call
+ * replaces it.
+ */
+void mxop__cuda_before_cleanup(void (*fn)(void));
 
 #endif /* MXOP_SERVER_WORKER_CUDA_H */

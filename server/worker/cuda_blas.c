@@ -109,7 +109,8 @@ static const char *status_str(int st, char *buf, size_t len)
     return buf;
 }
 
-void mxop__cublas_free(void)
+/* Run by cuda.c at exit, before the streams the handles are bound to go. */
+static void free_handles(void)
 {
     for (int i = 0; i < MAX_DEVICES; i++) {
         if (handles[i] != NULL && blas.destroy != NULL)
@@ -155,8 +156,11 @@ int mxop__cuda_host_gemm(mxop_ctx_t *ctx, int32_t dtype, int trans_a, int trans_
                    : a == NULL ? "a"
                                : "b");
 
-    if (blas.state == 0)
+    if (blas.state == 0) {
         blas.state = load_blas() == 0 ? 1 : -1;
+        if (blas.state == 1)
+            mxop__cuda_before_cleanup(free_handles);
+    }
     if (blas.state < 0)
         return ERR(ctx, MXOP_ENOT_SUPPORTED, "%s", blas.msg);
     if (handles[dev] == NULL) {
