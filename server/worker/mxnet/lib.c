@@ -19,89 +19,12 @@
 #include "server/worker/mxnet/mxnet.h"
 #include "server/worker/worker.h"
 
-/* Libraries and ops; both tables only grow (an op index is mxop's). */
-static mxop__mx_lib_t *libs;
-static uint32_t n_libs;
-static mxop__mx_op_t *ops;
-static uint32_t cap_ops;
-
 /* The library mxop__mx_open accepted, registered by the next plugin init. */
 static int pending = -1;
 
 int mxop__mx_detect(void *h)
 {
     return dlsym(h, "_opVersion") != NULL && dlsym(h, "mxop_plugin_info") == NULL;
-}
-
-const mxop__mx_op_t *mxop__mx_op_get(uint32_t index)
-{
-    if (index >= cap_ops)
-        return NULL;
-    const mxop__mx_op_t *o = &ops[index];
-    if (o->fwd_cpu == NULL && o->fwd_gpu == NULL && o->create_cpu == NULL && o->create_gpu == NULL)
-        return NULL;
-    return &ops[index];
-}
-
-void mxop__mx_note_rng(uint32_t index, int used)
-{
-    if (index >= cap_ops)
-        return;
-    if (used)
-        ops[index].rng = MXOP__MX_RNG_USES;
-    else if (ops[index].rng == MXOP__MX_RNG_UNKNOWN)
-        ops[index].rng = MXOP__MX_RNG_NONE;
-}
-
-mxop__mx_lib_t *mxop__mx_lib_get(uint32_t lib)
-{
-    return lib < n_libs ? &libs[lib] : NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Messages */
-
-/* The library's messages from msgs_seen on, joined with "; " into buf. */
-static void read_msgs(mxop__mx_lib_t *l, char *buf, size_t len)
-{
-    buf[0] = '\0';
-    int n = l->abi.msg_size();
-    size_t used = 0;
-    for (int i = l->msgs_seen; i < n; i++) {
-        const char *m = NULL;
-        l->abi.msg_get(i, &m);
-        if (m == NULL || m[0] == '\0')
-            continue;
-        int w = snprintf(buf + used, len - used, "%s%s", used ? "; " : "", m);
-        if (w < 0 || (size_t)w >= len - used)
-            break;
-        used += (size_t)w;
-    }
-    /* Trailing newlines from MX_ERROR_MSG << ... << std::endl read badly in one line. */
-    while (used > 0 && (buf[used - 1] == '\n' || buf[used - 1] == ' '))
-        buf[--used] = '\0';
-    if (n > l->msgs_seen)
-        l->msgs_seen = n;
-}
-
-void mxop__mx_skip_msgs(uint32_t lib)
-{
-    mxop__mx_lib_t *l = mxop__mx_lib_get(lib);
-    if (l != NULL) {
-        int n = l->abi.msg_size();
-        if (n > l->msgs_seen)
-            l->msgs_seen = n;
-    }
-}
-
-int mxop__mx_fail(mxop_ctx_t *ctx, uint32_t lib, int code, const char *fallback)
-{
-    char said[MXOP__W_MSG_MAX];
-    const char *op = mxop__ctx.op != NULL ? mxop__ctx.op->name : "?";
-    read_msgs(&libs[lib], said, sizeof(said));
-    if (said[0] != '\0')
-        return mxop__host.set_error(ctx, code, "op '%s': %s", op, said);
-    return mxop__host.set_error(ctx, code, "op '%s': %s", op, fallback);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -176,7 +99,7 @@ int mxop__mx_open(void *h, const char *lname, char *msg, size_t msglen)
     }
     if (l.abi.initialize(MXOP__MX_HOST_VERSION) != MXOP__MX_OK) {
         char said[MXOP__W_MSG_MAX];
-        read_msgs(&l, said, sizeof(said));
+        mxop__mx_read_msgs(&l, said, sizeof(said));
         mxop__fmt(msg, msglen, "library '%s' failed to initialise (initialize(%d) failed)%s%s",
                   lname, MXOP__MX_HOST_VERSION, said[0] ? ": " : "", said);
         return MXOP_ELIB_INIT;
@@ -196,35 +119,17 @@ int mxop__mx_open(void *h, const char *lname, char *msg, size_t msglen)
     }
     l.msgs_seen = l.abi.msg_size();
 
-    mxop__mx_lib_t *p = realloc(libs, (size_t)(n_libs + 1) * sizeof(*p));
-    if (p == NULL) {
+    int index = mxop__mx_lib_add(&l);
+    if (index < 0) {
         mxop__fmt(msg, msglen, "out of memory loading library '%s'", lname);
         return MXOP_ENOMEM;
     }
-    libs = p;
-    libs[n_libs] = l;
-    pending = (int)n_libs++;
+    pending = index;
     return 0;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Registering its ops */
-
-static int grow_ops(uint32_t need)
-{
-    if (need <= cap_ops)
-        return 0;
-    uint32_t cap = cap_ops ? cap_ops : 64;
-    while (cap < need)
-        cap *= 2;
-    mxop__mx_op_t *p = realloc(ops, (size_t)cap * sizeof(*p));
-    if (p == NULL)
-        return MXOP_ENOMEM;
-    memset(p + cap_ops, 0, (size_t)(cap - cap_ops) * sizeof(*p));
-    ops = p;
-    cap_ops = cap;
-    return 0;
-}
 
 /* Picks the function registered for context "cpu" or "gpu". */
 static void by_ctx(const char **ctxs, mxop__mx_fn *fps, int n, mxop__mx_fn *cpu, mxop__mx_fn *gpu)
@@ -240,7 +145,7 @@ static void by_ctx(const char **ctxs, mxop__mx_fn *fps, int n, mxop__mx_fn *cpu,
 /* Registers op `i` of library `lib`. */
 static int register_one(mxop_ctx_t *ctx, const mxop_host_t *host, uint32_t lib, int i)
 {
-    mxop__mx_lib_t *l = &libs[lib];
+    mxop__mx_lib_t *l = mxop__mx_lib_get(lib);
     const char *name = NULL;
     int is_sg = 0, nf = 0, nb = 0, nc = 0;
     const char **fctx = NULL, **bctx = NULL, **cctx = NULL;
@@ -301,11 +206,11 @@ static int register_one(mxop_ctx_t *ctx, const mxop_host_t *host, uint32_t lib, 
     mxop__mx_fill_def(&mo, &def);
 
     uint32_t index = mxop__op_count();
-    if (grow_ops(index + 1) != 0)
+    if (mxop__mx_op_reserve(index + 1) != 0)
         return host->set_error(ctx, MXOP_ENOMEM, "out of memory registering op '%s'", name);
     int rc = host->register_op(ctx, &def);
     if (rc == 0)
-        ops[index] = mo;
+        mxop__mx_op_set(index, &mo);
     return rc;
 }
 
@@ -315,7 +220,7 @@ int mxop__mx_plugin_init(mxop_ctx_t *ctx, const mxop_host_t *host)
         return host->set_error(ctx, MXOP_EINVAL, "no MXNet library is being loaded");
     uint32_t lib = (uint32_t)pending;
     pending = -1;
-    int n = libs[lib].abi.reg_size();
+    int n = mxop__mx_lib_get(lib)->abi.reg_size();
     for (int i = 0; i < n; i++) {
         int rc = register_one(ctx, host, lib, i);
         if (rc != 0)

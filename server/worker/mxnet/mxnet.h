@@ -117,8 +117,7 @@ typedef struct mxop__mx_op {
  */
 enum mxop__mx_rng { MXOP__MX_RNG_UNKNOWN = 0, MXOP__MX_RNG_USES = 1, MXOP__MX_RNG_NONE = 2 };
 
-/** Records what a call of op `index` showed about its use of the random states. */
-void mxop__mx_note_rng(uint32_t index, int used);
+/* ---- lib.c: opening a library, registering its ops ---- */
 
 /** Whether the dlopen'ed library `h` is an MXNet extension library (exports _opVersion). */
 int mxop__mx_detect(void *h);
@@ -135,9 +134,23 @@ int mxop__mx_open(void *h, const char *lname, char *msg, size_t msglen);
 /** The init function the plugin loader runs for a pending MXNet library. */
 int mxop__mx_plugin_init(mxop_ctx_t *ctx, const mxop_host_t *host);
 
+/* ---- registry.c: the libraries and ops (lib.c adds, call.c finds) ---- */
+
+/** Adds an opened library; returns its index, or -1 when out of memory. */
+int mxop__mx_lib_add(const mxop__mx_lib_t *l);
+
+/** Makes room for ops 0 .. need-1; returns 0 or MXOP_ENOMEM. */
+int mxop__mx_op_reserve(uint32_t need);
+
+/** Records the MXNet op behind mxop op `index` (room made by mxop__mx_op_reserve). */
+void mxop__mx_op_set(uint32_t index, const mxop__mx_op_t *mo);
+
 /** The MXNet op behind mxop op `index`, or NULL (not an MXNet op). */
 const mxop__mx_op_t *mxop__mx_op_get(uint32_t index);
 mxop__mx_lib_t *mxop__mx_lib_get(uint32_t lib);
+
+/** Library l's messages since the last read, joined with "; " into buf (emptied first). */
+void mxop__mx_read_msgs(mxop__mx_lib_t *l, char *buf, size_t len);
 
 /**
  * Records the library's new messages (after a call returned MXOP__MX_FAIL)
@@ -149,7 +162,12 @@ int mxop__mx_fail(mxop_ctx_t *ctx, uint32_t lib, int code, const char *fallback)
 /** Forgets messages the library left after a successful call. */
 void mxop__mx_skip_msgs(uint32_t lib);
 
-/** Fills the mxop op definition's callbacks for an MXNet op (call.c). */
+/** Records what a call of op `index` showed about its use of the random states. */
+void mxop__mx_note_rng(uint32_t index, int used);
+
+/* ---- call.c: the op's callbacks ---- */
+
+/** Fills the mxop op definition's callbacks for an MXNet op. */
 void mxop__mx_fill_def(const mxop__mx_op_t *mo, mxop_op_def_t *def);
 
 /* ---- cxx.cc ---- */
