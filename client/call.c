@@ -420,7 +420,8 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
             int64_t spin_cap = mxop__spincap_enter(worker_cpus);
             /* No spin because this process's calls fill the CPUs: the worker is told (it then
              * runs on the CPU this thread leaves free, shm/placement.h). */
-            uint32_t sleep_why = spin_cap > 0 ? MXOP__MBOX_SLEEPING : MXOP__MBOX_CROWDED;
+            uint32_t sleep_why = spin_cap > 0 || !mxop__spincap_unpinned() ? MXOP__MBOX_SLEEPING
+                                                                           : MXOP__MBOX_CROWDED;
             /* A call that will spin takes its turn first (client/lease.c); one that will not
              * lets its process's turn go. */
             if (spin_cap > 0 && mxop__mbox_spin_pays(&c->mbox)) {

@@ -30,21 +30,22 @@
 /* The CPUs the calls in flight want: each its waiting thread and its worker's. */
 static _Atomic int in_flight;
 static _Atomic int cpus_cached;
+static _Atomic int every_cpu; /* 1: those CPUs are all the online ones (set with cpus_cached) */
 
 /* The CPUs this process may run on, read once (0 until then). */
 static int cpus(void)
 {
-    int n = atomic_load_explicit(&cpus_cached, memory_order_relaxed);
+    int n = atomic_load_explicit(&cpus_cached, memory_order_acquire);
     if (n > 0)
         return n;
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) == 0)
         n = CPU_COUNT(&set);
-    if (n <= 0) {
-        long on = sysconf(_SC_NPROCESSORS_ONLN);
+    long on = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 0)
         n = on > 0 ? (int)on : 1;
-    }
-    atomic_store_explicit(&cpus_cached, n, memory_order_relaxed);
+    atomic_store_explicit(&every_cpu, on > 0 && n >= on, memory_order_relaxed);
+    atomic_store_explicit(&cpus_cached, n, memory_order_release); /* after every_cpu */
     return n;
 }
 
@@ -64,4 +65,10 @@ int64_t mxop__spincap_enter(int worker_cpus)
 void mxop__spincap_leave(int worker_cpus)
 {
     atomic_fetch_sub_explicit(&in_flight, claim(worker_cpus), memory_order_relaxed);
+}
+
+int mxop__spincap_unpinned(void)
+{
+    cpus();
+    return atomic_load_explicit(&every_cpu, memory_order_relaxed);
 }

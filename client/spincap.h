@@ -21,4 +21,14 @@ int64_t mxop__spincap_enter(int worker_cpus);
 /* The call is over. */
 void mxop__spincap_leave(int worker_cpus);
 
+/*
+ * 1 when the process may run on every online CPU (as read with the first
+ * call's cap).  Only then does a call that sleeps for want of CPUs say it
+ * is crowded (shm/mailbox.h, MXOP__MBOX_CROWDED): where the scheduler placed
+ * a thread it may move is worth following; a CPU an engine pinned its
+ * threads to is not (two threads pinned to one CPU would draw both their
+ * workers there).
+ */
+int mxop__spincap_unpinned(void);
+
 #endif

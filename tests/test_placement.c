@@ -10,7 +10,9 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,7 +164,8 @@ static void teardown(void)
     mxt_daemon_stop(&daemon_);
 }
 
-/* The daemon (and so every worker) may run on both CPUs; placement on (the default, said anyway). */
+/* The daemon (and so every worker) may run on both CPUs; placement on (the default, said anyway).
+ */
 static void setup_two(void)
 {
     sched_getaffinity(0, sizeof start_mask, &start_mask);
@@ -242,38 +245,124 @@ Test(placement, the_worker_moves_off_its_clients_cpu, .init = setup_two, .fini =
     mxop_close(c);
 }
 
+/* The daemon may run on every CPU this test may; placement on. */
+static void setup_all(void)
+{
+    sched_getaffinity(0, sizeof start_mask, &start_mask);
+    setenv("MXOP_PLACEMENT", "1", 1);
+    mxt_daemon_start(&daemon_, NULL);
+    unsetenv("MXOP_PLACEMENT");
+}
+
+typedef struct busy {
+    mxop_client_t *c;
+    atomic_int *stop;
+    atomic_int called; /* 1 once its first calls are done */
+    const char *fail;
+    char why[256];
+} busy_t;
+
+/* Calls relu until told to stop: calls in flight beside the test's own. */
+static void *busy_calls(void *p)
+{
+    busy_t *b = p;
+    while (!atomic_load(b->stop) && b->fail == NULL) {
+        b->fail = mxt_relu_calls(b->c, 1, 20, b->why, sizeof(b->why));
+        atomic_store(&b->called, 1);
+    }
+    atomic_store(&b->called, 1);
+    return NULL;
+}
+
 /*
  * A client whose process has more calls in flight than CPUs sleeps through
  * each call (MXOP__MBOX_CROWDED): its worker moves to the client's CPU.
- * Here the client's process may run on one CPU only, so that each of its
- * calls is crowded; the worker, held to the other CPU from outside, is seen
- * to have moved when it is allowed the client's CPU again.
+ * One thread per CPU calls at once (two calls' worth of CPUs each, thread
+ * and worker).  The first calls are the other threads', which may run on
+ * every CPU: the process reads from them that its CPUs are all the online
+ * ones (client/spincap.c).  Only then is the test's own thread held to CPU
+ * a, and its worker to CPU b from outside, before any call of theirs: the
+ * worker, never beside its client, was never kept off its CPU (which a long
+ * call would undo), so being allowed CPU a again is the move to its
+ * crowded client.
  */
-Test(placement, the_worker_moves_to_its_crowded_clients_cpu, .init = setup_two, .fini = teardown,
+Test(placement, the_worker_moves_to_its_crowded_clients_cpu, .init = setup_all, .fini = teardown,
      .timeout = 120)
 {
-    if (cpu_b < 0)
-        cr_skip_test("fewer than 2 CPUs allowed here");
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t mine, now;
+    cr_assert_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
+    if (online < 2 || online > 8 || CPU_COUNT(&mine) != online ||
+        first_two_cpus(&cpu_a, &cpu_b) != 0)
+        cr_skip_test("needs 2 to 8 CPUs, all of them allowed here");
     char why[256];
-    /* Before the first call, which reads how many CPUs the process may use (client/spincap.c). */
+    atomic_int stop = 0;
+    busy_t busy[8];
+    pthread_t th[8];
+    int n_busy = (int)online - 1;
+    for (int i = 0; i < n_busy; i++) {
+        busy[i] = (busy_t){.c = connect_shm(), .stop = &stop};
+        cr_assert_eq(pthread_create(&th[i], NULL, busy_calls, &busy[i]), 0);
+    }
+    for (int i = 0; i < n_busy; i++)
+        while (!atomic_load(&busy[i].called))
+            usleep(1000);
     pin_self(cpu_a, -1);
     mxop_client_t *c = connect_shm();
-    cr_assert_null(mxt_relu_calls(c, 0, 50, why, sizeof(why)), "%s", why);
-    cr_assert_eq(mxop_data_path(c), MXOP_DATA_PATH_SHM, "the session has no mailbox");
     pid_t w = mxt_worker_pid(c);
     cr_assert_gt(w, 0);
-    cpu_set_t other = set_of(cpu_b, -1), now;
+    cpu_set_t other = set_of(cpu_b, -1);
     cr_assert_eq(sched_setaffinity(w, sizeof other, &other), 0, "pinning the worker: %s",
                  strerror(errno));
     int moved = 0;
-    for (int round = 0; round < 200 && !moved; round++) {
-        cr_assert_null(mxt_relu_calls(c, 0, 20, why, sizeof(why)), "round %d: %s", round, why);
+    const char *fail = NULL;
+    for (int round = 0; round < 500 && !moved && fail == NULL; round++) {
+        fail = mxt_relu_calls(c, 0, 20, why, sizeof(why));
         cr_assert_eq(sched_getaffinity(w, sizeof now, &now), 0);
         moved = CPU_ISSET(cpu_a, &now);
     }
-    cr_assert(moved, "the worker stayed held to CPU %d, away from its crowded client", cpu_b);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < n_busy; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_null(busy[i].fail, "a thread beside: %s", busy[i].why);
+        mxop_close(busy[i].c);
+    }
+    cr_assert_null(fail, "%s", why);
+    cr_assert_eq(mxop_data_path(c), MXOP_DATA_PATH_SHM, "the session has no mailbox");
+    cr_assert(moved, "the worker stayed held to CPU %d, away from its crowded client on %d", cpu_b,
+              cpu_a);
     cr_assert(CPU_ISSET(cpu_b, &now), "the worker was left without its other CPU");
     cr_assert_null(mxt_relu_calls(c, 0, 200, why, sizeof(why)), "after the move: %s", why);
+    mxop_close(c);
+}
+
+/*
+ * The same with the client's process held to one CPU: its CPU is the
+ * engine's choice, not the scheduler's, and the worker is not drawn to it.
+ * The worker is held to the other CPU before any call (so it is never kept
+ * off its client's CPU, which a long call would undo).
+ */
+Test(placement, a_pinned_clients_worker_is_not_drawn_to_its_cpu, .init = setup_all,
+     .fini = teardown, .timeout = 120)
+{
+    cpu_set_t now;
+    if (first_two_cpus(&cpu_a, &cpu_b) != 0)
+        cr_skip_test("fewer than 2 CPUs allowed here");
+    char why[256];
+    /* Before the first call, which reads the CPUs the process may use (client/spincap.c). */
+    pin_self(cpu_a, -1);
+    mxop_client_t *c = connect_shm();
+    pid_t w = mxt_worker_pid(c);
+    cr_assert_gt(w, 0);
+    cpu_set_t other = set_of(cpu_b, -1);
+    cr_assert_eq(sched_setaffinity(w, sizeof other, &other), 0, "pinning the worker: %s",
+                 strerror(errno));
+    /* Each call's thread and worker want two CPUs of the one: every call sleeps for want of
+     * CPUs, and says nothing of being crowded. */
+    cr_assert_null(mxt_relu_calls(c, 0, 2000, why, sizeof(why)), "%s", why);
+    cr_assert_eq(sched_getaffinity(w, sizeof now, &now), 0);
+    cr_assert(!CPU_ISSET(cpu_a, &now) && CPU_COUNT(&now) == 1,
+              "the worker was drawn to its pinned client's CPU %d", cpu_a);
     mxop_close(c);
 }
 
