@@ -3,8 +3,10 @@
  * and arrays viewed inside them.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client/client_internal.h"
@@ -50,9 +52,13 @@ static int release_id(mxop_client_t *c, uint32_t id);
  * Sends RegisterRegion with `fd` attached; *id gets the daemon's id.
  * `scratch`: the staging region, which the worker may write in scratch mode
  * too.  `reserve_from`: the bytes of the memfd before it are not reserved
- * yet; they are reserved here while the request is on its way (the worker
- * leaves them alone until a call writes there, shm/region.h), and a failure
- * to reserve them releases the region again.
+ * yet; they are reserved here while the request is on its way, from the
+ * top down, MXOP__REGION_RESERVE_STEP at a time, and a failure to reserve
+ * them releases the region again.  The worker leaves them alone until a
+ * call writes there (shm/region.h), or, with a mailbox, until the
+ * mailbox's reserve words say they are reserved: written here after each
+ * step, so that the worker faults in each part while the next is reserved.
+ * The caller holds c->lock, which keeps the mailbox in place.
  */
 static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, size_t reserve_from,
                        uint32_t *id)
@@ -65,10 +71,29 @@ static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, size
     req.body_case = MXOP__REQUEST__BODY_REGISTER_REGION;
     req.register_region = &body;
 
+    /* The worker's mailbox, where it reads how far this reservation has come. */
+    mxop__mbox_shared_t *sh = c->mbox_on ? c->mbox.sh : NULL;
+    struct stat st;
+    if (reserve_from == 0 || fstat(fd, &st) != 0)
+        sh = NULL;
+    if (sh != NULL) {
+        /* The offset first: a worker that sees the inode reads this region's progress. */
+        atomic_store_explicit(&sh->reserve_from, (uint64_t)reserve_from, memory_order_relaxed);
+        atomic_store_explicit(&sh->reserve_ino, (uint64_t)st.st_ino, memory_order_release);
+    }
     int rc = mxop__ctl_send(c, &req, &fd, 1);
     if (rc < 0)
         return rc;
-    int reserved = mxop__region_reserve_pages(fd, 0, reserve_from);
+    int reserved = 0;
+    for (size_t from = reserve_from; from > 0 && reserved == 0;) {
+        size_t step = from < MXOP__REGION_RESERVE_STEP ? from : MXOP__REGION_RESERVE_STEP;
+        reserved = mxop__region_reserve_pages(fd, from - step, step);
+        if (reserved == 0) {
+            from -= step;
+            if (sh != NULL)
+                atomic_store_explicit(&sh->reserve_from, (uint64_t)from, memory_order_release);
+        }
+    }
     int reserve_errno = errno;
     Mxop__Reply *r;
     rc = mxop__ctl_await(c, req.id, mxop__ctl_timeout(c), &r, NULL);
@@ -119,8 +144,8 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     rc = table_reserve(c);
     if (rc < 0)
         return rc;
-    /* The lower half of a large one is reserved while its registration is on its way. */
-    size_t split = mxop__region_split(bytes);
+    /* The lower part of a large one is reserved while its registration is on its way. */
+    size_t split = mxop__region_split(bytes, c->mbox_on && c->mbox.sh != NULL);
     rc = mxop__region_create_fd_sealable(kind == MXOP__REGION_USER    ? "mxop-region"
                                          : kind == MXOP__REGION_ARENA ? "mxop-arena"
                                                                       : "mxop-stage",

@@ -104,7 +104,18 @@ typedef struct mxop__mbox_shared {
     uint32_t magic;
     uint32_t version;
     uint32_t slot_bytes;
-    uint32_t pad_[13];
+    uint32_t pad0_;
+    /*
+     * How far the client has reserved the region it is registering
+     * (client/regions.c): the memfd's inode number, and the offset below
+     * which its pages are not reserved yet (it falls to 0).  Written by the
+     * client only; the worker's background prefill faults in what is
+     * reserved while the rest is being reserved (server/worker/prefill.c).
+     * A hint: a wrong value can only make the worker fault pages itself.
+     */
+    _Atomic uint64_t reserve_ino;
+    _Atomic uint64_t reserve_from;
+    uint32_t pad_[8];
     mxop__mbox_slot_t req; /* client -> worker: CALL frames */
     mxop__mbox_slot_t rep; /* worker -> client: CALL_RESULT frames */
 } mxop__mbox_shared_t;

@@ -25,11 +25,12 @@ int mxop__region_create_fd(const char *name, size_t size, int *fd_out)
     return mxop__region_create_fd_sealable(name, size, 0, 0, fd_out);
 }
 
-size_t mxop__region_split(size_t size)
+size_t mxop__region_split(size_t size, int told)
 {
     if (size < MXOP__REGION_SPLIT_MIN)
         return 0;
-    return size / 2 / MXOP__PREFAULT_MAX * MXOP__PREFAULT_MAX;
+    size_t upper = told ? size / 8 : size / 2;
+    return (size - upper) / MXOP__PREFAULT_MAX * MXOP__PREFAULT_MAX;
 }
 
 int mxop__region_reserve_pages(int fd, size_t off, size_t len)

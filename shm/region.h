@@ -32,22 +32,32 @@ int mxop__region_create_fd_sealable(const char *name, size_t size, int sealable,
                                     size_t reserve_from, int *fd_out);
 
 /*
- * Regions of at least this many bytes are reserved in two halves: the
- * upper one before the registration is sent, the lower one while it is on
- * its way, so that the worker faults in the upper half of its writable
- * view (server/worker/prefill.c) while the client reserves the lower one.
+ * Regions of at least this many bytes are reserved in two parts: the upper
+ * one before the registration is sent, the lower one while it is on its
+ * way, so that the worker faults in its writable view
+ * (server/worker/prefill.c) while the client reserves.  With a mailbox the
+ * client says how far it has come (shm/mailbox.h's reserve words) and the
+ * worker follows it down, so the upper part is an eighth; without one, the
+ * worker waits for the first call for the lower part, and it is half.
  * Measured on a 64 MiB region (docs/performance.md, "Reserving a region
- * in two halves"): reserving takes about 0.3 ms a MiB here and faulting in
- * a view about as much, and the two run on two CPUs.
+ * in two halves", "A region's reservation followed by the worker"):
+ * reserving takes about 0.3 ms a MiB here and faulting in a view about as
+ * much, and the two run on two CPUs.
  */
 #define MXOP__REGION_SPLIT_MIN ((size_t)8 << 20)
 
 /**
- * Where the reservation of a new region of `size` bytes splits: half of
- * it, rounded down to MXOP__PREFAULT_MAX (the worker's chunk); 0 below
- * MXOP__REGION_SPLIT_MIN (all reserved before the registration).
+ * Where the reservation of a new region of `size` bytes splits: 0 below
+ * MXOP__REGION_SPLIT_MIN (all reserved before the registration); else,
+ * rounded down to MXOP__PREFAULT_MAX (the worker's chunk), half of it, or
+ * seven eighths when the client tells the worker its progress as it
+ * reserves the rest (`told`, the mailbox's reserve words): the worker
+ * then faults in each part soon after it is reserved.
  */
-size_t mxop__region_split(size_t size);
+size_t mxop__region_split(size_t size, int told);
+
+/* The bytes reserved between two words of progress (client/regions.c). */
+#define MXOP__REGION_RESERVE_STEP ((size_t)4 << 20)
 
 /**
  * Reserves [off, off + len) of a region's memfd (posix_fallocate).

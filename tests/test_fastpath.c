@@ -547,3 +547,50 @@ Test(fastpath, a_reserved_from_past_the_region_is_refused)
     mxop_close(c);
     mxt_baseline_expect(&base);
 }
+
+/*
+ * With a mailbox, a client says how far it has reserved the region it
+ * registers (the mailbox's reserve words, shm/mailbox.h), and the worker
+ * faults in each part as soon as it is said to be reserved, before any
+ * call.  Here the words claim the whole region is reserved though only the
+ * upper half is: the worker's faults then allocate the lower half too, so
+ * the memfd fills up without a call.  (A client's words are believed: the
+ * engine is trusted, and a wrong word only moves who allocates a page.)
+ */
+Test(fastpath_trusted, the_worker_follows_a_clients_word_on_what_it_reserved)
+{
+    mxop_client_t *c = connect_path(MXOP_DATA_PATH_DEFAULT);
+    char why[256];
+    const char *fail = relu_calls(c, 2, why, sizeof(why));
+    cr_assert_null(fail, "%s", fail);
+    if (c->mbox.sh == NULL)
+        cr_skip_test("the session has no mailbox");
+    const size_t bytes = 32u << 20, half = bytes / 2;
+    int fd = -1;
+    cr_assert_eq(mxop__region_create_fd_sealable("mxop-test", bytes, 1, half, &fd), 0);
+    struct stat st;
+    cr_assert_eq(fstat(fd, &st), 0);
+    atomic_store(&c->mbox.sh->reserve_from, 0);
+    atomic_store(&c->mbox.sh->reserve_ino, (uint64_t)st.st_ino);
+    uint32_t id = 0;
+    const char *msg;
+    int rc = register_by_hand(c, fd, bytes, half, 0, &id, &msg);
+    cr_assert_eq(rc, 0, "register: %s: %s", mxop_err_name(rc), msg);
+    size_t held = 0;
+    for (int i = 0; i < 200; i++) {
+        cr_assert_eq(fstat(fd, &st), 0);
+        held = (size_t)st.st_blocks * 512;
+        if (held == bytes)
+            break;
+        mxt_sleep_ms(10);
+    }
+    atomic_store(&c->mbox.sh->reserve_ino, 0);
+    cr_assert_eq(held, bytes,
+                 "the memfd holds %zu of %zu bytes: the worker did not fault in the "
+                 "part it was told is reserved",
+                 held, bytes);
+    fail = relu_calls(c, 20, why, sizeof(why));
+    cr_assert_null(fail, "%s", fail);
+    mxop_close(c);
+    close(fd);
+}

@@ -28,6 +28,7 @@
 #include "server/status_page.h"
 #include "server/worker/blas.h"
 #include "server/worker/pid1.h"
+#include "server/worker/prefill.h"
 #include "server/worker/worker.h"
 #include "shm/mailbox.h"
 #include "shm/placement.h"
@@ -80,6 +81,7 @@ int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
 
 void mxop__data_free(void)
 {
+    mxop__prefill_watch(NULL, NULL);
     mxop__mbox_close(&mbox);
     mxop__rxbuf_free(&rx);
     mxop__framebuf_free(&tx);
@@ -92,6 +94,8 @@ static void close_mbox(void)
 {
     mxop__transport_untrack(MXOP__TRANSPORT_BELL_RX);
     mxop__transport_untrack(MXOP__TRANSPORT_BELL_TX);
+    /* The background prefill stops reading the client's progress words before they go. */
+    mxop__prefill_watch(NULL, NULL);
     mxop__mbox_close(&mbox);
 }
 
@@ -179,6 +183,8 @@ static void attach(const Mxop__Call *call, int *fds, int nfds, Mxop__CallResult 
     }
     mxop__transport_track(MXOP__TRANSPORT_BELL_RX, mbox.bell_rx, "mailbox's request bell");
     mxop__transport_track(MXOP__TRANSPORT_BELL_TX, mbox.bell_tx, "mailbox's reply bell");
+    /* How far the client has reserved a region it registers (server/worker/prefill.c). */
+    mxop__prefill_watch(&mbox.sh->reserve_ino, &mbox.sh->reserve_from);
 }
 
 /* Decodes and serves one CALL frame; `fds` came with it (taken). */

@@ -16,14 +16,17 @@
  * the thread on the other CPU (the client sleeps through a call that
  * long).
  *
- * A client reserves the lower half of a large region while its
+ * A client reserves the lower part of a large region while its
  * registration is on its way (shm/region.h, mxop__region_split), and says
  * so (reserved_from).  Faulting a page in before the client reserved it
  * would allocate it here, charged to the worker's cgroup, so the chunks
- * that reach below reserved_from wait until a call claims a span of the
- * view: the call comes after the registration returned, and that is after
- * the reservation.  Meanwhile the thread does the upper half, on the other
- * CPU, while the client reserves the lower one.
+ * that reach below reserved_from wait until the client's progress words in
+ * the mailbox (shm/mailbox.h) say they are reserved, or until a call claims
+ * a span of the view: the call comes after the registration returned, and
+ * that is after the reservation.  So the thread, on the other CPU, faults
+ * in each part soon after the client reserved it, while the client
+ * reserves the next; it looks at the words every FOLLOW_POLL_NS while a
+ * view waits, for at most FOLLOW_NS.
  *
  * One thread for the worker's lifetime, started at the first large
  * region, sleeping on a condition variable when there is nothing to do.
@@ -38,10 +41,23 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <time.h>
+
+#include "common/util.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+
+/*
+ * While a view waits for its client's reservation, the thread looks at the
+ * client's progress words this often, for at most FOLLOW_NS after the map:
+ * a registration that does not finish in that time (it failed, or the
+ * session is on the socket path and says nothing) leaves the rest to the
+ * first call's claim, and an idle worker burns nothing.
+ */
+#define FOLLOW_POLL_NS (200 * 1000)
+#define FOLLOW_NS ((int64_t)2000 * 1000 * 1000)
 
 /* A chunk is the head mxop__region_prefault faults in, so chunk 0 is done at the start when
  * the client had reserved the whole region (reserved_from 0). */
@@ -55,6 +71,8 @@ typedef struct job {
     uint32_t n_chunks, left; /* chunks in all, and not yet taken */
     uint32_t busy;           /* chunks being populated now, outside the lock */
     uint32_t held;         /* chunks [0, held) wait for a claim: the client may be reserving them */
+    uint64_t ino;          /* the memfd's inode number, as the client's progress words name it */
+    int64_t follow_until;  /* CLOCK_MONOTONIC ns: the progress words are looked at until then */
     uint8_t taken[CHUNKS]; /* 1: populated or being populated (chunk 0: the head) */
 } job_t;
 
@@ -65,6 +83,8 @@ static job_t jobs[JOBS]; /* jobs[0 .. n_jobs): oldest first */
 static int n_jobs;
 static _Atomic int any_jobs; /* n_jobs != 0, read without the lock by every call */
 static int started, start_failed;
+/* The client's progress words (mxop__prefill_watch), read under the lock only; or NULL. */
+static const _Atomic uint64_t *watch_ino, *watch_from;
 
 static void drop_job(int i)
 {
@@ -113,11 +133,39 @@ static uint32_t next_chunk(const job_t *j)
     return k > j->held ? k - 1 : UINT32_MAX;
 }
 
+/*
+ * Lets go of the held chunks the client's progress words say are reserved
+ * now.  Returns 1 while a held view may still see progress (look again
+ * soon), else 0.
+ */
+static int follow_progress(void)
+{
+    if (watch_ino == NULL)
+        return 0;
+    uint64_t ino = atomic_load_explicit(watch_ino, memory_order_acquire);
+    uint64_t from = atomic_load_explicit(watch_from, memory_order_acquire);
+    int64_t now = mxop__now_ns();
+    int again = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        job_t *j = &jobs[i];
+        if (j->held == 0 || now > j->follow_until)
+            continue;
+        if (ino == j->ino) {
+            uint64_t h = (from + CHUNK - 1) / CHUNK;
+            if (h < j->held)
+                j->held = (uint32_t)h;
+        }
+        again |= j->held > 0;
+    }
+    return again;
+}
+
 static void *prefill_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&lock);
     for (;;) {
+        int following = follow_progress();
         /* The newest view with a chunk it may take, its highest such chunk. */
         job_t *j = NULL;
         uint32_t k = UINT32_MAX;
@@ -125,12 +173,31 @@ static void *prefill_main(void *arg)
             if (jobs[i].left > 0 && (k = next_chunk(&jobs[i])) != UINT32_MAX)
                 j = &jobs[i];
         if (j == NULL) {
-            pthread_cond_wait(&work, &lock);
+            if (following) {
+                struct timespec t;
+                clock_gettime(CLOCK_REALTIME, &t);
+                t.tv_nsec += FOLLOW_POLL_NS;
+                if (t.tv_nsec >= 1000000000) {
+                    t.tv_sec++;
+                    t.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&work, &lock, &t);
+            } else {
+                pthread_cond_wait(&work, &lock);
+            }
             continue;
         }
         populate(j, k);
     }
     return NULL;
+}
+
+void mxop__prefill_watch(const _Atomic uint64_t *ino, const _Atomic uint64_t *from)
+{
+    pthread_mutex_lock(&lock);
+    watch_ino = ino != NULL && from != NULL ? ino : NULL;
+    watch_from = watch_ino != NULL ? from : NULL;
+    pthread_mutex_unlock(&lock);
 }
 
 static int ensure_thread(void)
@@ -154,7 +221,7 @@ static int ensure_thread(void)
     return 0;
 }
 
-void mxop__prefill_start(void *rw, size_t size, size_t reserved_from)
+void mxop__prefill_start(void *rw, size_t size, size_t reserved_from, uint64_t ino)
 {
     if (rw == NULL || size <= MXOP__PREFILL_MIN)
         return;
@@ -181,6 +248,9 @@ void mxop__prefill_start(void *rw, size_t size, size_t reserved_from)
             /* Else every chunk that begins below reserved_from waits for a claim. */
             size_t held = (reserved_from + CHUNK - 1) / CHUNK;
             j->held = held < j->n_chunks ? (uint32_t)held : j->n_chunks;
+            /* ... or until the client's progress words say they are reserved. */
+            j->ino = ino;
+            j->follow_until = mxop__now_ns() + FOLLOW_NS;
             atomic_store_explicit(&any_jobs, 1, memory_order_relaxed);
             pthread_cond_signal(&work);
         }

@@ -192,8 +192,10 @@ int mxop__region_add_flags(uint32_t id, uint64_t size, int fd, unsigned flags,
         if (rw != NULL)
             mxop__region_prefault(rw, (size_t)size, 1);
     }
+    struct stat st;
     if (rw != NULL)
-        mxop__prefill_start(rw, (size_t)size, (size_t)reserved_from);
+        mxop__prefill_start(rw, (size_t)size, (size_t)reserved_from,
+                            fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0);
 
     mxop__region_t r = {.id = id,
                         .ro = ro,
