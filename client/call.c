@@ -420,8 +420,9 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
             int64_t spin_cap = mxop__spincap_enter(worker_cpus);
             /* No spin because this process's calls fill the CPUs: the worker is told (it then
              * runs on the CPU this thread leaves free, shm/placement.h). */
-            uint32_t sleep_why = spin_cap > 0 || !mxop__spincap_unpinned() ? MXOP__MBOX_SLEEPING
-                                                                           : MXOP__MBOX_CROWDED;
+            int crowd_cpu =
+                spin_cap > 0 || !mxop__spincap_unpinned() ? -1 : mxop__spincap_crowd_enter();
+            uint32_t sleep_why = crowd_cpu >= 0 ? MXOP__MBOX_CROWDED : MXOP__MBOX_SLEEPING;
             /* A call that will spin takes its turn first (client/lease.c); one that will not
              * lets its process's turn go. */
             if (spin_cap > 0 && mxop__mbox_spin_pays(&c->mbox)) {
@@ -432,6 +433,7 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
             }
             mxop__mbox_put(&c->mbox, MXOP__KIND_CALL, msg, n);
             int rc = wait_mbox(c, op, id, wait_ms, start, end, spin_cap, sleep_why, res);
+            mxop__spincap_crowd_leave(crowd_cpu);
             mxop__spincap_leave(worker_cpus);
             return rc;
         }

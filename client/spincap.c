@@ -67,6 +67,28 @@ void mxop__spincap_leave(int worker_cpus)
     atomic_fetch_sub_explicit(&in_flight, claim(worker_cpus), memory_order_relaxed);
 }
 
+/* This process's calls in flight that said CROWDED, by the CPU their thread was on. */
+#define CROWD_CPUS 64
+static _Atomic int crowd_on[CROWD_CPUS];
+
+int mxop__spincap_crowd_enter(void)
+{
+    int cpu = sched_getcpu();
+    if (cpu < 0 || cpu >= CROWD_CPUS)
+        return -1;
+    if (atomic_fetch_add_explicit(&crowd_on[cpu], 1, memory_order_relaxed) != 0) {
+        atomic_fetch_sub_explicit(&crowd_on[cpu], 1, memory_order_relaxed);
+        return -1;
+    }
+    return cpu;
+}
+
+void mxop__spincap_crowd_leave(int cpu)
+{
+    if (cpu >= 0 && cpu < CROWD_CPUS)
+        atomic_fetch_sub_explicit(&crowd_on[cpu], 1, memory_order_relaxed);
+}
+
 int mxop__spincap_unpinned(void)
 {
     cpus();

@@ -31,4 +31,16 @@ void mxop__spincap_leave(int worker_cpus);
  */
 int mxop__spincap_unpinned(void);
 
+/*
+ * A call about to say CROWDED claims its thread's CPU for it: returns the
+ * CPU, or -1 when another call of this process already said CROWDED from
+ * it (or the CPU is not known), and the call then says plain SLEEPING.
+ * Two threads that sleep on one CPU (as Python's threads do, woken where
+ * the one that let go of the GIL runs) would otherwise draw both their
+ * workers to it while the other CPUs idle.  Paired with
+ * mxop__spincap_crowd_leave(cpu) when the call is over.
+ */
+int mxop__spincap_crowd_enter(void);
+void mxop__spincap_crowd_leave(int cpu);
+
 #endif

@@ -467,3 +467,28 @@ Test(contention, a_put_says_whether_it_woke_a_crowded_reader)
     mxop__mbox_close(&cl);
     mxop__mbox_close(&wk);
 }
+
+/*
+ * A call that would say CROWDED claims its thread's CPU; a second call of
+ * the process sleeping on the same CPU says plain SLEEPING, so that two
+ * threads sleeping on one CPU (Python's, after a GIL hand-over) do not draw
+ * both their workers there.  The claim ends with the call.
+ */
+Test(contention, one_crowded_call_a_cpu)
+{
+    int cpu = mxop__spincap_crowd_enter();
+    if (cpu < 0)
+        cr_skip_test("this CPU's number is not known here (or above 63)");
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    cr_assert_eq(mxop__spincap_crowd_enter(), -1, "a second crowded call on CPU %d", cpu);
+    mxop__spincap_crowd_leave(cpu);
+    int again = mxop__spincap_crowd_enter();
+    cr_assert_eq(again, cpu, "CPU %d was not free again after the call", cpu);
+    mxop__spincap_crowd_leave(again);
+    mxop__spincap_crowd_leave(-1); /* a call that claimed nothing: no effect */
+    cr_assert_eq(mxop__spincap_crowd_enter(), cpu);
+    mxop__spincap_crowd_leave(cpu);
+}
