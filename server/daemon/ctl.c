@@ -316,7 +316,9 @@ static void handle_release(mxop__client_t *cl, mxop__session_t *s, const Mxop__R
         close(s->regions[i].fd);
     s->region_bytes -= s->regions[i].size;
     s->regions[i] = s->regions[--s->n_regions];
-    mxop__mirror_unmap(s, id);
+    char why[MXOP__MSG_MAX];
+    if (mxop__mirror_unmap(s, id, why, sizeof(why)) != 0)
+        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, why);
 
     char err[MXOP__MSG_MAX];
     if (mxop__session_need_worker(s, err, sizeof(err)) != 0) {

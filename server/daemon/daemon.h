@@ -302,6 +302,13 @@ struct mxop__daemon {
      * Idempotent.
      */
     void (*shutdown_cb)(mxop__daemon_t *d, const char *why);
+    /*
+     * A session left RETIRING (replaced, failed or ended): answers the
+     * Reload requests now complete (reload.c's mxop__reload_settled, set by
+     * main.c, so that the sessions reach the reloads without calling into
+     * them).
+     */
+    void (*settled_cb)(mxop__daemon_t *d);
 
     mxop__list_t clients; /* mxop__client_t.link */
     uint64_t n_clients;

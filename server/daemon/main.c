@@ -31,6 +31,7 @@
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
 #include "server/daemon/memconfine.h"
+#include "server/daemon/session.h"
 #include "server/daemon/workeruid.h"
 #include "server/daemon/options.h"
 
@@ -210,6 +211,7 @@ int main(int argc, char **argv)
     /* The watchdog reaches the sessions and clients only through this callback. */
     d.tick_cb = watchdog_tick;
     d.shutdown_cb = mxop__drain_begin;
+    d.settled_cb = mxop__reload_settled;
     d.stop_cb = daemon_shutdown;
     if (uv_signal_init(&loop, &d.sigterm) != 0 || uv_signal_init(&loop, &d.sigint) != 0 ||
         uv_signal_init(&loop, &d.sighup) != 0 || mxop__watchdog_start(&d) != 0) {

@@ -43,15 +43,17 @@ static mxop__pending_t *load_entry(mxop__session_t *s, const mxop__lib_t *lib)
     return p;
 }
 
-void mxop__mirror_load(mxop__session_t *s, const mxop__lib_t *lib)
+int mxop__mirror_load(mxop__session_t *s, const mxop__lib_t *lib, char *why, size_t whylen)
 {
     if (s->spare == NULL)
-        return;
+        return 0;
     mxop__pending_t *p = load_entry(s, lib);
     if (p == NULL || mxop__pending_send(s, p, -1, MXOP__FIFO_SPARE) != 0) {
         mxop__pending_free(p);
-        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, "cannot send it a library");
+        mxop__fmt(why, whylen, "cannot send it a library");
+        return -1;
     }
+    return 0;
 }
 
 /*
@@ -59,10 +61,10 @@ void mxop__mirror_load(mxop__session_t *s, const mxop__lib_t *lib)
  * context, which costs GPU memory a spare should not hold.  The spare
  * gets them when it takes over (replay_device_regions).
  */
-void mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r)
+int mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r, char *why, size_t whylen)
 {
     if (s->spare == NULL || r->cuda)
-        return;
+        return 0;
     mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_MAP, 0, true);
     if (p != NULL) {
         p->region = r->id;
@@ -76,21 +78,25 @@ void mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r)
     }
     if (p == NULL || mxop__pending_send(s, p, r->fd, MXOP__FIFO_SPARE) != 0) {
         mxop__pending_free(p);
-        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, "cannot send it a region");
+        mxop__fmt(why, whylen, "cannot send it a region");
+        return -1;
     }
+    return 0;
 }
 
-void mxop__mirror_unmap(mxop__session_t *s, uint32_t region)
+int mxop__mirror_unmap(mxop__session_t *s, uint32_t region, char *why, size_t whylen)
 {
     if (s->spare == NULL)
-        return;
+        return 0;
     mxop__pending_t *p = mxop__pending_new(s, MXOP__PENDING_UNMAP, 0, true);
     if (p != NULL)
         p->region = region;
     if (p == NULL || mxop__pending_send(s, p, -1, MXOP__FIFO_SPARE) != 0) {
         mxop__pending_free(p);
-        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, "cannot tell it to release a region");
+        mxop__fmt(why, whylen, "cannot tell it to release a region");
+        return -1;
     }
+    return 0;
 }
 
 /*
@@ -160,7 +166,8 @@ bool mxop__replay_device_regions(mxop__session_t *s)
     return true;
 }
 
-void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r)
+void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r,
+                              mxop__replay_verdict_t *v)
 {
     mxop__pending_t *p = mxop__fifo_take(s, MXOP__FIFO_SPARE, r->id);
     if (p == NULL) {
@@ -169,23 +176,21 @@ void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r)
         return;
     }
     if (r->status != 0) {
-        char why[MXOP__MSG_MAX];
         const char *what = p->kind == MXOP__PENDING_LOAD  ? "load library"
                            : p->kind == MXOP__PENDING_MAP ? "map region"
                                                           : "unmap region";
-        mxop__fmt(why, sizeof(why), "it could not %s %s: %s", what,
+        mxop__fmt(v->spare_why, sizeof(v->spare_why), "it could not %s %s: %s", what,
                   p->kind == MXOP__PENDING_LOAD ? p->name : "",
                   r->message != NULL && r->message[0] ? r->message : mxop_strerror(r->status));
         mxop__pending_free(p);
-        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, why);
+        v->spare_failed = true;
         return;
     }
     mxop__lib_t *lib;
-    char why[MXOP__MSG_MAX];
     if (p->kind == MXOP__PENDING_LOAD &&
-        mxop__libver_same_ops(s, p->name, r, why, sizeof(why)) != 0) {
+        mxop__libver_same_ops(s, p->name, r, v->spare_why, sizeof(v->spare_why)) != 0) {
         mxop__pending_free(p);
-        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, why);
+        v->spare_failed = true;
         return;
     }
     if (p->kind == MXOP__PENDING_LOAD && (lib = mxop__libver_lib(s, p->path)) != NULL)
@@ -193,7 +198,8 @@ void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r)
     mxop__pending_free(p);
 }
 
-static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__SupReply *r)
+static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__SupReply *r,
+                          mxop__replay_verdict_t *v)
 {
     const char *msg = r->message != NULL && r->message[0] != '\0' ? r->message : NULL;
     /* A library the daemon could not open went without a descriptor: the daemon's reason. */
@@ -205,22 +211,21 @@ static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Su
              * Without it the ops after it would take other indices: a call
              * could run the wrong op.  The session cannot be restored.
              */
-            char why[MXOP__MSG_MAX];
-            mxop__fmt(why, sizeof(why),
+            mxop__fmt(v->why, sizeof(v->why),
                       "library '%s' no longer loads into a new worker (%s), so the session's "
                       "ops cannot be restored and its requests now fail",
                       p->name, msg ? msg : mxop_strerror(r->status));
-            mxop__session_unrestorable(s, why);
+            v->unrestorable = true;
             return;
         }
-        char why[MXOP__MSG_MAX], full[MXOP__MSG_MAX];
+        char why[MXOP__MSG_MAX];
         if (mxop__libver_same_ops(s, p->name, r, why, sizeof(why)) != 0) {
             /* A rebuilt file with other ops: calls by index would reach the wrong op. */
-            mxop__fmt(full, sizeof(full),
+            mxop__fmt(v->why, sizeof(v->why),
                       "%s (its file changed): the session's ops cannot be restored and its "
                       "requests now fail; open a new session to use the new version",
                       why);
-            mxop__session_unrestorable(s, full);
+            v->unrestorable = true;
             return;
         }
         mxop__lib_t *lib = mxop__libver_lib(s, p->path);
@@ -246,13 +251,15 @@ static void sup_load_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Su
         }
         s->libs[s->n_libs - 1].ver = p->ver;
         /* Only now that it loaded without crashing does the spare get it too. */
-        mxop__mirror_load(s, &s->libs[s->n_libs - 1]);
+        if (mxop__mirror_load(s, &s->libs[s->n_libs - 1], v->spare_why, sizeof(v->spare_why)))
+            v->spare_failed = true;
     }
     MXOP__LOGI(s->id, NULL, "loaded library '%s' (%zu ops)", p->name, r->n_ops);
     mxop__reply_ops(s, p->req_id);
 }
 
-static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__SupReply *r)
+static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__SupReply *r,
+                         mxop__replay_verdict_t *v)
 {
     const char *msg = r->message != NULL && r->message[0] != '\0' ? r->message : NULL;
     if (p->replay) {
@@ -283,7 +290,8 @@ static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Sup
         return;
     }
     p->fd = -1;
-    mxop__mirror_map(s, &s->regions[s->n_regions - 1]);
+    if (mxop__mirror_map(s, &s->regions[s->n_regions - 1], v->spare_why, sizeof(v->spare_why)))
+        v->spare_failed = true;
 
     Mxop__RegisterRegionReply rr = MXOP__REGISTER_REGION_REPLY__INIT;
     rr.region = p->region;
@@ -296,7 +304,7 @@ static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Sup
                (unsigned)p->region, (unsigned long long)p->size);
 }
 
-void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r)
+void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r, mxop__replay_verdict_t *v)
 {
     mxop__pending_t *p = mxop__fifo_take(s, MXOP__FIFO_LIVE, r->id);
     if (p == NULL) {
@@ -308,8 +316,8 @@ void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r)
         MXOP__LOGW(s->id, NULL, "worker answered supervisor request %llu out of order",
                    (unsigned long long)r->id);
     switch (p->kind) {
-    case MXOP__PENDING_LOAD: sup_load_done(s, p, r); break;
-    case MXOP__PENDING_MAP: sup_map_done(s, p, r); break;
+    case MXOP__PENDING_LOAD: sup_load_done(s, p, r, v); break;
+    case MXOP__PENDING_MAP: sup_map_done(s, p, r, v); break;
     case MXOP__PENDING_PING:
         /* The worker's loop runs: the next probe is due an interval from now. */
         s->probe_ok_ns = mxop__now_ns();
@@ -324,11 +332,9 @@ void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r)
         }
         break;
     }
-    bool replay = p->replay;
-    mxop__pending_free(p);
     /* A reload's replacement reaches the client once its replays are all checked. */
-    if (replay)
-        mxop__session_replayed(s);
+    v->replayed = p->replay;
+    mxop__pending_free(p);
 }
 
 /*

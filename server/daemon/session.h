@@ -140,14 +140,32 @@ const char *mxop__ctl_body_name(int body_case);
 bool mxop__replay_to(mxop__session_t *s, enum mxop__pending_fifo q);
 /* The device regions a promoted spare did not get while it waited. */
 bool mxop__replay_device_regions(mxop__session_t *s);
-/* Mirrors what the live worker now has onto the spare (nothing without one). */
-void mxop__mirror_load(mxop__session_t *s, const mxop__lib_t *lib);
-void mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r);
-void mxop__mirror_unmap(mxop__session_t *s, uint32_t region);
+/*
+ * Mirrors what the live worker now has onto the spare (nothing without
+ * one): 0, or -1 with the reason in why (the spare could not be sent it;
+ * the caller tells spare.c, MXOP__SPARE_EV_FAILED).
+ */
+int mxop__mirror_load(mxop__session_t *s, const mxop__lib_t *lib, char *why, size_t whylen);
+int mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r, char *why, size_t whylen);
+int mxop__mirror_unmap(mxop__session_t *s, uint32_t region, char *why, size_t whylen);
+/*
+ * What a worker's answer means for its session, beyond the request it
+ * completes: replay.c says so, session_fsm.c acts on it (replay.c calls
+ * neither the session's state machine nor the spare's).
+ */
+typedef struct mxop__replay_verdict {
+    bool replayed;     /* a replayed request was answered: the replacement may be complete */
+    bool unrestorable; /* the session's ops cannot be restored, for `why` */
+    bool spare_failed; /* the spare could not be given or could not take something: `spare_why` */
+    char why[MXOP__MSG_MAX];
+    char spare_why[MXOP__MSG_MAX];
+} mxop__replay_verdict_t;
 /* A SupReply of the live worker: completes the pending entry it answers. */
-void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r);
+void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r,
+                             mxop__replay_verdict_t *v);
 /* A SupReply of the spare. */
-void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r);
+void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r,
+                              mxop__replay_verdict_t *v);
 /*
  * Answers every request that was waiting on the dead worker.  `load_note`
  * (may be "") is added to the answer of the load that was running, which
@@ -166,14 +184,16 @@ extern const mxop__worker_cbs_t mxop__session_worker_cbs;
 void mxop__session_open(mxop__client_t *cl, uint64_t req_id);
 /* 0 when the session has a live worker to forward to, else the code and a message. */
 int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen);
-/* The live worker cannot be given what the session had: the session fails with `why`. */
-void mxop__session_unrestorable(mxop__session_t *s, const char *why);
 /* The client is gone or going: stop the workers now; memory goes when the connection closes. */
 void mxop__session_end(mxop__session_t *s);
-/* 0 for the first failure in a row, then doubling from MXOP__BACKOFF_FIRST_MS, capped. */
-uint64_t mxop__backoff_ms(int failures);
 mxop__stimer_t *mxop__stimer_new(mxop__session_t *s);
 void mxop__stimer_free(mxop__stimer_t *t);
+
+/* ------------------------------------------------------------------------ */
+/* backoff.c */
+
+/* 0 for the first failure in a row, then doubling from MXOP__BACKOFF_FIRST_MS, capped. */
+uint64_t mxop__backoff_ms(int failures);
 
 /* ------------------------------------------------------------------------ */
 /* spare.c */
@@ -263,11 +283,6 @@ void mxop__reload_settled(mxop__daemon_t *d);
  * ended: its next worker loads the new file anyway).
  */
 bool mxop__session_reload(mxop__session_t *s, const char *why);
-/*
- * The live worker answered a replayed request: once a replacement after a
- * retirement has answered all of them, the client gets its channel.
- */
-void mxop__session_replayed(mxop__session_t *s);
 
 /* ------------------------------------------------------------------------ */
 /* replay.c, hot reload */

@@ -60,6 +60,14 @@
 typedef enum sess_event { EV_DIED, EV_TIMER, EV_UNRESTORABLE, EV_END, EV_RELOAD } sess_event_t;
 
 static void transition(mxop__session_t *s, sess_event_t ev, const void *arg);
+static void replayed(mxop__session_t *s);
+
+/* A session left RETIRING (replaced, failed or ended): the daemon's reloads hear of it. */
+static void settled(mxop__daemon_t *d)
+{
+    if (d->settled_cb != NULL)
+        d->settled_cb(d);
+}
 
 /* ------------------------------------------------------------------------ */
 /* Timers. */
@@ -89,16 +97,6 @@ void mxop__stimer_free(mxop__stimer_t *t)
     t->s = NULL;
     uv_timer_stop(&t->timer);
     uv_close((uv_handle_t *)&t->timer, stimer_closed_cb);
-}
-
-uint64_t mxop__backoff_ms(int failures)
-{
-    if (failures <= 1)
-        return 0;
-    uint64_t ms = MXOP__BACKOFF_FIRST_MS;
-    for (int i = 2; i < failures && ms < MXOP__BACKOFF_MAX_MS; i++)
-        ms *= 2;
-    return ms < MXOP__BACKOFF_MAX_MS ? ms : MXOP__BACKOFF_MAX_MS;
 }
 
 static void respawn_cb(uv_timer_t *t)
@@ -134,7 +132,7 @@ static void enter_failed(mxop__session_t *s, int code, const char *msg)
     close_reload_fd(s);
     if (s->reloading) {
         s->reloading = false;
-        mxop__reload_settled(s->d);
+        settled(s->d);
     }
     s->state = MXOP__SESS_FAILED;
     s->dead_code = code == MXOP_EQUARANTINED ? code : MXOP_EWORKER_CRASHED;
@@ -218,7 +216,7 @@ static void respawn(mxop__session_t *s)
          */
         close_reload_fd(s);
         s->reload_fd = client_fd;
-        mxop__session_replayed(s);
+        replayed(s);
     } else {
         s->reloading = false;
         mxop__reply_event(s, e, e->message, true, client_fd);
@@ -399,7 +397,7 @@ static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
                        x->call_id == 0;
         on_died(s, x, retired);
         if (was == MXOP__SESS_RETIRING || !s->reloading)
-            mxop__reload_settled(s->d);
+            settled(s->d);
         break;
     }
     case EV_RELOAD:
@@ -421,14 +419,14 @@ static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
             break;
         on_unrestorable(s, arg);
         if (was == MXOP__SESS_RETIRING)
-            mxop__reload_settled(s->d);
+            settled(s->d);
         break;
     }
     case EV_END: {
         mxop__sess_state_t was = s->state;
         if (was != MXOP__SESS_ENDED)
             on_end(s);
-        mxop__reload_settled(s->d);
+        settled(s->d);
         break;
     }
     }
@@ -529,12 +527,17 @@ int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen)
     }
 }
 
-void mxop__session_unrestorable(mxop__session_t *s, const char *why)
+/* The live worker cannot be given what the session had: the session fails with `why`. */
+static void unrestorable(mxop__session_t *s, const char *why)
 {
     transition(s, EV_UNRESTORABLE, why);
 }
 
-void mxop__session_replayed(mxop__session_t *s)
+/*
+ * The live worker answered a replayed request: once a replacement after a
+ * retirement has answered all of them, the client gets its channel.
+ */
+static void replayed(mxop__session_t *s)
 {
     if (s->reload_fd < 0 || s->state != MXOP__SESS_RUNNING)
         return;
@@ -546,7 +549,7 @@ void mxop__session_replayed(mxop__session_t *s)
     s->reloading = false;
     mxop__reply_event(s, &s->death, s->death.message, true, fd);
     close(fd);
-    mxop__reload_settled(s->d);
+    settled(s->d);
 }
 
 void mxop__session_end(mxop__session_t *s)
@@ -566,10 +569,17 @@ bool mxop__session_reload(mxop__session_t *s, const char *why)
 static void worker_reply(void *owner, mxop__worker_t *w, const Mxop__SupReply *r)
 {
     mxop__session_t *s = owner;
+    mxop__replay_verdict_t v = {0};
     if (s->worker == w)
-        mxop__replay_live_reply(s, r);
+        mxop__replay_live_reply(s, r, &v);
     else if (s->spare == w)
-        mxop__replay_spare_reply(s, r);
+        mxop__replay_spare_reply(s, r, &v);
+    if (v.spare_failed)
+        mxop__spare_event(s, MXOP__SPARE_EV_FAILED, v.spare_why);
+    if (v.unrestorable)
+        unrestorable(s, v.why);
+    if (v.replayed)
+        replayed(s);
 }
 
 static void worker_exit(void *owner, mxop__worker_t *w, const mxop__worker_exit_t *e)

@@ -68,15 +68,16 @@ static void forget(mxop__session_t *s)
 /* SCHEDULED + TIMER. */
 static void start(mxop__session_t *s)
 {
-    if (s->state != MXOP__SESS_RUNNING || s->client == NULL) {
+    if (s->state != MXOP__SESS_RUNNING || s->client == NULL || s->worker == NULL) {
         s->spare_state = MXOP__SPARE_NONE;
         return;
     }
     char err[MXOP__MSG_MAX];
     int client_fd = -1;
     mxop__worker_t *w = NULL;
-    if (mxop__worker_spawn(s->d, s->id, s->generation + 1, &mxop__session_worker_cbs, s, &w,
-                           &client_fd, err, sizeof(err)) != 0) {
+    /* The spare reports to the session as its live worker does. */
+    if (mxop__worker_spawn(s->d, s->id, s->generation + 1, s->worker->cbs, s, &w, &client_fd, err,
+                           sizeof(err)) != 0) {
         s->spare_deaths++;
         if (s->spare_deaths == 1 || s->spare_deaths % 10 == 0)
             MXOP__LOGW(s->id, NULL, "cannot start a spare worker (%d failures in a row): %s",
