@@ -156,6 +156,14 @@ struct mxop_client {
     int mbox_wanted; /* give the current worker a mailbox before the next call */
     mxop__mbox_t mbox;
     uint8_t *mbox_buf; /* a result copied out of the mailbox (NULL on the socket path) */
+    /*
+     * The data channel's side of a worker replacement (call.c's
+     * mxop__data_open and mxop__data_drop), set by connect.c: control.c,
+     * which hears of the replacement, switches the channel through these
+     * (call.c calls control.c, not the other way round).
+     */
+    int (*data_open_fn)(mxop_client_t *c, int fd);
+    void (*data_drop_fn)(mxop_client_t *c);
 
     uint64_t next_req_id;
     uint64_t next_call_id;
@@ -214,6 +222,9 @@ struct mxop_client {
      * that the pool may read the table while another thread's call holds
      * c->lock. */
     struct mxop__pool *pool;
+    /* Set by pool.c with a pool: the siblings forget a region the client
+     * drops (regions.c calls it; pool.c calls into regions.c). */
+    void (*region_dropped_fn)(mxop_client_t *c, uint32_t id);
     pthread_mutex_t regions_lock;
     /* Guards the arena's chunks and blocks (arena.c), inside c->lock when
      * both are taken; with a pool, allocations that fit and frees take it
@@ -221,11 +232,17 @@ struct mxop_client {
     pthread_mutex_t arena_lock;
 };
 
-/* ---- errors (stats.c) ---- */
+/* ---- errors (error.c) ---- */
 
 /** Writes the detail of a failure into c->err and returns `code`. */
 int mxop__fail(mxop_client_t *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/** This thread's last failure on c was a sibling session's call (pool.c), with `msg`. */
+void mxop__error_of_sibling(const mxop_client_t *c, const char *msg);
+
+/** Forgets this thread's sibling error (a call on the client itself succeeded or failed). */
+void mxop__error_forget_sibling(void);
 
 /* ---- control plane (control.c) ---- */
 
@@ -297,9 +314,6 @@ void mxop__pool_free(mxop_client_t *c);
 /** Records a library the client loaded, for the siblings to load too. */
 void mxop__pool_note_library(mxop_client_t *c, const char *name);
 
-/** Releases the siblings' copies of a region the client drops (c->lock held). */
-void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id);
-
 /**
  * Runs a forward or backward on an idle sibling (c->lock NOT held: another
  * thread's call has it).  Returns 1 with the call's result in *rc, or 0
@@ -307,12 +321,6 @@ void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id);
  */
 int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
                    const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc);
-
-/** The detail of this thread's last failed sibling call on c, or NULL. */
-const char *mxop__pool_last_error(const mxop_client_t *c);
-
-/** Forgets this thread's sibling error (a call on the client itself). */
-void mxop__pool_forget_error(void);
 
 /** Gives the siblings (and those opened later) the client's new default deadline. */
 void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms);

@@ -301,6 +301,8 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     c->timeout_ms = timeout_ms;
     c->connect_timeout_ms = connect_timeout_ms;
     c->data_path = data_path;
+    c->data_open_fn = mxop__data_open;
+    c->data_drop_fn = mxop__data_drop;
     mxop__callbufs_init(c);
     if (pthread_mutex_init(&c->lock, NULL) != 0) {
         free(c);

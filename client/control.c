@@ -43,7 +43,7 @@ static int ctl_kill(mxop_client_t *c, int code, const char *msg)
 static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
 {
     /* The mailbox died with the worker; the replacement gets a fresh one. */
-    mxop__data_drop(c);
+    c->data_drop_fn(c);
 
     c->ev_code = ev->code < 0 ? ev->code : MXOP_EWORKER_CRASHED;
     c->ev_call_id = ev->call_id;
@@ -63,7 +63,7 @@ static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
                   "the session's worker was replaced before this call, which did not run: %s",
                   c->ev_msg);
     if (ev->restarted && fd >= 0) {
-        mxop__data_open(c, fd);
+        c->data_open_fn(c, fd);
         c->generation = ev->generation;
         c->worker_pid = ev->worker_pid;
         c->stats.worker_restarts++;

@@ -596,7 +596,7 @@ static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxo
             return rc;
         pthread_mutex_lock(&c->lock);
     }
-    mxop__pool_forget_error();
+    mxop__error_forget_sibling();
     /* Every forward or backward the engine makes counts, including those
      * refused here, so that errors never exceed calls. */
     c->stats.calls++;

@@ -50,19 +50,7 @@ struct mxop__pool {
     uint64_t calls, errors; /* calls made on siblings, for mxop_stats */
 };
 
-/* The detail of the last failed pool call, per thread (mxop_last_error). */
-static _Thread_local const mxop_client_t *err_client;
-static _Thread_local char err_msg[MXOP__ERR_MAX];
-
-const char *mxop__pool_last_error(const mxop_client_t *c)
-{
-    return err_client == c && c != NULL ? err_msg : NULL;
-}
-
-void mxop__pool_forget_error(void)
-{
-    err_client = NULL;
-}
+static void region_dropped(mxop_client_t *c, uint32_t id);
 
 int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions)
 {
@@ -93,6 +81,7 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
     p->opts.max_sessions = 1; /* a sibling has no pool of its own */
     p->max = max_sessions - 1 < MXOP__POOL_MAX ? max_sessions - 1 : MXOP__POOL_MAX;
     c->pool = p;
+    c->region_dropped_fn = region_dropped;
     return 0;
 }
 
@@ -101,6 +90,7 @@ void mxop__pool_free(mxop_client_t *c)
     struct mxop__pool *p = c->pool;
     if (p == NULL)
         return;
+    c->region_dropped_fn = NULL;
     for (int i = 0; i < p->nsibs; i++) {
         mxop_close(p->sibs[i].c);
         free(p->sibs[i].from);
@@ -153,9 +143,10 @@ void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors)
 }
 
 /* Forgets region `id` of the client in every sibling (and releases their
- * copies).  Called with c->lock held, as the client drops the region; a
- * sibling busy with a call is waited for by mxop_region_release. */
-void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id)
+ * copies).  Called with c->lock held, as the client drops the region
+ * (c->region_dropped_fn); a sibling busy with a call is waited for by
+ * mxop_region_release. */
+static void region_dropped(mxop_client_t *c, uint32_t id)
 {
     struct mxop__pool *p = c->pool;
     if (p == NULL)
@@ -362,10 +353,9 @@ int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mx
     int rc = backward ? mxop_backward(s->c, sop, call, tin, n_in, tout, n_out)
                       : mxop_forward(s->c, sop, call, tin, n_in, tout, n_out);
     if (rc < 0) {
-        mxop__fmt(err_msg, sizeof err_msg, "%s", mxop_last_error(s->c));
-        err_client = c;
+        mxop__error_of_sibling(c, mxop_last_error(s->c));
     } else {
-        err_client = NULL;
+        mxop__error_forget_sibling();
         /* A dynamic-shape output's real shape, as the sibling learnt it. */
         for (int i = 0; i < n_out; i++) {
             out[i].ndim = tout[i].ndim;

@@ -1,38 +1,12 @@
 /*
- * client/stats.c - error detail, counters, the default deadline, and the
- * daemon's shutdown.
+ * client/stats.c - counters, the default deadline, and the daemon's
+ * shutdown (the error detail is error.c's).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "client/client_internal.h"
 #include "common/util.h"
-
-int mxop__fail(mxop_client_t *c, int code, const char *fmt, ...)
-{
-    va_list ap;
-    char tmp[MXOP__ERR_MAX];
-
-    /* Formatting through a copy lets a detail quote the previous one. */
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        tmp[0] = '\0';
-    memcpy(c->err, tmp, sizeof tmp);
-    /* This thread's latest failure is now this one, not a sibling call's. */
-    mxop__pool_forget_error();
-    return code;
-}
-
-const char *mxop_last_error(const mxop_client_t *c)
-{
-    if (c == NULL)
-        return "no client (NULL)";
-    const char *pool_err = mxop__pool_last_error(c);
-    return pool_err != NULL ? pool_err : c->err;
-}
 
 int mxop_set_timeout(mxop_client_t *c, int32_t timeout_ms)
 {
