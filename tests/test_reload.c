@@ -157,7 +157,7 @@ typedef struct caller {
     int errors;   /* calls that failed (lost) */
     int mixed;    /* answers mixing values */
     int strange;  /* answers neither 1.0 nor 2.0 */
-    int wrong;    /* answers from a version older than the phase the call began in */
+    int wrong;    /* answers from another version than that of the one phase the call ran in */
     int first_rc;
     char first_err[512];
 } caller_t;
@@ -169,6 +169,12 @@ static void *caller_main(void *arg)
         int p = atomic_load(&phase);
         int rc, mixed;
         double v = call_version(k->c, k->op, k->sleep_ms, &rc, &mixed);
+        /*
+         * A call still on its way when the next reload begins may be
+         * answered by the replacement (a call the retiring worker did not
+         * run goes to it): either version is right for it.
+         */
+        int straddled = atomic_load(&phase) != p;
         k->calls[p]++;
         if (rc != 0) {
             if (k->errors++ == 0) {
@@ -180,7 +186,8 @@ static void *caller_main(void *arg)
         k->mixed += mixed;
         if (v != 1.0 && v != 2.0)
             k->strange++;
-        else if ((p == 0 && v != 1.0) || (p == 2 && v != 2.0) || (p == 4 && v != 1.0))
+        else if (!straddled &&
+                 ((p == 0 && v != 1.0) || (p == 2 && v != 2.0) || (p == 4 && v != 1.0)))
             k->wrong++;
     }
     return NULL;
@@ -238,8 +245,10 @@ Test(reload, under_load_no_call_lost_none_from_the_wrong_version, .timeout = 180
                      mxop_err_name(k[i].first_rc), k[i].first_err);
         cr_expect_eq(k[i].mixed, 0, "caller %d: %d answers mixed two versions", i, k[i].mixed);
         cr_expect_eq(k[i].strange, 0, "caller %d: %d answers were no version", i, k[i].strange);
-        cr_expect_eq(k[i].wrong, 0, "caller %d: %d calls begun after a reload got the old version",
-                     i, k[i].wrong);
+        cr_expect_eq(
+            k[i].wrong, 0,
+            "caller %d: %d calls begun and answered between two reloads got another version", i,
+            k[i].wrong);
         for (int p = 0; p < 5; p += 2)
             cr_expect(k[i].calls[p] >= 5, "caller %d made %d calls in phase %d", i, k[i].calls[p],
                       p);
