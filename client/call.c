@@ -418,10 +418,9 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
             /* What the worker's last call kept busy (its op's BLAS threads). */
             int worker_cpus = mxop__mbox_peer_busy(&c->mbox);
             int64_t spin_cap = mxop__spincap_enter(worker_cpus);
-            /* No spin because this process's calls fill the CPUs: the worker is told (it then
-             * runs on the CPU this thread leaves free, shm/placement.h). */
-            int crowd_cpu =
-                spin_cap > 0 || !mxop__spincap_unpinned() ? -1 : mxop__spincap_crowd_enter();
+            /* No spin because this process's calls fill the CPUs: the worker may be told (it
+             * then runs on the CPU this thread leaves free, shm/placement.h). */
+            int crowd_cpu = mxop__spincap_crowd_enter(spin_cap);
             uint32_t sleep_why = crowd_cpu >= 0 ? MXOP__MBOX_CROWDED : MXOP__MBOX_SLEEPING;
             /* A call that will spin takes its turn first (client/lease.c); one that will not
              * lets its process's turn go. */

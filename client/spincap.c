@@ -71,8 +71,17 @@ void mxop__spincap_leave(int worker_cpus)
 #define CROWD_CPUS 64
 static _Atomic int crowd_on[CROWD_CPUS];
 
-int mxop__spincap_crowd_enter(void)
+/* 1 when the process may run on every online CPU (as read with the first call's cap). */
+static int unpinned(void)
 {
+    cpus();
+    return atomic_load_explicit(&every_cpu, memory_order_relaxed);
+}
+
+int mxop__spincap_crowd_enter(int64_t spin_cap)
+{
+    if (spin_cap > 0 || !unpinned())
+        return -1;
     int cpu = sched_getcpu();
     if (cpu < 0 || cpu >= CROWD_CPUS)
         return -1;
@@ -87,10 +96,4 @@ void mxop__spincap_crowd_leave(int cpu)
 {
     if (cpu >= 0 && cpu < CROWD_CPUS)
         atomic_fetch_sub_explicit(&crowd_on[cpu], 1, memory_order_relaxed);
-}
-
-int mxop__spincap_unpinned(void)
-{
-    cpus();
-    return atomic_load_explicit(&every_cpu, memory_order_relaxed);
 }

@@ -22,25 +22,18 @@ int64_t mxop__spincap_enter(int worker_cpus);
 void mxop__spincap_leave(int worker_cpus);
 
 /*
- * 1 when the process may run on every online CPU (as read with the first
- * call's cap).  Only then does a call that sleeps for want of CPUs say it
- * is crowded (shm/mailbox.h, MXOP__MBOX_CROWDED): where the scheduler placed
- * a thread it may move is worth following; a CPU an engine pinned its
- * threads to is not (two threads pinned to one CPU would draw both their
- * workers there).
+ * Whether a call with this spin cap says it is crowded (shm/mailbox.h,
+ * MXOP__MBOX_CROWDED): only when it does not spin (cap 0: its process's
+ * calls in flight fill the CPUs), the process may run on every online CPU
+ * (where the scheduler placed a thread it may move is worth following; a
+ * CPU an engine pinned its threads to is not), and no other call of this
+ * process already said so from this thread's CPU (two threads sleeping on
+ * one CPU, as Python's do, woken where the one that let go of the GIL
+ * runs, would otherwise draw both their workers to it while the other CPUs
+ * idle).  Returns the CPU it claims for the call, or -1 (say SLEEPING).
+ * Paired with mxop__spincap_crowd_leave(cpu) when the call is over.
  */
-int mxop__spincap_unpinned(void);
-
-/*
- * A call about to say CROWDED claims its thread's CPU for it: returns the
- * CPU, or -1 when another call of this process already said CROWDED from
- * it (or the CPU is not known), and the call then says plain SLEEPING.
- * Two threads that sleep on one CPU (as Python's threads do, woken where
- * the one that let go of the GIL runs) would otherwise draw both their
- * workers to it while the other CPUs idle.  Paired with
- * mxop__spincap_crowd_leave(cpu) when the call is over.
- */
-int mxop__spincap_crowd_enter(void);
+int mxop__spincap_crowd_enter(int64_t spin_cap);
 void mxop__spincap_crowd_leave(int cpu);
 
 #endif

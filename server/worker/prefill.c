@@ -160,6 +160,23 @@ static int follow_progress(void)
     return again;
 }
 
+/* Sleeps until there is work, or at most FOLLOW_POLL_NS while following a client's progress. */
+static void wait_for_work(int following)
+{
+    if (!following) {
+        pthread_cond_wait(&work, &lock);
+        return;
+    }
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t); /* the condition variable's clock */
+    t.tv_nsec += FOLLOW_POLL_NS;
+    if (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&work, &lock, &t);
+}
+
 static void *prefill_main(void *arg)
 {
     (void)arg;
@@ -173,18 +190,7 @@ static void *prefill_main(void *arg)
             if (jobs[i].left > 0 && (k = next_chunk(&jobs[i])) != UINT32_MAX)
                 j = &jobs[i];
         if (j == NULL) {
-            if (following) {
-                struct timespec t;
-                clock_gettime(CLOCK_REALTIME, &t);
-                t.tv_nsec += FOLLOW_POLL_NS;
-                if (t.tv_nsec >= 1000000000) {
-                    t.tv_sec++;
-                    t.tv_nsec -= 1000000000;
-                }
-                pthread_cond_timedwait(&work, &lock, &t);
-            } else {
-                pthread_cond_wait(&work, &lock);
-            }
+            wait_for_work(following);
             continue;
         }
         populate(j, k);
