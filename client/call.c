@@ -531,7 +531,7 @@ int mxop__data_open(mxop_client_t *c, int fd)
     mxop__data_drop(c);
     c->data_fd = fd;
     c->rcvtimeo_ms = 0;
-    mxop__sockspin_init(&c->data_spin);
+    mxop__sockspin_init(&c->data_spin, MXOP__SOCKSPIN_CLIENT);
     c->mbox_wanted = c->data_path == MXOP_DATA_PATH_SHM;
     return 0;
 }

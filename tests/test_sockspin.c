@@ -32,13 +32,16 @@
 typedef struct look {
     int answer_after; /* looks before "ready"; < 0: never */
     int looks;
-    int result; /* what a ready look returns (1, or an error) */
+    int result;     /* what a ready look returns (1, or an error) */
+    int off_cpu_at; /* this look (1 = the first) sleeps, as if the spinner lost its CPU; 0: none */
 } look_t;
 
 static int look_fn(void *arg)
 {
     look_t *l = arg;
     l->looks++;
+    if (l->looks == l->off_cpu_at)
+        usleep(20 * MXOP__SOCKSPIN_GAP_NS / 1000);
     if (l->answer_after >= 0 && l->looks > l->answer_after)
         return l->result;
     return 0;
@@ -48,7 +51,7 @@ Test(sockspin, a_side_whose_looks_never_succeed_stops_spinning, .timeout = 60)
 {
     unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s);
+    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
     int waits = 160;
     for (int i = 0; i < waits; i++) {
         look_t l = {.answer_after = -1};
@@ -68,7 +71,7 @@ Test(sockspin, a_side_whose_probes_succeed_spins_again, .timeout = 60)
 {
     unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s);
+    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
     for (int i = 0; i < 100; i++) {
         look_t l = {.answer_after = -1};
         mxop__sockspin_wait(&s, look_fn, &l);
@@ -94,7 +97,7 @@ Test(sockspin, an_error_ends_the_spin_and_is_returned, .timeout = 60)
 {
     unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s);
+    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
     look_t l = {.answer_after = 1, .result = -5};
     cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), -5);
     cr_assert_eq(l.looks, 2);
@@ -105,7 +108,7 @@ Test(sockspin, switched_off_it_never_looks, .timeout = 60)
 {
     setenv("MXOP_SOCKET_SPIN", "0", 1);
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s);
+    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
     unsetenv("MXOP_SOCKET_SPIN");
     for (int i = 0; i < 20; i++) {
         look_t l = {.answer_after = 0, .result = 1};
@@ -113,6 +116,91 @@ Test(sockspin, switched_off_it_never_looks, .timeout = 60)
         cr_assert_eq(l.looks, 0, "MXOP_SOCKET_SPIN=0 still looked");
     }
     cr_assert_eq(s.n_spins, 0);
+}
+
+/*
+ * A spinner that loses its CPU meanwhile shares it with its peer (more
+ * runnable processes than CPUs): on the worker's side that spin kept the
+ * client waiting behind it, so it ends at once and counts as a failure.
+ */
+Test(sockspin, a_workers_spin_that_lost_its_cpu_ends_as_a_failure, .timeout = 60)
+{
+    unsetenv("MXOP_SOCKET_SPIN");
+    mxop__sockspin_t s;
+    mxop__sockspin_init(&s, MXOP__SOCKSPIN_WORKER);
+    look_t l = {.answer_after = 3, .result = 1, .off_cpu_at = 2};
+    cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), 0, "the spin went on after losing its CPU");
+    /* (The first look too may lose the CPU on a loaded machine.) */
+    cr_assert_leq(l.looks, 2);
+    cr_assert_eq(s.n_spins, 1);
+    cr_assert_eq(s.n_spin_hits, 0);
+    cr_assert_eq(s.n_lost_cpu, 1);
+}
+
+Test(sockspin, a_workers_answer_seen_after_losing_its_cpu_is_no_success, .timeout = 60)
+{
+    unsetenv("MXOP_SOCKET_SPIN");
+    mxop__sockspin_t s;
+    mxop__sockspin_init(&s, MXOP__SOCKSPIN_WORKER);
+    for (int i = 0; i < 40; i++) {
+        look_t l = {.answer_after = 1, .result = 1, .off_cpu_at = 2};
+        int r = mxop__sockspin_wait(&s, look_fn, &l);
+        cr_assert(r == 0 || r == 1);
+    }
+    cr_assert_eq(s.n_spin_hits, 0, "%llu spins that lost their CPU counted as successes",
+                 (unsigned long long)s.n_spin_hits);
+    cr_assert_gt(s.n_skip_rare, 0, "spins that only ended by losing the CPU did not stop");
+}
+
+Test(sockspin, a_workers_answer_at_the_first_look_counts_neither_way, .timeout = 60)
+{
+    unsetenv("MXOP_SOCKET_SPIN");
+    mxop__sockspin_t s;
+    mxop__sockspin_init(&s, MXOP__SOCKSPIN_WORKER);
+    for (int i = 0; i < 100; i++) {
+        look_t l = {.answer_after = 0, .result = 1};
+        cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), 1);
+        cr_assert_eq(l.looks, 1);
+    }
+    /* Only a first look that lost the CPU (a loaded machine) is counted, as a failure. */
+    cr_assert_eq(s.n_spin_hits, 0);
+    cr_assert_leq(s.n_spins, s.n_lost_cpu);
+}
+
+/*
+ * The client's spin wakes the worker on its CPU and is preempted by it:
+ * the answer after that counts, and the spin keeps both sides runnable, so
+ * that the scheduler may move one to an idle CPU.
+ */
+Test(sockspin, a_clients_answer_seen_after_losing_its_cpu_is_a_success, .timeout = 60)
+{
+    unsetenv("MXOP_SOCKET_SPIN");
+    mxop__sockspin_t s;
+    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
+    look_t l = {.answer_after = 1, .result = 1, .off_cpu_at = 2};
+    cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), 1);
+    cr_assert_eq(s.n_spin_hits, 1);
+    cr_assert_eq(s.n_lost_cpu, 1);
+}
+
+Test(sockspin, failed_probes_come_further_apart, .timeout = 60)
+{
+    unsetenv("MXOP_SOCKET_SPIN");
+    mxop__sockspin_t s;
+    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
+    uint64_t spins_at_1000 = 0;
+    for (int i = 0; i < 3000; i++) {
+        if (i == 1000)
+            spins_at_1000 = s.n_spins;
+        look_t l = {.answer_after = -1};
+        cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), 0);
+    }
+    uint64_t late = s.n_spins - spins_at_1000;
+    cr_log_info("%llu probes in the last 2000 waits", (unsigned long long)late);
+    /* One every 16 waits would be 125; doubling from 16 to 1024 leaves 2 or 3. */
+    cr_assert_leq(late, 4, "%llu probes in 2000 waits of a peer that never answers a spin",
+                  (unsigned long long)late);
+    cr_assert_geq(late, 1, "probing stopped altogether");
 }
 
 /* ---- through the daemon, every session on the socket path ---- */

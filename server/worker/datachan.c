@@ -69,7 +69,7 @@ int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
     mxop__transport_track(MXOP__TRANSPORT_DATA, data, "data channel");
     arena = a;
     mxop__mbox_close(&mbox);
-    mxop__sockspin_init(&sock_spin);
+    mxop__sockspin_init(&sock_spin, MXOP__SOCKSPIN_WORKER);
     mxop__placement_init();
     if (mxop__rxbuf_init(&rx, 64 * 1024) != 0)
         return MXOP_ENOMEM;
