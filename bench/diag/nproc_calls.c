@@ -1,8 +1,9 @@
 /*
  * bench/diag/nproc_calls.c - aggregate null-op calls/s of N client
- * processes, each with its own session, on the shared-memory path, over a
- * longer window than `make bench` section 6 (docs/performance.md, "The
- * spin lease").  It talks to a daemon already running, so that two builds
+ * processes, each with its own session, on the shared-memory path (or the
+ * socket path with MXOP_DATA_PATH=socket), over a longer window than `make
+ * bench` section 6 (docs/performance.md, "The spin lease", "Two socket
+ * sessions on two CPUs").  It talks to a daemon already running, so that two builds
  * of libmxop can be compared against one daemon (LD_LIBRARY_PATH picks
  * the library).  Not built by the Makefile:
  *
@@ -34,7 +35,7 @@ static void client(const char *sock, double secs, int res_fd)
 {
     mxop_client_t *c = NULL;
     mxop_connect_opts_t o = {
-        .struct_size = sizeof(o), .timeout_ms = 60000, .data_path = MXOP_DATA_PATH_SHM};
+        .struct_size = sizeof(o), .timeout_ms = 60000, .data_path = MXOP_DATA_PATH_DEFAULT};
     const mxop_op_t *op = NULL;
     if (mxop_connect(sock, &o, &c) != 0 || mxop_load_library(c, "noop.so") != 0 ||
         mxop_op_find(c, "noop", &op) != 0)
