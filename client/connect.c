@@ -221,6 +221,17 @@ static int env_data_path(int *path)
 #define OPT_HAS(o, field)                                                                          \
     ((o)->struct_size >= offsetof(mxop_connect_opts_t, field) + sizeof((o)->field))
 
+/* How the pool drives its sibling sessions: through the public calls. */
+static const mxop__sibling_api_t sibling_api = {
+    .connect = mxop_connect,
+    .close = mxop_close,
+    .load_library = mxop_load_library,
+    .op_find = mxop_op_find,
+    .forward = mxop_forward,
+    .backward = mxop_backward,
+    .set_timeout = mxop_set_timeout,
+};
+
 int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_client_t **out)
 {
     int rc;
@@ -340,7 +351,7 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     /* The mailbox is set up now rather than at the first call, so that the
      * session's path is known from here on (mxop_data_path). */
     mxop__data_attach_now(c);
-    rc = mxop__pool_init(c, path, name, max_sessions);
+    rc = mxop__pool_init(c, path, name, max_sessions, &sibling_api);
     if (rc < 0) {
         mxop__fmt(connect_err, sizeof connect_err, "out of memory setting up the session pool");
         goto err_msg_set;
