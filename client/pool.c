@@ -75,13 +75,13 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
         free(p);
         return MXOP_ENOMEM;
     }
+    p->api = api;
     memset(&p->opts, 0, sizeof p->opts);
     p->opts.struct_size = sizeof p->opts;
     p->opts.timeout_ms = c->timeout_ms;
     p->opts.connect_timeout_ms = c->connect_timeout_ms;
     p->opts.client_name = p->name;
     p->opts.data_path = c->data_path;
-    p->api = api;
     p->opts.max_sessions = 1; /* a sibling has no pool of its own */
     p->max = max_sessions - 1 < MXOP__POOL_MAX ? max_sessions - 1 : MXOP__POOL_MAX;
     c->pool = p;

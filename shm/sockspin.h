@@ -31,8 +31,8 @@
  *    and keeps both sides runnable, so that the scheduler moves one of
  *    them onto an idle CPU, if there is one.  Counted as the worker
  *    counts, one session alone on two CPUs was sometimes left with client
- *    and worker blocking by turns on one CPU, the other idle (92k-140k
- *    calls/s against 130k-165k).  So the client's side
+ *    and worker blocking by turns on one CPU, the other idle (23k-163k
+ *    calls/s against 122k-165k).  So the client's side
  *    (MXOP__SOCKSPIN_CLIENT) counts any answer within the budget a
  *    success.
  */
