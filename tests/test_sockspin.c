@@ -36,6 +36,13 @@ typedef struct look {
     int off_cpu_at; /* this look (1 = the first) sleeps, as if the spinner lost its CPU; 0: none */
 } look_t;
 
+/* A policy as a side starts out with, spinning allowed. */
+static void fresh_spin(mxop__sockspin_t *s, mxop__sockspin_side_t side)
+{
+    unsetenv("MXOP_SOCKET_SPIN");
+    mxop__sockspin_init(s, side);
+}
+
 static int look_fn(void *arg)
 {
     look_t *l = arg;
@@ -49,9 +56,8 @@ static int look_fn(void *arg)
 
 Test(sockspin, a_side_whose_looks_never_succeed_stops_spinning, .timeout = 60)
 {
-    unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
+    fresh_spin(&s, MXOP__SOCKSPIN_CLIENT);
     int waits = 160;
     for (int i = 0; i < waits; i++) {
         look_t l = {.answer_after = -1};
@@ -69,9 +75,8 @@ Test(sockspin, a_side_whose_looks_never_succeed_stops_spinning, .timeout = 60)
 
 Test(sockspin, a_side_whose_probes_succeed_spins_again, .timeout = 60)
 {
-    unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
+    fresh_spin(&s, MXOP__SOCKSPIN_CLIENT);
     for (int i = 0; i < 100; i++) {
         look_t l = {.answer_after = -1};
         mxop__sockspin_wait(&s, look_fn, &l);
@@ -95,9 +100,8 @@ Test(sockspin, a_side_whose_probes_succeed_spins_again, .timeout = 60)
 
 Test(sockspin, an_error_ends_the_spin_and_is_returned, .timeout = 60)
 {
-    unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
+    fresh_spin(&s, MXOP__SOCKSPIN_CLIENT);
     look_t l = {.answer_after = 1, .result = -5};
     cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), -5);
     cr_assert_eq(l.looks, 2);
@@ -125,9 +129,8 @@ Test(sockspin, switched_off_it_never_looks, .timeout = 60)
  */
 Test(sockspin, a_workers_spin_that_lost_its_cpu_ends_as_a_failure, .timeout = 60)
 {
-    unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s, MXOP__SOCKSPIN_WORKER);
+    fresh_spin(&s, MXOP__SOCKSPIN_WORKER);
     look_t l = {.answer_after = 3, .result = 1, .off_cpu_at = 2};
     cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), 0, "the spin went on after losing its CPU");
     /* (The first look too may lose the CPU on a loaded machine.) */
@@ -139,9 +142,8 @@ Test(sockspin, a_workers_spin_that_lost_its_cpu_ends_as_a_failure, .timeout = 60
 
 Test(sockspin, a_workers_answer_seen_after_losing_its_cpu_is_no_success, .timeout = 60)
 {
-    unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s, MXOP__SOCKSPIN_WORKER);
+    fresh_spin(&s, MXOP__SOCKSPIN_WORKER);
     for (int i = 0; i < 40; i++) {
         look_t l = {.answer_after = 1, .result = 1, .off_cpu_at = 2};
         int r = mxop__sockspin_wait(&s, look_fn, &l);
@@ -154,9 +156,8 @@ Test(sockspin, a_workers_answer_seen_after_losing_its_cpu_is_no_success, .timeou
 
 Test(sockspin, a_workers_answer_at_the_first_look_counts_neither_way, .timeout = 60)
 {
-    unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s, MXOP__SOCKSPIN_WORKER);
+    fresh_spin(&s, MXOP__SOCKSPIN_WORKER);
     for (int i = 0; i < 100; i++) {
         look_t l = {.answer_after = 0, .result = 1};
         cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), 1);
@@ -174,9 +175,8 @@ Test(sockspin, a_workers_answer_at_the_first_look_counts_neither_way, .timeout =
  */
 Test(sockspin, a_clients_answer_seen_after_losing_its_cpu_is_a_success, .timeout = 60)
 {
-    unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
+    fresh_spin(&s, MXOP__SOCKSPIN_CLIENT);
     look_t l = {.answer_after = 1, .result = 1, .off_cpu_at = 2};
     cr_assert_eq(mxop__sockspin_wait(&s, look_fn, &l), 1);
     cr_assert_eq(s.n_spin_hits, 1);
@@ -185,9 +185,8 @@ Test(sockspin, a_clients_answer_seen_after_losing_its_cpu_is_a_success, .timeout
 
 Test(sockspin, failed_probes_come_further_apart, .timeout = 60)
 {
-    unsetenv("MXOP_SOCKET_SPIN");
     mxop__sockspin_t s;
-    mxop__sockspin_init(&s, MXOP__SOCKSPIN_CLIENT);
+    fresh_spin(&s, MXOP__SOCKSPIN_CLIENT);
     uint64_t spins_at_1000 = 0;
     for (int i = 0; i < 3000; i++) {
         if (i == 1000)
