@@ -81,26 +81,25 @@ int mxop__sockspin_wait(mxop__sockspin_t *s, int (*ready)(void *arg), void *arg)
     /* A probe while spins do not pay is short: it only has to notice a quick peer. */
     if (s->hit_rate < MXOP__SOCKSPIN_HIT_MIN && b > MXOP__SOCKSPIN_PROBE_NS)
         b = MXOP__SOCKSPIN_PROBE_NS;
-    int lost_cpu = 0;
-    for (int looks = 1;; looks++) {
-        int r = ready(arg);
+    int r, looks = 0, lost_cpu = 0;
+    for (;;) {
+        r = ready(arg);
+        looks++;
         int64_t now = mxop__now_ns();
         lost_cpu |= now - prev > MXOP__SOCKSPIN_GAP_NS;
         prev = now;
         /* An error is not a spin's verdict: the blocking path reports it. */
         if (r < 0)
             return r;
-        if (r > 0) {
-            s->n_lost_cpu += (uint64_t)lost_cpu;
-            note_answer(s, looks, lost_cpu);
-            return r;
-        }
-        if (now - start >= b || (lost_cpu && s->side == MXOP__SOCKSPIN_WORKER))
+        if (r > 0 || now - start >= b || (lost_cpu && s->side == MXOP__SOCKSPIN_WORKER))
             break;
     }
     s->n_lost_cpu += (uint64_t)lost_cpu;
-    note_spin(s, 0);
-    return 0;
+    if (r > 0)
+        note_answer(s, looks, lost_cpu);
+    else
+        note_spin(s, 0);
+    return r;
 }
 
 void mxop__sockspin_note_wait(mxop__sockspin_t *s, int64_t waited_ns)
