@@ -108,6 +108,48 @@ def test_socket_from_environment(env):
     assert json.loads(p.stdout)["pid"] == env["daemon"].pid
 
 
+# Each subcommand with the global options before its name (issue 27: `mxop --socket S
+# status` was refused) and the arguments it needs after it.
+GLOBAL_FIRST = {
+    "status": [],
+    "ops": ["crash.so"],
+    "stats": [],
+    "top": ["--iterations", "1", "--interval-ms", "100"],
+    "load": ["crash.so"],
+    "reload": ["relu.so"],
+    "run": ["crash.so", "identity", "--input", "4:f32"],
+    "verify": ["relu.so"],
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(GLOBAL_FIRST))
+def test_global_options_before_the_subcommand(env, cmd):
+    for opts in (["--socket", env["daemon"].socket, "--json"],
+                 ["--json", "--socket=" + env["daemon"].socket]):
+        argv = [MXOP] + opts + [cmd] + GLOBAL_FIRST[cmd]
+        e = dict(os.environ)
+        e.pop("MXOP_SOCKET", None)
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e,
+                           timeout=300)
+        assert p.returncode == 0, (argv, p.stdout, p.stderr)
+        # --json reached the subcommand: its output is JSON (top: one object per line).
+        for line in p.stdout.decode().splitlines() if cmd == "top" else [p.stdout]:
+            json.loads(line)
+
+
+def test_bad_global_options():
+    for argv, words in ((["--bogus", "status"], "'--bogus' is not an option before"),
+                        (["--socket"], "--socket needs a PATH"),
+                        (["--socket", "/nonexistent.sock"], "usage: mxop"),
+                        (["-s", "x", "status"], "'-s' is not an option before")):
+        p = subprocess.run([MXOP] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.returncode == 2 and words in p.stderr.decode(), (argv, p.stderr)
+    # The option after the subcommand wins over the one before it.
+    p = subprocess.run([MXOP, "--socket", "/nonexistent/a.sock", "status", "--socket",
+                        "/nonexistent/b.sock"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.returncode == 3 and "b.sock" in p.stderr.decode(), p.stderr
+
+
 # ---------------------------------------------------------------------------
 # status
 
