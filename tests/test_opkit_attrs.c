@@ -258,6 +258,17 @@ Test(opkit_attrs, bad_declaration_refused_at_load)
     mxop_array_free(client, &y);
 }
 
+Test(opkit_attrs, non_finite_default_refused_at_load)
+{
+    int rc = mxop_load_library(client, "opkit_nan_default.so");
+    cr_assert_neq(rc, 0);
+    const char *msg = mxop_last_error(client);
+    cr_assert(strstr(msg, "op 'nan_default'") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "attribute 'eps'") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "not a finite number") != NULL, "%s", msg);
+    cr_assert(mxt_daemon_alive(&daemon_));
+}
+
 Test(opkit_attrs, v2_structs_carry_struct_size)
 {
     const mxop_op_t *op = mxt_op(client, "attrs_echo");

@@ -136,9 +136,12 @@ int mxop__attr_parse_list(const char *v, int floats, int64_t *iv, double *dv, in
         int rc = floats ? mxop__attr_parse_float(t, &dv[*n], why)
                         : mxop__attr_parse_int(t, &iv[*n], why);
         if (rc != 0) {
-            *why = !floats                               ? "is not a list of integers"
-                   : strcmp(*why, "is not a finite number") == 0 ? "is not a list of finite numbers"
-                                                               : "is not a list of numbers";
+            if (!floats)
+                *why = "is not a list of integers";
+            else if (strcmp(*why, "is not a finite number") == 0)
+                *why = "is not a list of finite numbers";
+            else
+                *why = "is not a list of numbers";
             return rc;
         }
         (*n)++;
