@@ -341,11 +341,15 @@ $(B)/%.pc: scripts/%.pc.in include/mxop/client.h
 	        -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	        -e 's|@PLUGINDIR@|$(PLUGINDIR)|g' $< > $@
 
-$(B)/%-uninstalled.pc: scripts/%.pc.in include/mxop/client.h
+# The build tree's .pc files name their paths from their own directory
+# (pkg-config's ${pcfiledir}), so that a checkout moved with its build still
+# builds with them; PC_TOP is the source tree seen from $(B).
+PC_TOP := $(shell realpath -m --relative-to=$(abspath $(B)) $(abspath .))
+$(B)/%-uninstalled.pc: scripts/%.pc.in include/mxop/client.h Makefile
 	@mkdir -p $(@D)
-	$(Q)sed -e 's|@PREFIX@|$(abspath .)|g' -e 's|@LIBDIR@|$(abspath $(B)/lib)|g' \
-	        -e 's|@INCLUDEDIR@|$(abspath include)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	        -e 's|@PLUGINDIR@|$(abspath $(B)/plugins)|g' $< > $@
+	$(Q)sed -e 's|@PREFIX@|$${pcfiledir}/$(PC_TOP)|g' -e 's|@LIBDIR@|$${pcfiledir}/lib|g' \
+	        -e 's|@INCLUDEDIR@|$${pcfiledir}/$(PC_TOP)/include|g' -e 's|@VERSION@|$(VERSION)|g' \
+	        -e 's|@PLUGINDIR@|$${pcfiledir}/plugins|g' $< > $@
 
 # ---------------------------------------------------------------------------
 # Fuzzing (libFuzzer, clang from Debian).  Every target and the code it

@@ -21,13 +21,6 @@ MXOP_PLUGIN("relu", "1.0");
  */
 static const mxop_host_t *host;
 
-static const char *dtype_name(int32_t dtype)
-{
-    static const char *const names[MXOP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16", "i32",
-                                                        "i64", "u8",  "i8",  "bool"};
-    return dtype >= 0 && dtype < MXOP_DTYPE_COUNT ? names[dtype] : "unknown";
-}
-
 /*
  * Without an infer_type the worker would accept any dtype as long as all
  * inputs agree; relu computes only in floating point, so it says so here,
@@ -39,10 +32,10 @@ static int relu_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_o
         if (in[i] != MXOP_F32 && in[i] != MXOP_F64)
             return host->set_error(ctx, MXOP_EDTYPE,
                                    "input %d is %s; only f32 and f64 are supported", i,
-                                   dtype_name(in[i]));
+                                   mxop_dtype_name(in[i]));
         if (in[i] != in[0])
             return host->set_error(ctx, MXOP_EDTYPE, "input %d is %s but input 0 is %s", i,
-                                   dtype_name(in[i]), dtype_name(in[0]));
+                                   mxop_dtype_name(in[i]), mxop_dtype_name(in[0]));
     }
     for (int i = 0; i < n_out; i++)
         out[i] = in[0];

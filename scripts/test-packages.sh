@@ -3,7 +3,8 @@
 #   1. libmxop.so exports the public API only, every function the Python
 #      package binds, and has the soname libmxop.so.0;
 #   2. the uninstalled mxop.pc / mxop-plugin.pc build a client and an op library
-#      from the build tree, and the client runs against a daemon;
+#      from the build tree, and the client runs against a daemon; they hold no
+#      absolute path, so the same works from a copy of the tree elsewhere;
 #   3. make install into a temporary root installs mxop, the units, the
 #      library's links and the Python package with its C extensions (which
 #      it loads from beside itself), its .pc files build the same client and op library,
@@ -146,6 +147,36 @@ start_daemon "$B/bin/mxop-serverd" "$T/plugins"
 LD_LIBRARY_PATH="$B/lib" expect_relu "$T/client-tree"
 stop_daemon
 pass "the uninstalled mxop.pc and mxop-plugin.pc build a client and an op library; the client runs"
+
+# --- 2b. the same from a moved tree: the .pc files hold no absolute path -----
+for pc in "$B"/*-uninstalled.pc; do
+    ! grep -q "$SRC" "$pc" || fail "$pc names the tree it was built in ($SRC): $(grep "$SRC" "$pc")"
+done
+# The tree moved: its headers, the build's libraries and .pc files, at the same
+# places relative to each other, somewhere else.
+relB=$(realpath --relative-to="$SRC" "$B")
+M="$T/moved/tree"
+mkdir -p "$M/$relB"
+cp -r "$SRC/include" "$M/"
+cp -r "$B/lib" "$M/$relB/"
+cp "$B"/*-uninstalled.pc "$M/$relB/"
+cflags=$(PKG_CONFIG_PATH="$M/$relB" pkg-config --cflags mxop) &&
+    libs=$(PKG_CONFIG_PATH="$M/$relB" pkg-config --libs mxop) ||
+    fail "pkg-config mxop (uninstalled, moved) failed"
+case "$cflags $libs" in
+*"$SRC"*) fail "the moved tree's mxop.pc still points at $SRC: $cflags $libs" ;;
+*"$M/"*) ;;
+*) fail "the moved tree's mxop.pc does not point into it: $cflags $libs" ;;
+esac
+cc $SANFLAGS $cflags "$T/client.c" -o "$T/client-moved" $libs || fail "building with a moved mxop-uninstalled.pc"
+cc $(PKG_CONFIG_PATH="$M/$relB" pkg-config --cflags mxop-plugin) -shared -fPIC "$T/plugin.c" \
+    -o "$T/plugin-moved.so" || fail "building with a moved mxop-plugin-uninstalled.pc"
+[ "$(PKG_CONFIG_PATH="$M/$relB" pkg-config --variable=plugindir mxop-plugin)" = "$M/$relB/plugins" ] ||
+    fail "the moved mxop-plugin.pc's plugindir is not in the moved tree"
+start_daemon "$B/bin/mxop-serverd" "$T/plugins"
+LD_LIBRARY_PATH="$M/$relB/lib" expect_relu "$T/client-moved"
+stop_daemon
+pass "the build tree's .pc files name no absolute path: a moved tree builds a client and an op library with them"
 
 # --- 3. make install / make uninstall ---------------------------------------
 R=$T/root

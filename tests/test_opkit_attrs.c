@@ -82,6 +82,28 @@ Test(opkit_attrs, wrong_type_is_refused_for_every_type)
     }
 }
 
+/* strtod reads these; a float attribute is documented as a finite number (issue 27). */
+Test(opkit_attrs, non_finite_float_is_refused_naming_op_and_attribute)
+{
+    static const char *const values[] = {"nan", "inf", "-inf", "NaN", "Infinity", "-nan(1)"};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        const char *attrs[] = {"k", "1", "scale", values[i], NULL};
+        const char *needles[] = {"attrs_echo", "'scale'", values[i], "not a finite number", NULL};
+        expect_eattr("attrs_echo", attrs, needles);
+    }
+    const char *list[] = {"k", "1", "weights", "0.5, inf", NULL};
+    const char *list_needles[] = {"attrs_echo", "'weights'", "not a list of finite numbers", NULL};
+    expect_eattr("attrs_echo", list, list_needles);
+}
+
+/* An op without declarations reads through the same parser: its reader refuses them too. */
+Test(opkit_attrs, non_finite_float_is_refused_by_the_reader)
+{
+    const char *attrs[] = {"scale", "-inf", NULL};
+    const char *needles[] = {"'scale'", "-inf", "not a finite number", NULL};
+    expect_eattr("attrs_none", attrs, needles);
+}
+
 Test(opkit_attrs, missing_required_is_refused)
 {
     const char *attrs[] = {"scale", "1", NULL};
@@ -234,6 +256,17 @@ Test(opkit_attrs, bad_declaration_refused_at_load)
     const char *attrs[] = {"k", "1", NULL};
     cr_assert_eq(echo("attrs_echo", attrs, &y), 0, "%s", mxop_last_error(client));
     mxop_array_free(client, &y);
+}
+
+Test(opkit_attrs, non_finite_default_refused_at_load)
+{
+    int rc = mxop_load_library(client, "opkit_nan_default.so");
+    cr_assert_neq(rc, 0);
+    const char *msg = mxop_last_error(client);
+    cr_assert(strstr(msg, "op 'nan_default'") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "attribute 'eps'") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "not a finite number") != NULL, "%s", msg);
+    cr_assert(mxt_daemon_alive(&daemon_));
 }
 
 Test(opkit_attrs, v2_structs_carry_struct_size)

@@ -51,7 +51,8 @@ def connect(path=None, *, timeout=None, connect_timeout=None, name=None, plugin_
 
     path: the daemon's socket (or a Daemon); else $MXOP_SOCKET; else the
     process's private daemon (plugin_dir: its plugin directory, default
-    $MXOP_PLUGIN_DIR or copies of the build tree's plugins).
+    $MXOP_PLUGIN_DIR or copies of the build tree's plugins; with a path or
+    $MXOP_SOCKET, plugin_dir is an error: that daemon has its own).
     timeout: default call deadline in seconds; connect_timeout: for the
     handshake.  name: shown in the daemon's log.
     sessions: how many calls from different threads may be in flight at
@@ -61,6 +62,15 @@ def connect(path=None, *, timeout=None, connect_timeout=None, name=None, plugin_
     """
     global _default
     daemon = None
+    if plugin_dir is not None and (path is not None or os.environ.get("MXOP_SOCKET")):
+        # plugin_dir is the private daemon's; a running daemon has its own --plugin-dir.
+        given = ("path=%r" % (path.socket if isinstance(path, Daemon) else path)
+                 if path is not None else "$MXOP_SOCKET=%r" % os.environ["MXOP_SOCKET"])
+        raise _errors.InvalidArgument(
+            -1001, "connect(): plugin_dir=%r is for the private daemon connect() starts when no "
+            "socket is given, but %s names a running daemon, which loads from its own "
+            "--plugin-dir: leave out plugin_dir, or %s" % (
+                plugin_dir, given, "path" if path is not None else "unset MXOP_SOCKET"))
     if isinstance(path, Daemon):
         daemon, path = path, path.socket
     if path is None:

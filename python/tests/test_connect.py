@@ -103,6 +103,25 @@ def test_plugin_dir_is_honoured(tmp_path):
         assert d.stop() == 0
 
 
+def test_plugin_dir_with_a_running_daemon_is_an_error(daemon, tmp_path, monkeypatch):
+    """plugin_dir means the private daemon's: beside a socket it would be ignored (issue 27)."""
+    monkeypatch.setenv("MXOP_SOCKET", daemon.socket)
+    with pytest.raises(mxop.InvalidArgument) as ei:
+        mxop.connect(plugin_dir=str(tmp_path))
+    msg = str(ei.value)
+    assert "plugin_dir=%r" % str(tmp_path) in msg and "$MXOP_SOCKET=%r" % daemon.socket in msg
+    assert "unset MXOP_SOCKET" in msg
+    monkeypatch.delenv("MXOP_SOCKET")
+    for path in (daemon, daemon.socket):
+        with pytest.raises(mxop.InvalidArgument) as ei:
+            mxop.connect(path, plugin_dir=str(tmp_path))
+        assert "path=%r" % daemon.socket in str(ei.value)
+    # Without plugin_dir the socket is used as before.
+    monkeypatch.setenv("MXOP_SOCKET", daemon.socket)
+    with mxop.connect(timeout=5) as c:
+        assert c.path == daemon.socket
+
+
 def test_daemon_started_from_a_thread_outlives_the_thread(tmp_path):
     box = []
     t = threading.Thread(target=lambda: box.append(mxop.Daemon()))

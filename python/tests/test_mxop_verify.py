@@ -33,6 +33,7 @@ FLAWS = {
     "flaw_nondet": {"determinism", "fresh-worker"},
     "flaw_reqadd": {"req-add"},
     "flaw_input_write": {"inputs"},
+    "flaw_overrun": {"bounds"},
 }
 LINE = re.compile(r"^(PASS|FAIL|SKIP) (\S+) +(\S+) +(.*)$")
 
@@ -142,6 +143,27 @@ def test_verify_names_a_sandbox_caught_input_write(tmp_path):
     assert status == "FAIL"
     # Either the sandbox caught the write or the comparison with a copy did.
     assert "MXOP_EINPUT_WRITTEN" in detail or "changed at element" in detail, detail
+
+
+def test_verify_names_the_overrun_output_and_bytes(tmp_path):
+    """An op that writes 4 KiB past its output (issue 27): the output and the bytes named."""
+    p = mxop(["verify", os.path.join(FIXTURES, "flaw_overrun.so")], tmp_path)
+    res, _ = parse_lines(p.stdout)
+    status, detail = res[("flaw_overrun", "bounds")]
+    assert status == "FAIL", detail
+    assert detail.startswith("output 0 (48 bytes): forward wrote past its end: "
+                             "bytes +0 to +4095 after it changed"), detail
+    assert "(case 3x4:f32)" in detail, detail
+
+
+def test_verify_bounds_through_a_running_daemon(daemon, tmp_path):
+    """Against a shared daemon the check runs where outputs are written in place, and says
+    why not where the daemon copies them through scratch; it never passes the overrun."""
+    p = mxop(["verify", "flaw_overrun.so", "--socket", daemon.socket], tmp_path)
+    res, _ = parse_lines(p.stdout)
+    status, detail = res[("flaw_overrun", "bounds")]
+    assert (status == "SKIP" and "scratch mode" in detail and "without --socket" in detail) or \
+        (status == "FAIL" and "past its end" in detail), (status, detail)
 
 
 def test_verify_json(tmp_path):

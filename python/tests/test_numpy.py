@@ -292,7 +292,10 @@ def test_declared_attr_unknown_key(ops):
 
 
 @pytest.mark.parametrize("key,value", [("k", "x"), ("scale", "fast"), ("flag", "maybe"),
-                                       ("sizes", "1,two"), ("weights", "a,b")])
+                                       ("sizes", "1,two"), ("weights", "a,b"),
+                                       # Python floats that are not finite (issue 27).
+                                       ("scale", float("nan")), ("scale", float("inf")),
+                                       ("scale", float("-inf")), ("weights", [0.5, float("nan")])])
 def test_declared_attr_wrong_type(ops, key, value):
     echo = _echo(ops)
     kw = {"k": 1, key: value}

@@ -63,6 +63,12 @@ int mxop__attr_parse_float(const char *v, double *out, const char **why)
         *why = "is out of range";
         return MXOP_EATTR;
     }
+    /* strtod reads "nan", "inf" and "infinity"; a float attribute is a
+     * finite number (op.h, the op author's guide), so no op has to check. */
+    if (!isfinite(x)) {
+        *why = "is not a finite number";
+        return MXOP_EATTR;
+    }
     *out = x;
     return 0;
 }
@@ -130,7 +136,12 @@ int mxop__attr_parse_list(const char *v, int floats, int64_t *iv, double *dv, in
         int rc = floats ? mxop__attr_parse_float(t, &dv[*n], why)
                         : mxop__attr_parse_int(t, &iv[*n], why);
         if (rc != 0) {
-            *why = floats ? "is not a list of numbers" : "is not a list of integers";
+            if (!floats)
+                *why = "is not a list of integers";
+            else if (strcmp(*why, "is not a finite number") == 0)
+                *why = "is not a list of finite numbers";
+            else
+                *why = "is not a list of numbers";
             return rc;
         }
         (*n)++;

@@ -9,6 +9,7 @@
  *   FLAW_NONDET       outputs change from call to call (a counter in the worker)
  *   FLAW_REQADD       backward overwrites where req asks to add
  *   FLAW_INPUT_WRITE  forward writes into its input
+ *   FLAW_OVERRUN      forward writes 4 KiB past the end of its output
  *
  * and FLAW_NAME, the op's and library's name.  Everything else is correct,
  * so that `mxop verify` must fail exactly the check named for the flaw.
@@ -88,6 +89,9 @@ static int flaw_forward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int 
 #ifdef FLAW_INPUT_WRITE
     if (x->size > 0)
         set((mxop_tensor_t *)x, 0, 42.0);
+#endif
+#ifdef FLAW_OVERRUN
+    memset((char *)y->data + y->size * (y->dtype == MXOP_F64 ? 8 : 4), 0x5A, 4096);
 #endif
     return 0;
 }

@@ -316,7 +316,7 @@ int mxop__cmd_run(int argc, char **argv)
     mxop__run_daemon_t d;
     mxop_client_t *c = NULL;
     char err[1024];
-    if (mxop__run_daemon_open(&d, a.lib, a.socket, err, sizeof(err)) != 0) {
+    if (mxop__run_daemon_open(&d, a.lib, a.socket, 0, err, sizeof(err)) != 0) {
         fprintf(stderr, "mxop run: %s\n", err);
         status = MXOP_CLI_EXIT_NO_DAEMON;
         goto out;

@@ -248,7 +248,9 @@ int mxop__cmd_top(int argc, char **argv)
             rc = MXOP_CLI_EXIT_FAILED;
             break;
         }
-        memcpy(sorted.rows, cur.rows, cur.n * sizeof(row_t));
+        /* No op yet: cur.rows may be NULL, which memcpy must not get even for 0 bytes. */
+        if (cur.n > 0)
+            memcpy(sorted.rows, cur.rows, cur.n * sizeof(row_t));
         qsort(sorted.rows, sorted.n, sizeof(row_t), by_rate);
         show(&sorted, r->daemon_stats, tty, json, iter);
         free(sorted.rows);

@@ -17,7 +17,7 @@
 
 /* The checks in the order of their lines. */
 static const char *const check_names[] = {
-    "shapes",      "dtypes",       "forward", "infer",   "written",  "inputs", "alias",
+    "shapes",      "dtypes",       "forward", "infer",   "written",  "bounds", "inputs", "alias",
     "determinism", "fresh-worker", "grad",    "req-add", "req-null", "attrs",  "state",
 };
 
@@ -34,6 +34,10 @@ static void usage(FILE *to)
                 "  forward       forward succeeds on every case inference accepts\n"
                 "  infer         forward writes the shapes inference gave, not fewer elements\n"
                 "  written       every output element written (poisoned with 0xA5, then NaN)\n"
+                "  bounds        no write past an output's end or before its start (nor a\n"
+                "                gradient buffer's): 16 KiB canaries on each side; the private\n"
+                "                daemon trusts LIB so that outputs are written in place (SKIP\n"
+                "                against a daemon that copies them through scratch)\n"
                 "  inputs        inputs not declared mutated stay as they were (a write the\n"
                 "                sandbox catches, MXOP_EINPUT_WRITTEN, fails this check)\n"
                 "  alias         no output's memory overlaps an input's\n"
@@ -122,7 +126,7 @@ int mxop__cmd_verify(int argc, char **argv)
     const char *lib = argv[optind];
     char err[1024];
     mxop__run_daemon_t d;
-    if (mxop__run_daemon_open(&d, lib, socket, err, sizeof(err)) != 0) {
+    if (mxop__run_daemon_open(&d, lib, socket, 1, err, sizeof(err)) != 0) {
         fprintf(stderr, "mxop verify: %s\n", err);
         return MXOP_CLI_EXIT_NO_DAEMON;
     }

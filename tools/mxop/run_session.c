@@ -167,7 +167,8 @@ static int wait_socket(mxop__run_daemon_t *d, char *err, size_t errlen)
     return fail(err, errlen, "mxop-serverd did not create %s within 20 s", d->socket);
 }
 
-static int start_private(mxop__run_daemon_t *d, const char *lib, char *err, size_t errlen)
+static int start_private(mxop__run_daemon_t *d, const char *lib, int trust, char *err,
+                         size_t errlen)
 {
     char path[4096], serverd[4096];
     resolve_library(lib, path, sizeof(path));
@@ -240,19 +241,24 @@ static int start_private(mxop__run_daemon_t *d, const char *lib, char *err, size
         const char *worker = getenv("MXOP_WORKER");
         char *argv[12] = {serverd, "--socket",    d->socket, "--plugin-dir",
                           plugins, "--log-level", "warn",    NULL};
+        int n = 7;
         if (worker && *worker) {
-            argv[7] = "--worker";
-            argv[8] = (char *)worker;
-            argv[9] = NULL;
+            argv[n++] = "--worker";
+            argv[n++] = (char *)worker;
         }
+        if (trust) {
+            argv[n++] = "--trusted-library";
+            argv[n++] = d->library;
+        }
+        argv[n] = NULL;
         execv(serverd, argv);
         _exit(127);
     }
     return wait_socket(d, err, errlen);
 }
 
-int mxop__run_daemon_open(mxop__run_daemon_t *d, const char *lib, const char *socket_opt, char *err,
-                          size_t errlen)
+int mxop__run_daemon_open(mxop__run_daemon_t *d, const char *lib, const char *socket_opt, int trust,
+                          char *err, size_t errlen)
 {
     memset(d, 0, sizeof(*d));
     const char *sock = socket_opt ? socket_opt : getenv("MXOP_SOCKET");
@@ -264,7 +270,7 @@ int mxop__run_daemon_open(mxop__run_daemon_t *d, const char *lib, const char *so
         snprintf(d->library, sizeof(d->library), "%s", lib[0] == '/' ? basename(tmp) : lib);
         return 0;
     }
-    if (start_private(d, lib, err, errlen) != 0) {
+    if (start_private(d, lib, trust, err, errlen) != 0) {
         mxop__run_daemon_close(d);
         return -1;
     }

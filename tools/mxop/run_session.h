@@ -28,11 +28,14 @@ typedef struct mxop__run_daemon {
  * Finds or starts the daemon for library `lib` (a file path, or a bare name
  * found in the build tree's plugins/ beside this program; with a socket, a
  * name relative to that daemon's plugin directory).  `socket_opt` may be
- * NULL.  Returns 0, or -1 with a message in err; nothing is left behind on
- * failure.
+ * NULL.  `trust`: a private daemon gets --trusted-library for the library,
+ * so that its outputs are written in place (zero-copy), where this process
+ * sees every byte the op writes, also past an output; the library can then
+ * reach only this process's own arrays.  Returns 0, or -1 with a message in
+ * err; nothing is left behind on failure.
  */
-int mxop__run_daemon_open(mxop__run_daemon_t *d, const char *lib, const char *socket_opt, char *err,
-                          size_t errlen);
+int mxop__run_daemon_open(mxop__run_daemon_t *d, const char *lib, const char *socket_opt, int trust,
+                          char *err, size_t errlen);
 
 /* Stops a private daemon and removes its directory; nothing for a shared one. */
 void mxop__run_daemon_close(mxop__run_daemon_t *d);

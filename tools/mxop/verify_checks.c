@@ -26,6 +26,16 @@
 #define RESULT MXOP__VERIFY_RESULT
 
 /*
+ * "bounds": every output (and gradient buffer) sits between two canaries
+ * of GUARD bytes in one arena array; a canary byte that changed during a
+ * call is a write past the output's end (or before its start).  Canaries
+ * rather than guard pages: they give the output and the exact bytes, and
+ * a write that runs on past them into unmapped memory still leaves its
+ * first bytes in them for the report when the worker dies of it.
+ */
+#define GUARD 16384
+
+/*
  * The detail of the last failed call: kept here, because destroying the
  * call's instance afterwards is a call of its own.
  */
@@ -44,14 +54,128 @@ static const char *detail(mxop_client_t *c)
     return call_err[0] ? call_err : mxop_last_error(c);
 }
 
+/* An array between two canaries: `raw` holds GUARD bytes, the array's span, GUARD bytes. */
+typedef struct guarded {
+    mxop_array_t raw;
+    size_t bytes; /* the array's own bytes */
+    size_t span;  /* bytes rounded up to the arena's 64 */
+} guarded_t;
+
+/* The first write out of bounds a case's calls made. */
+typedef struct overrun {
+    const char *what;                           /* "output", "gradient of input"; NULL: none seen */
+    const char *call;                           /* "forward", "backward" */
+    int index, rc;                              /* the array's index; the call's result */
+    size_t nbytes;                              /* the array's own bytes */
+    size_t n_after, after_first, after_last;    /* changed bytes past the end, offsets from it */
+    size_t n_before, before_first, before_last; /* before the start, distances to it */
+} overrun_t;
+
 /* One session's arrays for a case. */
 typedef struct bufs {
     mxop_client_t *c;
     const mxop_op_t *op;
     mxop_array_t in[MXOP__VERIFY_MAX_IN];
     mxop_array_t out[MXOP_MAX_TENSORS], out_tmpl[MXOP_MAX_TENSORS];
+    guarded_t out_g[MXOP_MAX_TENSORS];
+    /* The gradient buffers while grad_checks runs (raw.data NULL otherwise). */
+    guarded_t dx_g[MXOP__VERIFY_MAX_IN];
     int n_in, n_out;
+    overrun_t over;
 } bufs_t;
+
+static unsigned char canary(size_t i)
+{
+    /* Position-dependent, so that no constant an op writes matches it all. */
+    return (unsigned char)(0x6B ^ (i * 13u) ^ (i >> 8));
+}
+
+static void guarded_free(mxop_client_t *c, guarded_t *g)
+{
+    mxop_array_free(c, &g->raw);
+    memset(g, 0, sizeof(*g));
+}
+
+/* Allocates `view` (dtype, shape) between two canaries of GUARD bytes. */
+static int guarded_alloc(mxop_client_t *c, int32_t dt, int32_t ndim, const int64_t *dims,
+                         guarded_t *g, mxop_array_t *view)
+{
+    memset(g, 0, sizeof(*g));
+    g->bytes = mxop__run_numel(ndim, dims) * mxop_dtype_size(dt);
+    g->span = (g->bytes + 63) & ~(size_t)63;
+    int64_t n = (int64_t)(GUARD + g->span + GUARD);
+    int rc = mxop_array_alloc(c, MXOP_U8, 1, &n, &g->raw);
+    if (rc == 0)
+        rc = mxop_array_view(c, g->raw.region, g->raw.offset + GUARD, dt, ndim, dims, view);
+    if (rc != 0)
+        guarded_free(c, g);
+    return rc;
+}
+
+static void guard_arm(const guarded_t *g)
+{
+    unsigned char *p = g->raw.data;
+    if (p == NULL)
+        return;
+    for (size_t i = 0; i < GUARD; i++)
+        p[i] = canary(i);
+    for (size_t i = GUARD + g->bytes; i < g->raw.nbytes; i++)
+        p[i] = canary(i);
+}
+
+/*
+ * Records in b->over (when it holds nothing yet) a canary byte of `g` that
+ * changed during `call`.  The bytes between the array's end and its 64-byte
+ * round-up are canaries too.
+ */
+static void guard_check(bufs_t *b, const guarded_t *g, const char *what, int index,
+                        const char *call, int rc)
+{
+    const unsigned char *p = g->raw.data;
+    if (p == NULL || b->over.what != NULL)
+        return;
+    overrun_t o = {.what = what, .call = call, .index = index, .rc = rc, .nbytes = g->bytes};
+    size_t end = GUARD + g->bytes;
+    for (size_t i = 0; i < GUARD; i++)
+        if (p[i] != canary(i)) {
+            if (o.n_before++ == 0)
+                o.before_first = GUARD - i;
+            o.before_last = GUARD - i;
+        }
+    for (size_t i = end; i < g->raw.nbytes; i++) {
+        if (p[i] != canary(i)) {
+            if (o.n_after++ == 0)
+                o.after_first = i - end;
+            o.after_last = i - end;
+        }
+    }
+    if (o.n_before || o.n_after)
+        b->over = o;
+}
+
+/* The "bounds" line of a case, from b->over. */
+static void report_bounds(mxop__verify_t *v, const mxop__verify_case_t *k, const bufs_t *b)
+{
+    const overrun_t *o = &b->over;
+    if (o->what == NULL) {
+        RESULT(v, "bounds", PASS,
+               "no write past any output or gradient buffer (canaries of %d bytes on each side)",
+               GUARD);
+        return;
+    }
+    /* The extent first: a byte the op wrote may happen to equal its canary byte. */
+    char after[160] = "", before[160] = "", failed[160] = "";
+    if (o->n_after)
+        snprintf(after, sizeof(after), "past its end: bytes +%zu to +%zu after it changed",
+                 o->after_first, o->after_last);
+    if (o->n_before)
+        snprintf(before, sizeof(before), "%sbefore its start: bytes -%zu to -%zu changed",
+                 o->n_after ? "; and " : "", o->before_first, o->before_last);
+    if (o->rc != 0)
+        snprintf(failed, sizeof(failed), "; the call then failed: %s", mxop_err_name(o->rc));
+    RESULT(v, "bounds", FAIL, "%s %d (%zu bytes): %s wrote %s%s (canaries of %d bytes)%s (case %s)",
+           o->what, o->index, o->nbytes, o->call, after, before, GUARD, failed, k->label);
+}
 
 static int is_float(int32_t dt)
 {
@@ -68,7 +192,7 @@ static void bufs_free(bufs_t *b)
     for (int i = 0; i < b->n_in; i++)
         mxop_array_free(b->c, &b->in[i]);
     for (int i = 0; i < b->n_out; i++)
-        mxop_array_free(b->c, &b->out_tmpl[i]);
+        guarded_free(b->c, &b->out_g[i]);
     memset(b->in, 0, sizeof(b->in));
     memset(b->out_tmpl, 0, sizeof(b->out_tmpl));
     b->n_in = b->n_out = 0;
@@ -86,8 +210,8 @@ static int bufs_alloc(bufs_t *b, const mxop__verify_case_t *k, uint64_t rng)
         }
     }
     for (int i = 0; i < k->n_out && rc == 0; i++) {
-        rc = mxop_array_alloc(b->c, k->out_dt[i], k->out_sh[i].ndim, k->out_sh[i].dims,
-                              &b->out_tmpl[i]);
+        rc = guarded_alloc(b->c, k->out_dt[i], k->out_sh[i].ndim, k->out_sh[i].dims, &b->out_g[i],
+                           &b->out_tmpl[i]);
         if (rc == 0)
             b->n_out++;
     }
@@ -107,6 +231,7 @@ static int forward(mxop__verify_t *v, bufs_t *b, int poison)
         b->out[i] = b->out_tmpl[i];
         if (poison >= 0 && b->out[i].nbytes)
             memset(b->out[i].data, poison, b->out[i].nbytes);
+        guard_arm(&b->out_g[i]);
     }
     mxop_call_t call = {.struct_size = sizeof(call), .attrs = v->attrs, .seed = v->seed};
     int rc;
@@ -129,6 +254,9 @@ static int forward(mxop__verify_t *v, bufs_t *b, int poison)
     }
     rc = mxop_forward(b->c, b->op, &call, b->in, b->n_in, b->out, b->n_out);
     keep_error(b->c, rc);
+    /* At the inferred size: a dynamic output's real shape may be smaller. */
+    for (int i = 0; i < b->n_out; i++)
+        guard_check(b, &b->out_g[i], "output", i, "forward", rc);
     if (call.state && mxop_state_destroy(b->c, call.state) == MXOP_ETIMEOUT)
         v->halted = 1;
     if (rc == MXOP_ETIMEOUT)
@@ -363,6 +491,18 @@ void mxop__verify_run_cases(mxop__verify_t *v)
         RESULT(v, "fresh-worker", SKIP, "no new session: %s", err);
     else if (fresh)
         mxop_set_timeout(fresh, v->timeout_ms);
+    /*
+     * In scratch mode (a daemon at --socket that does not trust the library)
+     * the op writes into the daemon's scratch copy of each output, and only
+     * the output's own bytes come back here: a write past it cannot be seen.
+     */
+    mxop_stats_v2_t st = {.struct_size = sizeof(st)};
+    int scratch = v->n_cases > 0 && mxop_stats_v2(v->c, &st) == 0 && st.confined;
+    if (scratch)
+        RESULT(v, "bounds", SKIP,
+               "the daemon runs this library in scratch mode (strict sandbox, not trusted): "
+               "writes past an output land in its scratch region, out of sight; run without "
+               "--socket (the private daemon trusts the library) to check");
     for (int ci = 0; ci < v->n_cases; ci++) {
         const mxop__verify_case_t *k = &v->cases[ci];
         if (v->halted) {
@@ -386,6 +526,7 @@ void mxop__verify_run_cases(mxop__verify_t *v)
                 memcpy(copies[i], b.in[i].data, b.in[i].nbytes);
         }
         snap_t sa = {0}, sb = {0};
+        int ran = 0; /* a call of this case returned: "bounds" has a result */
         rc = forward(v, &b, POISON_A);
         if (rc == MXOP_EINPUT_WRITTEN) {
             /* The sandbox maps inputs read-only and caught the write. */
@@ -417,6 +558,7 @@ void mxop__verify_run_cases(mxop__verify_t *v)
             goto next;
         }
         RESULT(v, "forward", PASS, "forward ran on the cases inference accepts");
+        ran = 1;
         snap_take(&sa, &b);
         check_inputs_alias(v, k, &b, copies);
         for (int i = 0; i < b.n_in; i++) /* a mutated input starts the next call afresh */
@@ -439,6 +581,8 @@ void mxop__verify_run_cases(mxop__verify_t *v)
                 memcpy(b.in[i].data, copies[i], b.in[i].nbytes);
         grad_checks(v, k, &b, repeatable && written);
     next:
+        if (!scratch && (ran || b.over.what != NULL))
+            report_bounds(v, k, &b);
         snap_free(&sa, b.n_out);
         snap_free(&sb, b.n_out);
         for (int i = 0; i < b.n_in; i++)
@@ -464,8 +608,10 @@ static int backward(mxop__verify_t *v, bufs_t *b, mxop_array_t *dy, mxop_array_t
         in[n++] = b->in[i];
     for (int o = 0; o < b->n_out; o++)
         in[n++] = b->out[o];
-    for (int i = 0; i < b->n_in; i++)
+    for (int i = 0; i < b->n_in; i++) {
         dx[i].req = req[i];
+        guard_arm(&b->dx_g[i]);
+    }
     mxop_call_t call = {.struct_size = sizeof(call), .attrs = v->attrs, .seed = v->seed};
     int rc = 0;
     call_err[0] = '\0';
@@ -487,6 +633,8 @@ static int backward(mxop__verify_t *v, bufs_t *b, mxop_array_t *dy, mxop_array_t
     if (rc == 0)
         rc = mxop_backward(b->c, b->op, &call, in, n, dx, b->n_in);
     keep_error(b->c, rc);
+    for (int i = 0; i < b->n_in; i++)
+        guard_check(b, &b->dx_g[i], "gradient of input", i, "backward", rc);
     if (call.state && mxop_state_destroy(b->c, call.state) == MXOP_ETIMEOUT)
         v->halted = 1;
     if (rc == MXOP_ETIMEOUT)
@@ -672,8 +820,8 @@ static void grad_checks(mxop__verify_t *v, const mxop__verify_case_t *k, bufs_t 
             mxop__run_fill_random(dy[n_dy].data, dy[n_dy].dtype, numel(&dy[n_dy]), &rng);
     }
     for (; n_dx < b->n_in && rc == 0; n_dx++) {
-        rc = mxop_array_alloc(b->c, b->in[n_dx].dtype, b->in[n_dx].ndim, b->in[n_dx].shape,
-                              &dx[n_dx]);
+        rc = guarded_alloc(b->c, b->in[n_dx].dtype, b->in[n_dx].ndim, b->in[n_dx].shape,
+                           &b->dx_g[n_dx], &dx[n_dx]);
         base[n_dx] = is_float(b->in[n_dx].dtype) ? MXOP_REQ_WRITE : MXOP_REQ_NULL;
     }
     if (rc != 0) {
@@ -703,7 +851,7 @@ out:
     for (int i = 0; i < n_dy; i++)
         mxop_array_free(b->c, &dy[i]);
     for (int i = 0; i < n_dx; i++) {
-        mxop_array_free(b->c, &dx[i]);
+        guarded_free(b->c, &b->dx_g[i]);
         free(g[i]);
     }
 }
