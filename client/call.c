@@ -317,17 +317,21 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
         rc = mbox_result(c, op, id, res);
         if (rc != 1)
             goto done;
-        /* The socket: a result too large for a slot, or the worker's hang-up. */
+        /*
+         * The socket: a result too large for a slot, or the worker's hang-up.
+         * What was buffered before the hang-up is taken first, as a result in
+         * the mailbox is.
+         */
         ssize_t got = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, MSG_DONTWAIT);
-        if (got == 0 || got == -ECONNRESET || got == -EPIPE || got == -ENOTCONN)
-            return worker_died(c, op, id);
         if (got == -ENOMEM)
             return mxop__fail(c, MXOP_ENOMEM, "out of memory for a result from the worker");
-        if (got < 0 && got != -EAGAIN && got != -EWOULDBLOCK && got != -EINTR)
-            return mxop__fail(c, MXOP_EIO, "recv on the data channel: %s", strerror((int)-got));
         rc = socket_frames(c, op, id, res);
         if (rc != 1)
             goto done;
+        if (got == 0 || got == -ECONNRESET || got == -EPIPE || got == -ENOTCONN)
+            return worker_died(c, op, id);
+        if (got < 0 && got != -EAGAIN && got != -EWOULDBLOCK && got != -EINTR)
+            return mxop__fail(c, MXOP_EIO, "recv on the data channel: %s", strerror((int)-got));
     }
 done:
     /* The spin policy learns from a wait that ended on this mailbox, not on its replacement. */

@@ -433,6 +433,9 @@ int mxop__data_attach_now(mxop_client_t *c);
 int mxop__result_take(mxop_client_t *c, const mxop_op_t *op, uint64_t id, uint16_t kind,
                       uint32_t len, const uint8_t *payload, Mxop__CallResult **res);
 
+/** Whether `code` is one of the MXOP_E* codes of mxop/errors.h. */
+int mxop__code_known(int code);
+
 /**
  * Copies text a worker wrote (`src`, NUL-terminated, may be NULL) into
  * dst[cap] as printable UTF-8 (lines and tabs kept): other control

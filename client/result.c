@@ -18,8 +18,7 @@
 #include "client/client_internal.h"
 #include "common/util.h"
 
-/* Whether `code` is one of the table's MXOP_E* codes. */
-static int known_code(int code)
+int mxop__code_known(int code)
 {
     switch (code) {
 #define XX(name, num, msg) case num:
@@ -151,7 +150,7 @@ int mxop__result_take(mxop_client_t *c, const mxop_op_t *op, uint64_t id, uint16
     if (op != NULL && !names_op(text, op))
         mxop__fmt(head, sizeof head, "op '%s' (%s): ", op->name, op->library);
     size_t at = strlen(head);
-    if (!known_code(code)) {
+    if (!mxop__code_known(code)) {
         /* Not a code the engine could act on: said as what it is. */
         mxop__fmt(head + at, sizeof head - at,
                   "the worker answered with status %d, which is no MXOP_E* code%s", (int)code,
