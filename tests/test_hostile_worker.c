@@ -18,6 +18,7 @@
  * the only one with a mailbox.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,6 +237,73 @@ Test(hostile, inferred_dtype_and_shape_that_are_none)
                   strstr(msg, "dtype 999") != NULL,
               "%s", msg);
     end(&h, 0);
+}
+
+/* ---- a pool's sibling session ---- */
+
+static void *busy_call(void *arg)
+{
+    mxop_client_t *c = arg;
+    int64_t s[] = {64};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 3, &x);
+    mxt_array(c, MXOP_F32, 1, s, 4, &y);
+    const char *attrs[] = {"wait_ms", "5000", NULL};
+    mxop_call_t call = {.struct_size = sizeof(call), .attrs = attrs};
+    intptr_t rc = mxop_forward(c, mxt_op(c, "slow_copy"), &call, &x, 1, &y, 1);
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    return (void *)rc;
+}
+
+/*
+ * The client is busy with a call on another thread, so the garbage-writing
+ * call goes to a sibling session (client/pool.c): it fails there by name,
+ * the sibling's next call succeeds, and so do the client's own.
+ */
+Test(hostile, garbage_on_a_sibling_session_of_the_pool)
+{
+    setenv("MXOP_DATA_PATH", "shm", 1);
+    mxop_connect_opts_t opts = {.struct_size = sizeof(opts), .max_sessions = 2};
+    mxop_client_t *c = NULL;
+    int rc = mxop_connect(daemon_.sock, &opts, &c);
+    cr_assert_eq(rc, 0, "%s", mxop_connect_error());
+    cr_assert_eq(mxop_load_library(c, "relu.so"), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_load_library(c, "garbage_reply.so"), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    int64_t s[] = {64};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, s, 1, &x);
+    mxt_array(c, MXOP_F32, 1, s, 2, &y);
+    /* Found now: looking an op up waits for the client's session. */
+    const mxop_op_t *junk = mxt_op(c, "mbox_junk"), *relu = mxt_op(c, "relu");
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, busy_call, c), 0);
+    mxt_sleep_ms(300); /* the busy call holds the client's session */
+    double t0 = now_s();
+    rc = mxop_forward(c, junk, NULL, &x, 1, &y, 1);
+    const char *msg = mxop_last_error(c);
+    cr_assert_eq(rc, MXOP_EPROTOCOL, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "op 'mbox_junk' (garbage_reply.so)") != NULL &&
+                  strstr(msg, "a bad frame in the mailbox") != NULL,
+              "%s", msg);
+    cr_assert(now_s() - t0 < 3.5, "took %.1f s", now_s() - t0);
+    /* The sibling again (the client is still busy): its replacement serves. */
+    rc = mxop_forward(c, relu, NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "the sibling's next call: %s", mxop_last_error(c));
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(mxt_get(&y, i), mxt_get(&x, i) > 0 ? mxt_get(&x, i) : 0);
+    mxop_stats_t st;
+    cr_assert_eq(mxop_stats(c, &st), 0);
+    cr_assert_geq(st.daemon_sessions, 2, "no sibling session was opened");
+    void *busy_rc;
+    pthread_join(t, &busy_rc);
+    cr_assert_eq((intptr_t)busy_rc, 0, "the busy call failed");
+    cr_assert_eq(relu_ok(c), 0, "%s", mxop_last_error(c));
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxop_close(c);
 }
 
 /* ---- the mailbox at the strict level: the crash of issue 27 ---- */

@@ -30,6 +30,10 @@
  *   mbox_bad_infer   (infer_shape; forward copies) a result for the Infer in
  *                    flight with dtype 999 and a negative dimension
  *
+ * And a well-behaved one, to keep a session busy:
+ *
+ *   slow_copy        waits `wait_ms`, then copies
+ *
  * Ops take 1 f32 input and give 1 output.  Without a mailbox (the socket
  * data path), the mbox_ ops find none and just copy.
  */
@@ -305,6 +309,14 @@ MBOX_OP(mbox_hdr_len, HDR_LEN)
 MBOX_OP(mbox_future_id, FUTURE_ID)
 MBOX_OP(mbox_bad_status, BAD_STATUS)
 
+static int slow_copy(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
+                     mxop_tensor_t *out)
+{
+    (void)n_in, (void)n_out;
+    sleep_ms(wait_ms(ctx));
+    return copy(in, out);
+}
+
 static int bad_infer_shape(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *in, int n_out,
                            mxop_shape_t *out)
 {
@@ -332,6 +344,7 @@ MXOP_PLUGIN_INIT(ctx, h)
         {"sock_future_id", sock_future_id}, {"mbox_junk", mbox_junk},
         {"mbox_slot_len", mbox_slot_len}, {"mbox_hdr_len", mbox_hdr_len},
         {"mbox_future_id", mbox_future_id}, {"mbox_bad_status", mbox_bad_status},
+        {"slow_copy", slow_copy},
     };
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         mxop_op_def_t def = {
