@@ -162,8 +162,7 @@ static void garbage(const char *op, int shm, const char *needle)
     hostile_t h;
     begin(&h, shm);
     call_fails(&h, op, MXOP_EPROTOCOL, needle);
-    cr_assert(strstr(mxop_last_error(h.c), "it was replaced") != NULL, "%s",
-              mxop_last_error(h.c));
+    cr_assert(strstr(mxop_last_error(h.c), "it was replaced") != NULL, "%s", mxop_last_error(h.c));
     end(&h, 1);
 }
 

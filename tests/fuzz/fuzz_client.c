@@ -219,8 +219,8 @@ static void call(mxop_client_t *c, uint8_t api)
         mxop_op_find(c, "state", &state) != 0)
         abort();
     mxop_array_t x = {.dtype = MXOP_F32, .ndim = 1, .region = 1, .offset = 0};
-    mxop_array_t y = {.dtype = MXOP_F32, .ndim = 1, .region = 1, .offset = 4096,
-                      .req = MXOP_REQ_WRITE};
+    mxop_array_t y = {
+        .dtype = MXOP_F32, .ndim = 1, .region = 1, .offset = 4096, .req = MXOP_REQ_WRITE};
     x.shape[0] = y.shape[0] = 16;
     x.data = region_mem;
     y.data = region_mem + 4096;

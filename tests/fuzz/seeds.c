@@ -290,9 +290,9 @@ static void client_seed(const char *name, int shm, int restarted, const uint8_t 
 {
     seedbuf_t b = {.n = 0};
     put(&b, shm ? 1 : 0, 1);
-    put(&b, 0, 1);                     /* ev_call */
-    put(&b, 25, 1);                    /* ev_code: MXOP_EWORKER_CRASHED */
-    put(&b, restarted ? 1 : 0, 1);     /* ev_flags */
+    put(&b, 0, 1);                 /* ev_call */
+    put(&b, 25, 1);                /* ev_code: MXOP_EWORKER_CRASHED */
+    put(&b, restarted ? 1 : 0, 1); /* ev_flags */
     put_bytes(&b, (const uint8_t *)"worker killed by SIGSEGV", 24, 1);
     put_bytes(&b, a, na, 2);
     put_bytes(&b, bb, nb, 2);

@@ -340,9 +340,9 @@ MXOP_PLUGIN_INIT(ctx, h)
         const char *name;
         int (*forward)(mxop_ctx_t *, int, const mxop_tensor_t *, int, mxop_tensor_t *);
     } ops[] = {
-        {"sock_junk", sock_junk},         {"sock_huge_len", sock_huge_len},
+        {"sock_junk", sock_junk},           {"sock_huge_len", sock_huge_len},
         {"sock_future_id", sock_future_id}, {"mbox_junk", mbox_junk},
-        {"mbox_slot_len", mbox_slot_len}, {"mbox_hdr_len", mbox_hdr_len},
+        {"mbox_slot_len", mbox_slot_len},   {"mbox_hdr_len", mbox_hdr_len},
         {"mbox_future_id", mbox_future_id}, {"mbox_bad_status", mbox_bad_status},
         {"slow_copy", slow_copy},
     };
