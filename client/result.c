@@ -126,6 +126,14 @@ int mxop__result_take(mxop_client_t *c, const mxop_op_t *op, uint64_t id, uint16
      * earlier call is that of a call given up on (its deadline passed); one
      * naming a later call, or none, answers nothing this session asked.
      */
+    if (r->id == 0 && r->status != 0) {
+        /* The worker's answer to a frame it could not read as a call: it says why. */
+        char text[MXOP__ERR_MAX / 2];
+        mxop__text_clean(text, sizeof text, r->message);
+        mxop__fail(c, MXOP_EPROTOCOL, "a result for no call, with status %d: %s", (int)r->status,
+                   text);
+        return MXOP__RESULT_GARBAGE;
+    }
     if (r->id == 0 || r->id > id) {
         mxop__fail(c, MXOP_EPROTOCOL,
                    "a result for call %llu, while call %llu is the latest this session made",

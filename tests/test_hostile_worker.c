@@ -3,12 +3,13 @@
  * client (issue 27).  Each test runs an op of tests/plugins/garbage_reply.c
  * that answers, while its call is in flight, with what no worker should
  * send: bytes that are no frame, a forged length, a result for a call
- * never made, a status that is no code, a message full of escapes, an
- * inferred dtype that is none, on the data channel or in the mailbox's
- * reply slot.  Each asserts the named error with the op named, that the
+ * never made or for none, a status that is no code, a message full of
+ * escapes, an inferred dtype that is none, on the data channel or in the
+ * mailbox's reply slot, on the client's own session or on a pool's
+ * sibling.  Each asserts the named error with the op named, that the
  * client process lives (a fault in libmxop would end the test's process),
- * that the next call on the same client succeeds, that the daemon lives and
- * that another session's results stay right.
+ * that the next call on the same client succeeds, that the daemon lives
+ * and that another session's results stay right.
  *
  * The data-channel ops send() on the worker's channel, which the strict
  * sandbox may refuse, so the daemon runs at --sandbox basic; the mailbox is
@@ -181,6 +182,12 @@ Test(hostile, forged_frame_length_is_refused_at_the_header)
 Test(hostile, result_for_a_call_never_made_on_the_channel)
 {
     garbage("sock_future_id", 0, "a result for call 18446744073709551615");
+}
+
+Test(hostile, result_for_no_call_names_the_workers_reason)
+{
+    garbage("sock_no_call", 0,
+            "a result for no call, with status -1004: bad frame in the mailbox (forged)");
 }
 
 /* ---- in the mailbox's reply slot (the shm path) ---- */

@@ -13,6 +13,8 @@
  *   sock_junk        bytes that are no frame
  *   sock_huge_len    a result header claiming a payload of 1 MiB, and no payload
  *   sock_future_id   a well-formed result for a call never made (id 2^64-1)
+ *   sock_no_call     a result for no call (id 0), as a worker sends about a
+ *                    frame it could not read as a call, with its reason
  *
  * In the shared-memory mailbox's reply slot (memory: no sandbox level can
  * refuse it), found as the worker's mapping of "mxop-mailbox" in
@@ -149,6 +151,23 @@ static int sock_future_id(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, in
     (void)n_in, (void)n_out;
     uint8_t f[64];
     size_t n = result_payload(f + 12, UINT64_MAX, 0);
+    put_hdr(f, (uint32_t)n);
+    sock_send(f, 12 + n);
+    sleep_ms(wait_ms(ctx));
+    return copy(in, out);
+}
+
+static int sock_no_call(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
+                        mxop_tensor_t *out)
+{
+    (void)n_in, (void)n_out;
+    uint8_t f[128];
+    size_t n = result_payload(f + 12, 0, -1004);
+    static const char why[] = "bad frame in the mailbox (forged)";
+    f[12 + n++] = 0x1a; /* field 3, the message */
+    f[12 + n++] = (uint8_t)(sizeof(why) - 1);
+    memcpy(f + 12 + n, why, sizeof(why) - 1);
+    n += sizeof(why) - 1;
     put_hdr(f, (uint32_t)n);
     sock_send(f, 12 + n);
     sleep_ms(wait_ms(ctx));
@@ -340,10 +359,15 @@ MXOP_PLUGIN_INIT(ctx, h)
         const char *name;
         int (*forward)(mxop_ctx_t *, int, const mxop_tensor_t *, int, mxop_tensor_t *);
     } ops[] = {
-        {"sock_junk", sock_junk},           {"sock_huge_len", sock_huge_len},
-        {"sock_future_id", sock_future_id}, {"mbox_junk", mbox_junk},
-        {"mbox_slot_len", mbox_slot_len},   {"mbox_hdr_len", mbox_hdr_len},
-        {"mbox_future_id", mbox_future_id}, {"mbox_bad_status", mbox_bad_status},
+        {"sock_junk", sock_junk},
+        {"sock_huge_len", sock_huge_len},
+        {"sock_future_id", sock_future_id},
+        {"sock_no_call", sock_no_call},
+        {"mbox_junk", mbox_junk},
+        {"mbox_slot_len", mbox_slot_len},
+        {"mbox_hdr_len", mbox_hdr_len},
+        {"mbox_future_id", mbox_future_id},
+        {"mbox_bad_status", mbox_bad_status},
         {"slow_copy", slow_copy},
     };
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
