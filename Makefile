@@ -369,14 +369,15 @@ FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -pthread -Iinclude -I. -I$(B)/gen 
                 -DMXOP_LIBEXECDIR='"$(LIBEXECDIR)"' -DMXOP_FUZZ_PLUGINS='"$(abspath $(B))/plugins"'
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # What each target links besides itself: the shared code, plus the worker
-# (without its main) for the call target and the daemon's request checks
-# for the control target.
+# (without its main) for the call target, the daemon's request checks for
+# the control target, and libmxop's client code for the client target.
 FUZZ_COMMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(COMMON_C)) \
                  $(patsubst $(B)/gen/%.c,$(FB)/obj/gen/%.o,$(GEN_C))
 # (the MXNet layer's one C++ object comes from the ordinary build: it is not fuzzed itself)
 FUZZ_WORKER_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter-out server/worker/main.c,$(WORKER_C))) \
                  $(patsubst %.cc,$(B)/obj/%.o,$(WORKER_CC))
 FUZZ_DAEMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter server/daemon/ctl_validate.c,$(DAEMON_C)))
+FUZZ_CLIENT_O := $(patsubst %.c,$(FB)/obj/%.o,$(CLIENT_C))
 
 .PHONY: fuzz fuzz-build fuzz-smoke fuzz-seeds
 
@@ -401,6 +402,10 @@ $(FB)/fuzz_call: $(FB)/obj/tests/fuzz/fuzz_call.o $(FUZZ_WORKER_O) $(FUZZ_COMMON
 $(FB)/fuzz_control: $(FB)/obj/tests/fuzz/fuzz_control.o $(FUZZ_DAEMON_O) $(FUZZ_COMMON_O)
 	@$(if $(Q),echo "  FUZZLD  $@")
 	$(Q)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ $(PB_LIBS) -pthread
+
+$(FB)/fuzz_client: $(FB)/obj/tests/fuzz/fuzz_client.o $(FUZZ_CLIENT_O) $(FUZZ_COMMON_O)
+	@$(if $(Q),echo "  FUZZLD  $@")
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ $(PB_LIBS) -ldl -pthread
 
 fuzz-build: $(addprefix $(FB)/,$(FUZZ_TARGETS))
 

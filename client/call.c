@@ -36,12 +36,6 @@
  * replacement is there: the call is sent again, once. */
 #define CALL_RETRY 2
 
-/* wait_*'s answer for the result of a call given up on earlier. */
-#define STALE 3
-
-/* take_result's answer for a frame no worker should send (c->err says which). */
-#define GARBAGE 4
-
 /* The call's error from a WorkerEvent, with the op named when the daemon did not. */
 static int event_result(mxop_client_t *c, const mxop_op_t *op)
 {
@@ -163,33 +157,6 @@ static int worker_garbage(mxop_client_t *c, const mxop_op_t *op, const char *wha
     return mxop__fail(c, MXOP_EPROTOCOL, "%s; %s", why, after);
 }
 
-/* Turns a CallResult frame into the call's outcome: 0, an error, STALE or GARBAGE. */
-static int take_result(mxop_client_t *c, const mxop_op_t *op, uint64_t id, uint16_t kind,
-                       uint32_t len, const uint8_t *payload, Mxop__CallResult **res)
-{
-    if (kind != MXOP__KIND_CALL_RESULT) {
-        mxop__fail(c, MXOP_EPROTOCOL, "a frame of kind %u where a call result belongs", kind);
-        return GARBAGE;
-    }
-    mxop__pbarena_reset(&c->pba);
-    Mxop__CallResult *r = mxop__call_result__unpack(&c->pba.allocator, len, payload);
-    if (r == NULL) {
-        mxop__fail(c, MXOP_EPROTOCOL, "a result frame of %u bytes that does not decode", len);
-        return GARBAGE;
-    }
-    if (r->id != id)
-        return STALE; /* the result of a call given up on earlier */
-    *res = r;
-    if (r->status == 0)
-        return 0;
-    int code = r->status < 0 ? r->status : MXOP_EPROTOCOL;
-    const char *msg =
-        r->message != NULL && r->message[0] != '\0' ? r->message : mxop_strerror(code);
-    if (op == NULL || strncmp(msg, "op '", 4) == 0)
-        return mxop__fail(c, code, "%s", msg);
-    return mxop__fail(c, code, "op '%s' (%s): %s", op->name, op->library, msg);
-}
-
 static int timed_out(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms)
 {
     if (op != NULL)
@@ -231,11 +198,11 @@ static int socket_frames(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxo
             mxop__fmt(what, sizeof what, "bytes that are not a frame: %s", mxop_err_name(rc));
             return worker_garbage(c, op, what);
         }
-        rc = take_result(c, op, id, kind, len, payload, res);
-        if (rc == GARBAGE)
+        rc = mxop__result_take(c, op, id, kind, len, payload, res);
+        if (rc == MXOP__RESULT_GARBAGE)
             return worker_garbage(c, op, c->err);
         mxop__rxbuf_consume(&c->data_rx, len);
-        if (rc != STALE)
+        if (rc != MXOP__RESULT_STALE)
             return rc;
     }
 }
@@ -296,23 +263,31 @@ static int mbox_result(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxop_
     int rc = mxop__mbox_take(&c->mbox, c->mbox_buf, MXOP__MBOX_SLOT_BYTES, &kind, &len);
     if (rc == 0)
         return 1;
-    if (rc < 0)
-        return worker_garbage(c, op, "a bad frame in the mailbox");
-    rc = take_result(c, op, id, kind, len, c->mbox_buf + MXOP__FRAME_HDR, res);
-    if (rc == GARBAGE)
+    if (rc < 0) {
+        char what[96];
+        mxop__fmt(what, sizeof what, "a bad frame in the mailbox: %s", mxop_err_name(rc));
+        return worker_garbage(c, op, what);
+    }
+    rc = mxop__result_take(c, op, id, kind, len, c->mbox_buf + MXOP__FRAME_HDR, res);
+    if (rc == MXOP__RESULT_GARBAGE)
         return worker_garbage(c, op, c->err);
-    return rc == STALE ? 1 : rc;
+    return rc == MXOP__RESULT_STALE ? 1 : rc;
 }
 
 /*
  * Waits for the result of call `id` sent through the mailbox: spin, then
  * sleep in poll() on the reply bell and the data socket.  A result in the
  * mailbox wins over news of the worker's death.
+ *
+ * Garbage or a death met on the way drops the channel and this mailbox
+ * with it (worker_garbage, worker_died), and may already have opened the
+ * replacement's: from then on the wait touches neither, only returns.
  */
 static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t wait_ms,
                      int64_t start_ns, int64_t end_ns, int64_t spin_cap, uint32_t sleep_why,
                      Mxop__CallResult **res)
 {
+    const uint32_t epoch = c->data_epoch;
     int64_t spent;
     int rc;
     if (spin_cap > 0) {
@@ -342,20 +317,26 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
         rc = mbox_result(c, op, id, res);
         if (rc != 1)
             goto done;
-        /* The socket: a result too large for a slot, or the worker's hang-up. */
+        /*
+         * The socket: a result too large for a slot, or the worker's hang-up.
+         * What was buffered before the hang-up is taken first, as a result in
+         * the mailbox is.
+         */
         ssize_t got = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, MSG_DONTWAIT);
-        if (got == 0 || got == -ECONNRESET || got == -EPIPE || got == -ENOTCONN)
-            return worker_died(c, op, id);
         if (got == -ENOMEM)
             return mxop__fail(c, MXOP_ENOMEM, "out of memory for a result from the worker");
-        if (got < 0 && got != -EAGAIN && got != -EWOULDBLOCK && got != -EINTR)
-            return mxop__fail(c, MXOP_EIO, "recv on the data channel: %s", strerror((int)-got));
         rc = socket_frames(c, op, id, res);
         if (rc != 1)
             goto done;
+        if (got == 0 || got == -ECONNRESET || got == -EPIPE || got == -ENOTCONN)
+            return worker_died(c, op, id);
+        if (got < 0 && got != -EAGAIN && got != -EWOULDBLOCK && got != -EINTR)
+            return mxop__fail(c, MXOP_EIO, "recv on the data channel: %s", strerror((int)-got));
     }
 done:
-    mxop__mbox_note_wait(&c->mbox, start_ns);
+    /* The spin policy learns from a wait that ended on this mailbox, not on its replacement. */
+    if (c->data_epoch == epoch && c->mbox_on)
+        mxop__mbox_note_wait(&c->mbox, start_ns);
     return rc;
 }
 
@@ -538,6 +519,7 @@ int mxop__data_open(mxop_client_t *c, int fd)
 
 void mxop__data_drop(mxop_client_t *c)
 {
+    c->data_epoch++;
     if (c->data_fd >= 0)
         close(c->data_fd);
     c->data_fd = -1;

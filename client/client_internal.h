@@ -36,6 +36,14 @@
  * channel closed under a call. */
 #define MXOP__EVENT_WAIT_MS 10000
 
+/*
+ * The largest result frame a worker may send.  A CallResult holds at most
+ * MXOP_MAX_TENSORS inferred dtypes and shapes (a few KiB) and a message the
+ * worker bounds at 1 KiB; a header claiming more is a forged length, refused
+ * at once rather than waited for (call.c).
+ */
+#define MXOP__RESULT_MAX (64u * 1024)
+
 /* Sibling sessions of one client's pool at most (pool.c). */
 #define MXOP__POOL_MAX 15
 
@@ -164,6 +172,12 @@ struct mxop_client {
      */
     int (*data_open_fn)(mxop_client_t *c, int fd);
     void (*data_drop_fn)(mxop_client_t *c);
+    /*
+     * Counts the data channels dropped (mxop__data_drop): a wait that
+     * handled garbage or a death may have dropped its channel and mailbox
+     * under it, and uses neither once this moved.
+     */
+    uint32_t data_epoch;
 
     uint64_t next_req_id;
     uint64_t next_call_id;
@@ -243,6 +257,16 @@ void mxop__error_of_sibling(const mxop_client_t *c, const char *msg);
 
 /** Forgets this thread's sibling error (a call on the client itself succeeded or failed). */
 void mxop__error_forget_sibling(void);
+
+/* ---- the client itself (connect.c) ---- */
+
+/**
+ * Allocates a client with everything mxop_connect sets up before it
+ * connects: no control socket, no session, no data channel yet.  Returns 0
+ * with *out (freed by mxop_close), or MXOP_ENOMEM.
+ */
+int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_ms,
+                     mxop_client_t **out);
 
 /* ---- control plane (control.c) ---- */
 
@@ -392,6 +416,33 @@ void mxop__data_drop(mxop_client_t *c);
 
 /** Attaches the mailbox now if one is wanted (at connect).  Returns 0. */
 int mxop__data_attach_now(mxop_client_t *c);
+
+/* ---- what a worker's answer may say (result.c) ---- */
+
+/* mxop__result_take's answers besides 0 and an error. */
+#define MXOP__RESULT_STALE 3   /* the result of a call given up on earlier: dropped */
+#define MXOP__RESULT_GARBAGE 4 /* a frame no worker should send (c->err says which) */
+
+/**
+ * Turns a frame of `kind` with `len` payload bytes (borrowed), read from the
+ * worker while call `id` waits, into the call's outcome: 0 with *res (in
+ * c->pba), the worker's error (a known MXOP_E* code, its message cleaned
+ * and naming `op` when op is not NULL), MXOP__RESULT_STALE or
+ * MXOP__RESULT_GARBAGE.
+ */
+int mxop__result_take(mxop_client_t *c, const mxop_op_t *op, uint64_t id, uint16_t kind,
+                      uint32_t len, const uint8_t *payload, Mxop__CallResult **res);
+
+/** Whether `code` is one of the MXOP_E* codes of mxop/errors.h. */
+int mxop__code_known(int code);
+
+/**
+ * Copies text a worker wrote (`src`, NUL-terminated, may be NULL) into
+ * dst[cap] as printable UTF-8 (lines and tabs kept): other control
+ * characters and bytes that are not UTF-8 become \xNN, and a text cut to
+ * fit ends in "..." on a character's boundary.
+ */
+void mxop__text_clean(char *dst, size_t cap, const char *src);
 
 /* ---- library (library.c) ---- */
 

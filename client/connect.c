@@ -196,6 +196,50 @@ static void client_free(mxop_client_t *c)
     free(c);
 }
 
+int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_ms,
+                     mxop_client_t **out)
+{
+    *out = NULL;
+    mxop_client_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return MXOP_ENOMEM;
+    c->ctl_fd = -1;
+    c->data_fd = -1;
+    c->next_req_id = 1;
+    c->next_call_id = 1;
+    c->timeout_ms = timeout_ms;
+    c->connect_timeout_ms = connect_timeout_ms;
+    c->data_path = data_path;
+    c->data_open_fn = mxop__data_open;
+    c->data_drop_fn = mxop__data_drop;
+    mxop__callbufs_init(c);
+    if (pthread_mutex_init(&c->lock, NULL) != 0) {
+        free(c);
+        return MXOP_ENOMEM;
+    }
+    if (pthread_mutex_init(&c->regions_lock, NULL) != 0 ||
+        pthread_mutex_init(&c->arena_lock, NULL) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        return MXOP_ENOMEM;
+    }
+    int rc = mxop__pbarena_init(&c->pba, PBARENA_CAP);
+    if (rc == 0)
+        rc = mxop__rxbuf_init(&c->data_rx, DATA_RX_CAP);
+    /* Results are small: a header claiming more is refused at once (MXOP__RESULT_MAX). */
+    mxop__rxbuf_set_max(&c->data_rx, MXOP__RESULT_MAX);
+    if (rc == 0 && data_path == MXOP_DATA_PATH_SHM) {
+        c->mbox_buf = malloc(MXOP__MBOX_SLOT_BYTES);
+        rc = c->mbox_buf == NULL ? MXOP_ENOMEM : 0;
+    }
+    if (rc < 0) {
+        client_free(c);
+        return MXOP_ENOMEM;
+    }
+    *out = c;
+    return 0;
+}
+
 /* The data path from $MXOP_DATA_PATH, or the built-in default; MXOP_EINVAL if unknown. */
 static int env_data_path(int *path)
 {
@@ -300,43 +344,10 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
         return MXOP_EINVAL;
     }
 
-    c = calloc(1, sizeof *c);
-    if (c == NULL) {
-        mxop__fmt(connect_err, sizeof connect_err, "out of memory");
-        return MXOP_ENOMEM;
-    }
-    c->ctl_fd = -1;
-    c->data_fd = -1;
-    c->next_req_id = 1;
-    c->next_call_id = 1;
-    c->timeout_ms = timeout_ms;
-    c->connect_timeout_ms = connect_timeout_ms;
-    c->data_path = data_path;
-    c->data_open_fn = mxop__data_open;
-    c->data_drop_fn = mxop__data_drop;
-    mxop__callbufs_init(c);
-    if (pthread_mutex_init(&c->lock, NULL) != 0) {
-        free(c);
-        mxop__fmt(connect_err, sizeof connect_err, "pthread_mutex_init failed");
-        return MXOP_ENOMEM;
-    }
-    if (pthread_mutex_init(&c->regions_lock, NULL) != 0 ||
-        pthread_mutex_init(&c->arena_lock, NULL) != 0) {
-        pthread_mutex_destroy(&c->lock);
-        free(c);
-        mxop__fmt(connect_err, sizeof connect_err, "pthread_mutex_init failed");
-        return MXOP_ENOMEM;
-    }
-    rc = mxop__pbarena_init(&c->pba, PBARENA_CAP);
-    if (rc == 0)
-        rc = mxop__rxbuf_init(&c->data_rx, DATA_RX_CAP);
-    if (rc == 0 && data_path == MXOP_DATA_PATH_SHM) {
-        c->mbox_buf = malloc(MXOP__MBOX_SLOT_BYTES);
-        rc = c->mbox_buf == NULL ? MXOP_ENOMEM : 0;
-    }
+    rc = mxop__client_new(data_path, timeout_ms, connect_timeout_ms, &c);
     if (rc < 0) {
         mxop__fmt(connect_err, sizeof connect_err, "out of memory");
-        goto err;
+        return rc;
     }
 
     rc = connect_unix(path, connect_timeout_ms, &c->ctl_fd, connect_err, sizeof connect_err);

@@ -45,11 +45,13 @@ static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
     /* The mailbox died with the worker; the replacement gets a fresh one. */
     c->data_drop_fn(c);
 
-    c->ev_code = ev->code < 0 ? ev->code : MXOP_EWORKER_CRASHED;
+    /* The engine gets a code it can act on, whatever the event said. */
+    c->ev_code = mxop__code_known(ev->code) ? ev->code : MXOP_EWORKER_CRASHED;
     c->ev_call_id = ev->call_id;
     c->ev_has_op = ev->op != NULL && ev->op[0] != '\0';
+    /* The daemon's words may quote the worker's (its fault note): copied as clean text. */
     if (ev->message != NULL && ev->message[0] != '\0')
-        mxop__fmt(c->ev_msg, sizeof c->ev_msg, "%s", ev->message);
+        mxop__text_clean(c->ev_msg, sizeof c->ev_msg, ev->message);
     else if (ev->signal > 0)
         mxop__fmt(c->ev_msg, sizeof c->ev_msg, "worker killed by %s",
                   mxop__signal_name(ev->signal));

@@ -715,11 +715,20 @@ static int run_infer(mxop_client_t *c, const mxop_op_t *op, const char *const *a
                           "op '%s' (%s): the worker inferred %zu dtypes and %zu shapes for %d "
                           "outputs",
                           op->name, op->library, r->n_out_dtypes, r->n_out_shapes, n_out);
+    /* Nothing the worker inferred reaches the caller unless it is a dtype and a shape. */
     for (int i = 0; i < n_out; i++) {
         const Mxop__Shape *s = r->out_shapes[i];
-        if (s == NULL || s->n_dims > MXOP_MAX_DIMS)
+        int bad = s == NULL || s->n_dims > MXOP_MAX_DIMS;
+        for (size_t d = 0; !bad && d < s->n_dims; d++)
+            bad = s->dims[d] < 0;
+        if (bad)
             return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): bad inferred shape of output %d",
                               op->name, op->library, i);
+        if (mxop_dtype_size(r->out_dtypes[i]) == 0)
+            return mxop__fail(c, MXOP_EPROTOCOL,
+                              "op '%s' (%s): the worker inferred dtype %d, which is none, for "
+                              "output %d",
+                              op->name, op->library, (int)r->out_dtypes[i], i);
     }
     for (int i = 0; i < n_out; i++) {
         const Mxop__Shape *s = r->out_shapes[i];

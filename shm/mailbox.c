@@ -211,6 +211,8 @@ void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg,
 int mxop__mbox_take(mxop__mbox_t *m, uint8_t *buf, size_t cap, uint16_t *kind, uint32_t *len)
 {
     mxop__mbox_slot_t *s = m->rx;
+    if (s == NULL)
+        return 0; /* closed: nothing will ever come */
     for (int tries = 0; tries < TAKE_TRIES; tries++) {
         uint32_t s1 = atomic_load_explicit(&s->seq, memory_order_acquire);
         if (s1 == m->rx_seen)
@@ -333,6 +335,8 @@ int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
 
 int mxop__mbox_sleep_begin(mxop__mbox_t *m, uint32_t why)
 {
+    if (m->rx == NULL)
+        return 0;
     atomic_store_explicit(&m->rx->sleeping, why, memory_order_seq_cst);
     uint32_t s = atomic_load_explicit(&m->rx->seq, memory_order_seq_cst);
     if (s != m->rx_seen && (s & 1u) == 0) {
@@ -344,6 +348,8 @@ int mxop__mbox_sleep_begin(mxop__mbox_t *m, uint32_t why)
 
 void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang)
 {
+    if (m->rx == NULL)
+        return;
     atomic_store_explicit(&m->rx->sleeping, 0, memory_order_relaxed);
     if (bell_rang) {
         uint64_t v;
@@ -354,6 +360,8 @@ void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang)
 
 void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t since_ns)
 {
+    if (m->rx == NULL)
+        return; /* closed under the wait: there is no peer left to learn about */
     int64_t now = mxop__now_ns();
     int64_t put = atomic_load_explicit(&m->rx->put_ns, memory_order_relaxed);
     int64_t waited_ns = put >= since_ns && put <= now ? put - since_ns : now - since_ns;

@@ -158,7 +158,13 @@ int mxop__mbox_create(mxop__mbox_t *m, int fds[3], char *msg, size_t msglen);
 int mxop__mbox_attach(mxop__mbox_t *m, int memfd, int bell_req, int bell_rep, uint64_t size,
                       char *msg, size_t msglen);
 
-/** Unmaps and closes everything; accepts a zeroed mailbox (never opened). */
+/**
+ * Unmaps and closes everything; accepts a zeroed mailbox (never opened).
+ * A closed mailbox is zeroed again: mxop__mbox_take, the sleep halves and
+ * mxop__mbox_note_wait do nothing on it (take says "no frame"), so that a
+ * reader whose mailbox was dropped under it (its peer wrote garbage, or
+ * died) cannot fault on it; the other calls need an open one.
+ */
 void mxop__mbox_close(mxop__mbox_t *m);
 
 /** Whether a frame whose payload packs to `payload` bytes fits a slot. */

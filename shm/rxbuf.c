@@ -22,6 +22,11 @@ int mxop__rxbuf_init(mxop__rxbuf_t *b, size_t cap)
     return 0;
 }
 
+void mxop__rxbuf_set_max(mxop__rxbuf_t *b, uint32_t max)
+{
+    b->max = max;
+}
+
 static void close_fds(mxop__rxbuf_t *b)
 {
     for (int i = 0; i < b->nfds; i++)
@@ -72,6 +77,8 @@ int mxop__rxbuf_frame(mxop__rxbuf_t *b, uint16_t *kind, uint32_t *len, const uin
     int rc = mxop__frame_hdr_decode(b->data + b->off, kind, len);
     if (rc != 0)
         return rc;
+    if (b->max != 0 && *len > b->max)
+        return MXOP_EFRAME_TOO_LARGE;
     size_t need = MXOP__FRAME_HDR + (size_t)*len;
     if (have < need)
         return make_room(b, need);

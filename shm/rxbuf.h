@@ -24,10 +24,18 @@ typedef struct mxop__rxbuf {
     size_t end;                   /* one past the last byte received */
     int fds[MXOP__FRAME_MAX_FDS]; /* received, not yet claimed */
     int nfds;
+    uint32_t max; /* the largest payload a header may claim; 0: MXOP__FRAME_MAX */
 } mxop__rxbuf_t;
 
 /** Allocates `cap` bytes (grown later up to a frame's maximum).  0 or MXOP_ENOMEM. */
 int mxop__rxbuf_init(mxop__rxbuf_t *b, size_t cap);
+
+/**
+ * Sets the largest payload a frame's header may claim (at most
+ * MXOP__FRAME_MAX; 0 means that): a reader that knows its peer's frames are
+ * small refuses a forged length at the header instead of buffering for it.
+ */
+void mxop__rxbuf_set_max(mxop__rxbuf_t *b, uint32_t max);
 
 /** Frees the buffer and closes unclaimed descriptors.  Accepts a zeroed buffer. */
 void mxop__rxbuf_free(mxop__rxbuf_t *b);
@@ -39,7 +47,8 @@ void mxop__rxbuf_reset(mxop__rxbuf_t *b);
  * Whether a whole frame is buffered: 1 with *kind, *len and *payload (valid
  * until the next fill), 0 when more bytes are needed (room for them is
  * made), or a header error (MXOP_EPROTOCOL, MXOP_EVERSION,
- * MXOP_EFRAME_TOO_LARGE, MXOP_ENOMEM): the stream has lost its framing.
+ * MXOP_EFRAME_TOO_LARGE, also for a payload over the buffer's max, MXOP_ENOMEM):
+ * the stream has lost its framing.
  */
 int mxop__rxbuf_frame(mxop__rxbuf_t *b, uint16_t *kind, uint32_t *len, const uint8_t **payload);
 

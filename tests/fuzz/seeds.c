@@ -1,13 +1,14 @@
 /*
  * tests/fuzz/seeds.c - writes the seed corpus of the fuzz targets.
  *
- *     seeds DIR      writes DIR/frame/, DIR/call/ and DIR/control/
+ *     seeds DIR      writes DIR/frame/, DIR/call/, DIR/control/ and DIR/client/
  *
  * Each seed is a valid message of the kind its target reads, so that the
  * fuzzer starts from inputs that pass the decoder and reach the checks
  * behind it.  Op indices follow fuzz_call.c's load order: 0 relu, 1 gemm,
  * 2 softmax, 3 sum_n, 4 running_mean_norm, 5 noop; regions 1 (1 MiB) and
- * 2 (64 KiB).  `make fuzz-seeds` regenerates tests/fuzz/corpus/.
+ * 2 (64 KiB).  The client target's seeds are a worker's answers in
+ * fuzz_client.c's layout.  `make fuzz-seeds` regenerates tests/fuzz/corpus/.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -250,6 +251,167 @@ static void control_seeds(void)
     request_seed("stats", &r);
 }
 
+/* ---- the client target (fuzz_client.c): a worker's answers ---- */
+
+typedef struct seedbuf {
+    uint8_t p[8192];
+    size_t n;
+} seedbuf_t;
+
+static void put(seedbuf_t *b, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        b->p[b->n++] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_bytes(seedbuf_t *b, const uint8_t *p, size_t n, int len_bytes)
+{
+    put(b, n, len_bytes);
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+
+/* A result frame (header and payload) appended to out[*n]. */
+static void result_frame(uint8_t *out, size_t *n, const Mxop__CallResult *r)
+{
+    size_t len = protobuf_c_message_get_packed_size(&r->base);
+    mxop__frame_hdr_encode(out + *n, MXOP__KIND_CALL_RESULT, (uint32_t)len);
+    protobuf_c_message_pack(&r->base, out + *n + MXOP__FRAME_HDR);
+    *n += MXOP__FRAME_HDR + len;
+}
+
+/*
+ * One seed: the header fields, then the socket bytes of channels A and B,
+ * then each call's api with, on the shm path, its result in the reply slot.
+ */
+static void client_seed(const char *name, int shm, int restarted, const uint8_t *a, size_t na,
+                        const uint8_t *bb, size_t nb, const uint8_t *apis, int ncalls,
+                        const uint8_t (*slot)[512], const size_t *nslot)
+{
+    seedbuf_t b = {.n = 0};
+    put(&b, shm ? 1 : 0, 1);
+    put(&b, 0, 1);                 /* ev_call */
+    put(&b, 25, 1);                /* ev_code: MXOP_EWORKER_CRASHED */
+    put(&b, restarted ? 1 : 0, 1); /* ev_flags */
+    put_bytes(&b, (const uint8_t *)"worker killed by SIGSEGV", 24, 1);
+    put_bytes(&b, a, na, 2);
+    put_bytes(&b, bb, nb, 2);
+    put(&b, (uint64_t)ncalls, 1);
+    for (int k = 0; k < ncalls; k++) {
+        put(&b, apis[k], 1);
+        if (slot != NULL && nslot[k] > 0) {
+            put(&b, 1, 1);
+            put_bytes(&b, slot[k], nslot[k], 2);
+        } else {
+            put(&b, 0, 1);
+        }
+    }
+    write_file("client", name, b.p, b.n);
+}
+
+static void client_seeds(void)
+{
+    uint8_t a[2048], slot[4][512];
+    size_t na, nslot[4];
+    int64_t d16[] = {16}, d4[] = {4};
+    int32_t f32[] = {0};
+    Mxop__Shape s16 = MXOP__SHAPE__INIT, s4 = MXOP__SHAPE__INIT;
+    s16.dims = d16;
+    s16.n_dims = 1;
+    s4.dims = d4;
+    s4.n_dims = 1;
+    Mxop__Shape *sh16[] = {&s16}, *sh4[] = {&s4};
+
+    /* The socket path: ids from 1; apis 0 forward, 1 dynamic, 2 backward, 3 infer, 4 state. */
+    Mxop__CallResult ok = MXOP__CALL_RESULT__INIT, fail = MXOP__CALL_RESULT__INIT,
+                     inf = MXOP__CALL_RESULT__INIT, st = MXOP__CALL_RESULT__INIT,
+                     dyn = MXOP__CALL_RESULT__INIT;
+    ok.id = 1;
+    na = 0;
+    result_frame(a, &na, &ok);
+    client_seed("sock-forward", 0, 0, a, na, NULL, 0, (const uint8_t[]){0}, 1, NULL, NULL);
+
+    fail.id = 1;
+    fail.status = -1024;
+    fail.message = "op 'plain' failed: \x1b[1mbad\xff";
+    na = 0;
+    result_frame(a, &na, &fail);
+    client_seed("sock-error", 0, 0, a, na, NULL, 0, (const uint8_t[]){0}, 1, NULL, NULL);
+
+    inf.id = 1;
+    inf.out_dtypes = f32;
+    inf.n_out_dtypes = 1;
+    inf.out_shapes = sh16;
+    inf.n_out_shapes = 1;
+    na = 0;
+    result_frame(a, &na, &inf);
+    client_seed("sock-infer", 0, 0, a, na, NULL, 0, (const uint8_t[]){3}, 1, NULL, NULL);
+
+    st.id = 1;
+    st.state = (2ull << 32) | 1;
+    na = 0;
+    result_frame(a, &na, &st);
+    client_seed("sock-state", 0, 0, a, na, NULL, 0, (const uint8_t[]){4}, 1, NULL, NULL);
+
+    dyn.id = 1;
+    dyn.out_shapes = sh4;
+    dyn.n_out_shapes = 1;
+    na = 0;
+    result_frame(a, &na, &dyn);
+    client_seed("sock-dynamic", 0, 0, a, na, NULL, 0, (const uint8_t[]){1}, 1, NULL, NULL);
+
+    /* Three calls on one channel, a stale result first. */
+    Mxop__CallResult r = MXOP__CALL_RESULT__INIT;
+    na = 0;
+    for (uint64_t id = 1; id <= 3; id++) {
+        r.id = id;
+        result_frame(a, &na, &r);
+    }
+    client_seed("sock-three", 0, 0, a, na, NULL, 0, (const uint8_t[]){0, 2, 5}, 3, NULL, NULL);
+
+    /* Garbage, then the replacement answers the next call (call 2 on channel B). */
+    const char junk[] = "debug: 16 elements\n";
+    uint8_t bb[256];
+    size_t nb = 0;
+    r.id = 2;
+    result_frame(bb, &nb, &r);
+    client_seed("sock-garbage-replaced", 0, 1, (const uint8_t *)junk, sizeof(junk) - 1, bb, nb,
+                (const uint8_t[]){0, 0}, 2, NULL, NULL);
+
+    /* The shm path: the attach took id 1; results in the reply slot. */
+    for (int k = 0; k < 3; k++) {
+        Mxop__CallResult m = MXOP__CALL_RESULT__INIT;
+        m.id = (uint64_t)k + 2;
+        if (k == 1) {
+            m.out_dtypes = f32;
+            m.n_out_dtypes = 1;
+            m.out_shapes = sh16;
+            m.n_out_shapes = 1;
+        }
+        nslot[k] = 0;
+        result_frame(slot[k], &nslot[k], &m);
+    }
+    client_seed("shm-forward", 1, 0, NULL, 0, NULL, 0, (const uint8_t[]){0}, 1, slot, nslot);
+    client_seed("shm-three", 1, 0, NULL, 0, NULL, 0, (const uint8_t[]){0, 3, 2}, 3, slot, nslot);
+    /* A result on the socket while the mailbox is quiet (one too large for a slot comes so). */
+    na = 0;
+    r.id = 2;
+    result_frame(a, &na, &r);
+    size_t none[4] = {0};
+    client_seed("shm-socket-result", 1, 0, a, na, NULL, 0, (const uint8_t[]){0}, 1, slot, none);
+    /* Junk in the slot, then the replacement: it takes its mailbox (call 3), answers call 4. */
+    memcpy(slot[0], "not a frame at all", 18);
+    nslot[0] = 18;
+    nslot[1] = 0;
+    nb = 0;
+    for (uint64_t id = 3; id <= 4; id++) {
+        r.id = id;
+        result_frame(bb, &nb, &r);
+    }
+    client_seed("shm-junk-replaced", 1, 1, NULL, 0, bb, nb, (const uint8_t[]){0, 0}, 2, slot,
+                nslot);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -263,6 +425,7 @@ int main(int argc, char **argv)
     }
     call_seeds();
     control_seeds();
+    client_seeds();
     printf("seeds: %u files in %s\n", n_written, root);
     return 0;
 }
