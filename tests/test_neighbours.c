@@ -12,9 +12,12 @@
  * even visible) and leave the victim's nice, policy, CPUs, I/O priority
  * and limits as they were, its calls succeeding on the same worker.
  * tests/plugins/hostile_escape.c makes namespaces, fills /dev/shm, grows a
- * file and sends on its channels.  The tests run as root (the daemon's
- * workers are then `nobody`, one uid for all of them); the gpu profile is
- * chosen with --sandbox-profile gpu and needs no GPU.
+ * file and sends on its channels.  The tests run as root: each worker
+ * then has a uid of its own (server/daemon/workeruid.c), and the
+ * neighbours_shared* suites give every worker one account (--worker-uid
+ * 65534), where server/worker/neighbours.c's filter does the work (as for
+ * a daemon that is not root).  The gpu profile is chosen with
+ * --sandbox-profile gpu and needs no GPU.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -59,6 +62,19 @@ static void setup_basic(void)
     start(args);
 }
 
+/* Every worker as one account: the seccomp filter of neighbours.c stands in for the uid. */
+static void setup_shared_basic(void)
+{
+    const char *args[] = {"--sandbox", "basic", "--worker-uid", "65534", NULL};
+    start(args);
+}
+
+static void setup_shared_gpu(void)
+{
+    const char *args[] = {"--sandbox-profile", "gpu", "--worker-uid", "65534", NULL};
+    start(args);
+}
+
 static void teardown(void)
 {
     mxt_daemon_stop(&daemon_);
@@ -67,6 +83,8 @@ static void teardown(void)
 TestSuite(neighbours_strict, .init = setup_strict, .fini = teardown, .timeout = 60);
 TestSuite(neighbours_gpu, .init = setup_gpu, .fini = teardown, .timeout = 60);
 TestSuite(neighbours_basic, .init = setup_basic, .fini = teardown, .timeout = 60);
+TestSuite(neighbours_shared, .init = setup_shared_basic, .fini = teardown, .timeout = 60);
+TestSuite(neighbours_shared_gpu, .init = setup_shared_gpu, .fini = teardown, .timeout = 60);
 
 #define NB_OUT 16
 
@@ -153,11 +171,12 @@ static const char *const poke_names[NB_OUT] = {
 /*
  * The attack.  `look`: the calls that only read or probe (10..15) must be
  * refused too (strict; basic lists every process in /proc anyway).
- * `own_ns`: the worker is pid 1 of a pid namespace of its own, where
- * PRIO_USER and IOPRIO_WHO_USER reach only the processes it can see, itself
- * (they succeed; the victim's state, checked below, shows they went nowhere).
+ * `own`: PRIO_USER and IOPRIO_WHO_USER reach only the attacker itself, so
+ * they may succeed (a uid of its own, or a pid namespace of its own where
+ * it sees nothing else); the victim's state, checked below, shows they
+ * went nowhere.
  */
-static void neighbour_cannot_act(int look, int own_ns)
+static void neighbour_cannot_act(int look, int own)
 {
     mxt_baseline_t base = mxt_baseline_take(&daemon_);
     const char *vlibs[] = {"relu.so", NULL};
@@ -177,7 +196,7 @@ static void neighbour_cannot_act(int look, int own_ns)
     double r[NB_OUT];
     run_op(attacker, "nb_poke", attrs, r);
     for (int i = 0; i < (look ? NB_OUT : 10); i++)
-        if (!(own_ns && (i == 7 || i == 8)))
+        if (!(own && (i == 7 || i == 8)))
             cr_expect(r[i] == -EPERM || r[i] == -ESRCH,
                   "%s on another session's worker (pid %d): %g, expected -EPERM or -ESRCH",
                   poke_names[i], (int)v, r[i]);
@@ -197,7 +216,7 @@ static void neighbour_cannot_act(int look, int own_ns)
 
 Test(neighbours_basic, another_sessions_worker_cannot_be_reniced_pinned_or_limited)
 {
-    neighbour_cannot_act(0, 0);
+    neighbour_cannot_act(0, 1);
 }
 
 Test(neighbours_strict, another_sessions_worker_cannot_be_reached_by_pid)
@@ -207,7 +226,49 @@ Test(neighbours_strict, another_sessions_worker_cannot_be_reached_by_pid)
 
 Test(neighbours_gpu, another_sessions_worker_cannot_be_reached_by_pid)
 {
+    neighbour_cannot_act(1, 1);
+}
+
+Test(neighbours_shared, another_sessions_worker_cannot_be_reniced_pinned_or_limited)
+{
+    neighbour_cannot_act(0, 0);
+}
+
+Test(neighbours_shared_gpu, another_sessions_worker_cannot_be_reached_by_pid)
+{
     neighbour_cannot_act(1, 0);
+}
+
+/* The uid of a worker's process, from the kernel's account. */
+static unsigned uid_of(pid_t pid)
+{
+    char v[128];
+    cr_assert_eq(mxt_proc_field(pid, "status", "Uid:", v, sizeof(v)), 0);
+    return (unsigned)strtoul(v, NULL, 10);
+}
+
+/* As root with no --worker-uid, each worker (live or spare) a uid of its own from the range. */
+Test(neighbours_basic, each_worker_has_a_uid_of_its_own)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *a = mxt_connect_with(&daemon_, libs);
+    mxop_client_t *b = mxt_connect_with(&daemon_, libs);
+    unsigned ua = uid_of(mxt_worker_pid(a)), ub = uid_of(mxt_worker_pid(b));
+    cr_assert_neq(ua, ub, "two sessions' workers share uid %u", ua);
+    const unsigned first = 1836580864u; /* workeruid.h's range */
+    cr_assert(ua >= first && ua < first + 4096 && ub >= first && ub < first + 4096,
+              "uids %u and %u are not of the daemon's range", ua, ub);
+    /* The spares too: every child of the daemon has a uid no other child has. */
+    mxt_sleep_ms(300);
+    pid_t kids[16];
+    int n = mxt_children(daemon_.pid, kids, 16);
+    cr_assert(n >= 2, "%d workers", n);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            cr_assert_neq(uid_of(kids[i]), uid_of(kids[j]), "workers %d and %d share a uid",
+                          (int)kids[i], (int)kids[j]);
+    mxop_close(a);
+    mxop_close(b);
 }
 
 /*
@@ -239,7 +300,7 @@ static void own_calls_work(int tid_refused)
 
 Test(neighbours_basic, its_own_process_is_still_its_own)
 {
-    own_calls_work(1);
+    own_calls_work(0); /* a uid of its own: the kernel decides, threads included */
 }
 
 Test(neighbours_strict, its_own_process_is_still_its_own)
@@ -248,6 +309,16 @@ Test(neighbours_strict, its_own_process_is_still_its_own)
 }
 
 Test(neighbours_gpu, its_own_process_is_still_its_own)
+{
+    own_calls_work(0);
+}
+
+Test(neighbours_shared, its_own_process_is_still_its_own)
+{
+    own_calls_work(1); /* the filter sees a number: a thread's tid is refused */
+}
+
+Test(neighbours_shared_gpu, its_own_process_is_still_its_own)
 {
     own_calls_work(1);
 }

@@ -2,40 +2,48 @@
  * server/worker/neighbours.c - a worker's system calls that name a process
  * act on the worker itself only, where it shares the host's pid namespace.
  *
- * Every worker of a daemon runs as the same uid (workeruid.c), and the
- * kernel lets a process renice, reschedule, re-pin, change the I/O class
- * of and lower the limits of any process of its own uid.  A strict worker
- * of the cpu profile (as root) is pid 1 of a pid namespace of its own and
- * can name no process but its own; everywhere else (basic, the gpu
- * profile, a daemon that is not root, --sandbox-fallback) the worker sees
- * the host's pids, and a library could put another session's worker in
- * SCHED_IDLE, move it to one CPU, or prlimit(RLIMIT_CPU) it so that the
- * kernel kills it in the middle of a call.  Landlock's scoping does not
- * cover these calls (they check the uid, not ptrace access).
+ * The kernel lets a process renice, reschedule, re-pin, change the I/O
+ * class of and lower the limits of any process of its own uid.  A root
+ * daemon gives each worker a uid of its own (server/daemon/workeruid.c),
+ * and then the kernel's uid checks keep these calls on the worker, its
+ * threads included.  Where workers share a uid (--worker-uid, or a daemon
+ * that is not root: they run as its uid, as do the daemon and its clients)
+ * and the host's pid namespace (basic, the gpu profile, a daemon that is
+ * not root, --sandbox-fallback), a library could put another session's
+ * worker in SCHED_IDLE, move it to one CPU, or prlimit(RLIMIT_CPU) it so
+ * that the kernel kills it in the middle of a call.  Landlock's scoping
+ * does not cover these calls (they check the uid, not ptrace access).  A
+ * strict worker of the cpu profile (as root) is pid 1 of a pid namespace
+ * of its own and can name no process but its own and its children.
  *
  * So, where getpid() is not 1, a second seccomp filter (beside sandbox.c's)
- * refuses with EPERM every call of the kinds below whose pid is neither 0
- * (the caller) nor the worker's own pid, so that the answer is the same
- * whether that pid exists or not:
+ * refuses with EPERM the calls below whose pid is neither 0 (the caller)
+ * nor the worker's own pid, so that the answer is the same whether that
+ * pid exists or not:
  *
- *   acting (basic and strict): prlimit64, setpriority and ioprio_set (and
- *   those two only for one process or the worker's process group, never a
- *   user's every process), sched_setaffinity, sched_setscheduler,
- *   sched_setparam, sched_setattr, migrate_pages, move_pages;
+ *   acting (basic and strict, unless the uid is the worker's own):
+ *   prlimit64, setpriority and ioprio_set (and those two only for one
+ *   process or the worker's process group, never a user's every process),
+ *   sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr,
+ *   migrate_pages, move_pages;
  *   looking (strict, which promises that a worker does not see the host's
- *   processes): getpriority, ioprio_get, sched_getaffinity,
- *   sched_getscheduler, sched_getparam, sched_getattr,
- *   sched_rr_get_interval, get_robust_list, getpgid, getsid, pidfd_open,
- *   kill (also -pid: the worker's own group), tkill, tgkill,
+ *   processes; a uid of its own does not hide them): getpriority,
+ *   ioprio_get, sched_getaffinity, sched_getscheduler, sched_getparam,
+ *   sched_getattr, sched_rr_get_interval, get_robust_list, getpgid, getsid,
+ *   pidfd_open, kill (also -pid: the worker's own group), tkill, tgkill,
  *   rt_sigqueueinfo, rt_tgsigqueueinfo.  basic lists every host process in
  *   its /proc anyway.
  *
- * The price: a thread's id is not the worker's pid, so these calls naming
- * one of the worker's own threads by its tid are refused too (pid 0 from
- * the thread itself works): pthread_setaffinity_np on another thread,
+ * The price, where the rules apply: a thread's id is not the worker's
+ * pid, so these calls naming one of the worker's own threads by its tid
+ * are refused too (pid 0 from the thread itself works):
+ * pthread_setaffinity_np and pthread_getaffinity_np on another thread,
  * pthread_create with an affinity attribute (glibc sets it by tid and the
- * creation fails), pthread_setschedparam.  A filter sees numbers, not
- * thread groups; docs/security.md says so.  ptrace, process_vm_*,
+ * creation fails), pthread_setschedparam, and the worker's own widening of
+ * its threads' CPUs after the mailbox kept it off its client's CPU
+ * (shm/placement.c: those threads keep one CPU fewer).  A filter sees
+ * numbers, not thread groups; a uid of its own per worker avoids the
+ * acting half; docs/security.md says so.  ptrace, process_vm_*,
  * pidfd_getfd and kcmp are refused outright by sandbox.c, and signals and
  * /proc/<pid>/mem are Landlock's (scoping, kernel >= 6.12 for signals).
  *
@@ -165,10 +173,12 @@ static void emit_rules(prog_t *p, const rule_t *rules, size_t n, uint32_t self)
     }
 }
 
-int mxop__neighbours_apply(int strict, char *err, size_t errlen)
+int mxop__neighbours_apply(int strict, int own_uid, char *err, size_t errlen)
 {
     if (getpid() == 1)
         return 0; /* a pid namespace of its own: no other process can be named */
+    if (own_uid && !strict)
+        return 0; /* the kernel's uid checks do it all */
     static prog_t p; /* about 2 KiB: off the stack */
     p.n = 0;
     uint32_t self = (uint32_t)getpid();
@@ -176,7 +186,8 @@ int mxop__neighbours_apply(int strict, char *err, size_t errlen)
     emit(&p, BPF_JMP | BPF_JEQ | BPF_K, 1, 0, seccomp_arch_native());
     emit(&p, BPF_RET | BPF_K, 0, 0, SECCOMP_RET_ALLOW); /* libseccomp's filter kills these */
     emit(&p, BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)offsetof(struct seccomp_data, nr));
-    emit_rules(&p, acting, COUNT(acting), self);
+    if (!own_uid)
+        emit_rules(&p, acting, COUNT(acting), self);
     if (strict)
         emit_rules(&p, looking, COUNT(looking), self);
     emit(&p, BPF_RET | BPF_K, 0, 0, SECCOMP_RET_ALLOW);

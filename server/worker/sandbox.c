@@ -65,6 +65,7 @@ static uint64_t data_limit;
 static const char *plugin_dir;         /* borrowed from argv */
 static const char *allowlist;          /* borrowed from argv; "" or NULL: none */
 static int ns_profile = MXOP__NS_NONE; /* --ns-profile (namespaces.h) */
+static int own_uid;                    /* --own-uid 1: no other worker runs as --uid */
 
 const char *mxop__sandbox_plugin_dir(void)
 {
@@ -109,7 +110,9 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
                                        /* Namespaces (namespaces.c). */
                                        "--ns-profile",
                                        /* RLIMIT_AS where the worker has no cgroup. */
-                                       "--address-space-mb"};
+                                       "--address-space-mb",
+                                       /* --uid is this worker's alone (neighbours.c). */
+                                       "--own-uid"};
     const char *opt = argv[*i];
     int which = -1;
     for (int k = 0; k < (int)(sizeof(opts) / sizeof(opts[0])); k++)
@@ -168,6 +171,11 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
         if (parse_num(val, 1ull << 30, &v) != 0)
             goto bad;
         address_space_mb = v;
+        return 0;
+    case 9:
+        if (parse_num(val, 1, &v) != 0)
+            goto bad;
+        own_uid = (int)v;
         return 0;
     default:
         if (parse_num(val, 0xfffffffeull, &v) != 0)
@@ -699,7 +707,8 @@ int mxop__sandbox_apply(char *err, size_t errlen)
     if ((rc = mxop__landlock_apply(level >= MXOP__SANDBOX_STRICT, plugin_dir, allowlist, err,
                                    errlen)) != 0)
         return rc;
-    if ((rc = mxop__neighbours_apply(level >= MXOP__SANDBOX_STRICT, err, errlen)) != 0)
+    if ((rc = mxop__neighbours_apply(level >= MXOP__SANDBOX_STRICT, own_uid && run_uid >= 0, err,
+                                     errlen)) != 0)
         return rc;
     return apply_seccomp(err, errlen);
 }

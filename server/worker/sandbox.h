@@ -8,6 +8,7 @@
  *     --max-fds N                   RLIMIT_NOFILE
  *     --uid U --gid G               run as this user (the worker must start as root);
  *                                   also gives the worker a network namespace of its own
+ *     --own-uid 0|1                 1: no other worker runs as U (neighbours.c)
  *     --plugin-dir DIR              the only directory of libraries strict may read
  *     --allowlist FILE              library names and SHA-256 digests ("" : none)
  *     --ns-profile none|cpu|gpu     strict's namespaces and minimal root (namespaces.h)
