@@ -140,10 +140,9 @@ static void state_of(pid_t pid, state_t *s)
     errno = 0;
     s->ioprio = syscall(SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, pid);
     cr_assert(s->ioprio >= 0, "ioprio_get %d: %s", (int)pid, strerror(errno));
-    cr_assert_eq(mxt_proc_field(pid, "status", "Cpus_allowed_list:", s->cpus, sizeof(s->cpus)),
+    cr_assert_eq(mxt_proc_field(pid, "status", "Cpus_allowed_list:", s->cpus, sizeof(s->cpus)), 0);
+    cr_assert_eq(mxt_proc_field(pid, "limits", "Max cpu time", s->cpu_limit, sizeof(s->cpu_limit)),
                  0);
-    cr_assert_eq(
-        mxt_proc_field(pid, "limits", "Max cpu time", s->cpu_limit, sizeof(s->cpu_limit)), 0);
     cr_assert_eq(mxt_proc_field(pid, "limits", "Max file size", s->fsize, sizeof(s->fsize)), 0);
 }
 
@@ -158,15 +157,22 @@ static void expect_same(const state_t *a, const state_t *b)
     cr_assert_str_eq(a->cpu_limit, b->cpu_limit, "the victim's RLIMIT_CPU changed");
 }
 
-static const char *const poke_names[NB_OUT] = {
-    "setpriority",        "sched_setscheduler(SCHED_IDLE)",
-    "sched_setaffinity",  "ioprio_set",
-    "prlimit(RLIMIT_CPU)", "sched_setparam",
-    "sched_setattr",      "setpriority(PRIO_USER)",
-    "ioprio_set(IOPRIO_WHO_USER)", "setpriority(PRIO_PGRP)",
-    "prlimit (read)",     "getpriority",
-    "kill(pid, 0)",       "pidfd_open",
-    "sched_getaffinity",  "tgkill(pid, pid, 0)"};
+static const char *const poke_names[NB_OUT] = {"setpriority",
+                                               "sched_setscheduler(SCHED_IDLE)",
+                                               "sched_setaffinity",
+                                               "ioprio_set",
+                                               "prlimit(RLIMIT_CPU)",
+                                               "sched_setparam",
+                                               "sched_setattr",
+                                               "setpriority(PRIO_USER)",
+                                               "ioprio_set(IOPRIO_WHO_USER)",
+                                               "setpriority(PRIO_PGRP)",
+                                               "prlimit (read)",
+                                               "getpriority",
+                                               "kill(pid, 0)",
+                                               "pidfd_open",
+                                               "sched_getaffinity",
+                                               "tgkill(pid, pid, 0)"};
 
 /*
  * The attack.  `look`: the calls that only read or probe (10..15) must be
@@ -198,8 +204,8 @@ static void neighbour_cannot_act(int look, int own)
     for (int i = 0; i < (look ? NB_OUT : 10); i++)
         if (!(own && (i == 7 || i == 8)))
             cr_expect(r[i] == -EPERM || r[i] == -ESRCH,
-                  "%s on another session's worker (pid %d): %g, expected -EPERM or -ESRCH",
-                  poke_names[i], (int)v, r[i]);
+                      "%s on another session's worker (pid %d): %g, expected -EPERM or -ESRCH",
+                      poke_names[i], (int)v, r[i]);
 
     /* The victim: as it was, still serving on the same worker. */
     state_of(v, &after);
@@ -283,11 +289,18 @@ static void own_calls_work(int tid_refused)
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     double r[NB_OUT];
     run_op(c, "nb_self", NULL, r);
-    static const char *const names[] = {
-        "setpriority(0)",      "setpriority(getpid())", "sched_setaffinity(0)",
-        "sched_setaffinity(getpid())", "prlimit(0) read",   "prlimit(getpid()) set",
-        "ioprio_set(0)",       "kill(getpid(), 0)",     "sched_setscheduler(0)",
-        "a thread's sched_setaffinity(0)", NULL,          "setrlimit(RLIMIT_CPU)"};
+    static const char *const names[] = {"setpriority(0)",
+                                        "setpriority(getpid())",
+                                        "sched_setaffinity(0)",
+                                        "sched_setaffinity(getpid())",
+                                        "prlimit(0) read",
+                                        "prlimit(getpid()) set",
+                                        "ioprio_set(0)",
+                                        "kill(getpid(), 0)",
+                                        "sched_setscheduler(0)",
+                                        "a thread's sched_setaffinity(0)",
+                                        NULL,
+                                        "setrlimit(RLIMIT_CPU)"};
     for (int i = 0; i < 12; i++)
         if (names[i] != NULL)
             cr_expect_eq(r[i], 0, "%s on itself: %g", names[i], r[i]);
@@ -433,9 +446,9 @@ Test(neighbours_strict, sends_on_the_channels_refused)
     pid_t w = mxt_worker_pid(c);
     double r[NB_OUT];
     run_op(c, "esc_send", NULL, r);
-    static const char *const names[] = {"send(4)",      "sendto(3)",     "sendmmsg(4)",
-                                        "sendmsg(4, 0)", "sendmsg(3, MSG_DONTWAIT)",
-                                        "sendfile(4)",  "splice(to 4)",  "send(3)"};
+    static const char *const names[] = {
+        "send(4)",     "sendto(3)",    "sendmmsg(4)", "sendmsg(4, 0)", "sendmsg(3, MSG_DONTWAIT)",
+        "sendfile(4)", "splice(to 4)", "send(3)"};
     for (int i = 0; i < 8; i++)
         cr_expect_eq(r[i], -EPERM, "%s: %g", names[i], r[i]);
     /* The worker's own sends (both data paths: MXOP_DATA_PATH) still go. */

@@ -249,9 +249,9 @@ typedef struct mxop__config {
     /* Least privilege (workeruid.c, docs/security.md): the daemon chose the uid above. */
     bool worker_uid_chosen; /* true: root daemon, no --worker-uid: nobody (or 65534) */
     /* One uid per worker (workeruid.c): a root daemon with no --worker-uid. */
-    bool worker_uid_range;      /* each worker gets a uid of its own from the range below */
-    bool worker_uids_given;     /* --worker-uids FIRST:COUNT */
-    uid_t worker_uid_first;     /* the range: FIRST .. FIRST + COUNT - 1 */
+    bool worker_uid_range;  /* each worker gets a uid of its own from the range below */
+    bool worker_uids_given; /* --worker-uids FIRST:COUNT */
+    uid_t worker_uid_first; /* the range: FIRST .. FIRST + COUNT - 1 */
     uint32_t worker_uid_count;
 
     /* Administrators and hot reload (admin.c, reload.c; docs/security.md, docs/operations.md). */

@@ -206,12 +206,11 @@ int mxop__layers_check(const char *sandbox, const char *workers_as, char *err, s
      * Where the pid namespace is the host's: the kernel's uid checks where each worker has a
      * uid of its own (workeruid.c), else server/worker/neighbours.c's filter.
      */
-    const char *pids = pid_ns ? ""
-                       : strict
-                           ? "; priority, scheduling, CPU, I/O and limit calls on other "
-                             "processes refused, signal and lookup calls too"
-                           : "; priority, scheduling, CPU, I/O and limit calls on other "
-                             "processes refused";
+    const char *pids = pid_ns   ? ""
+                       : strict ? "; priority, scheduling, CPU, I/O and limit calls on other "
+                                  "processes refused, signal and lookup calls too"
+                                : "; priority, scheduling, CPU, I/O and limit calls on other "
+                                  "processes refused";
     mxop__fmt(described, sizeof(described),
               "%s%s; %s; %s; %s; RLIMIT_FSIZE 1 GiB; oom_score_adj 1000; workers run as %s",
               seccomp ? "seccomp filter" : "NO seccomp", pids, landlock, ns,

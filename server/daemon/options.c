@@ -321,8 +321,7 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             "--max-timeout-ms", "--sandbox", "--worker-memory-mb", "--worker-max-fds",
             "--worker-uid", "--warm-spare", "--init-timeout-ms", "--max-connections",
             /* One uid per worker (workeruid.c). */
-            "--worker-uids",
-            "--handshake-timeout-ms", "--idle-timeout-ms", "--max-buffered-mb",
+            "--worker-uids", "--handshake-timeout-ms", "--idle-timeout-ms", "--max-buffered-mb",
             "--session-max-regions", "--session-max-region-mb", "--session-max-libraries",
             "--allowlist", "--strict-plugin-dir", "--sandbox-fallback", "--probe-interval-ms",
             "--probe-timeout-ms", "--session-max-states",

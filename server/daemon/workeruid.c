@@ -58,8 +58,8 @@ int mxop__workeruid_range_option(mxop__config_t *cfg, const char *val, char *err
         const char *c = end + 1;
         count = strtoull(c, &end, 10);
     }
-    if (errno != 0 || end == NULL || *end != '\0' || first == 0 || count == 0 ||
-        count > 65536 || first + count - 1 > 0xfffffffeull) {
+    if (errno != 0 || end == NULL || *end != '\0' || first == 0 || count == 0 || count > 65536 ||
+        first + count - 1 > 0xfffffffeull) {
         mxop__fmt(err, errlen,
                   "--worker-uids must be FIRST:COUNT, COUNT uids from FIRST (1 to 65536 of them, "
                   "not 0, below 4294967295), not '%s'",
@@ -131,8 +131,8 @@ int mxop__workeruid_settle(mxop__config_t *cfg, char *err, size_t errlen)
     return 0;
 }
 
-int mxop__workeruid_acquire(const mxop__config_t *cfg, uid_t *uid, gid_t *gid, bool *own,
-                            char *err, size_t errlen)
+int mxop__workeruid_acquire(const mxop__config_t *cfg, uid_t *uid, gid_t *gid, bool *own, char *err,
+                            size_t errlen)
 {
     *own = false;
     if (cfg->worker_uid_range) {
@@ -195,7 +195,8 @@ void mxop__workeruid_describe(const mxop__config_t *cfg, char *out, size_t outle
         return;
     }
     const struct passwd *pw = getpwuid(cfg->worker_uid);
-    mxop__fmt(out, outlen, "uid %u gid %u (%s, --worker-uid), all of them, in their own network "
+    mxop__fmt(out, outlen,
+              "uid %u gid %u (%s, --worker-uid), all of them, in their own network "
               "namespaces",
               (unsigned)cfg->worker_uid, (unsigned)cfg->worker_gid,
               pw != NULL ? pw->pw_name : "no account");

@@ -44,8 +44,8 @@ int mxop__workeruid_settle(mxop__config_t *cfg, char *err, size_t errlen);
  * keep the daemon's uid (not root, or --sandbox none), or MXOP_ELIMIT with
  * a sentence in err when every uid of the range is held.
  */
-int mxop__workeruid_acquire(const mxop__config_t *cfg, uid_t *uid, gid_t *gid, bool *own,
-                            char *err, size_t errlen);
+int mxop__workeruid_acquire(const mxop__config_t *cfg, uid_t *uid, gid_t *gid, bool *own, char *err,
+                            size_t errlen);
 
 /** Gives back a uid of the range once its worker is reaped (any other uid: nothing). */
 void mxop__workeruid_release(const mxop__config_t *cfg, uid_t uid);

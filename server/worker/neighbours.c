@@ -79,8 +79,8 @@
 #endif
 
 /* The constants of setpriority(2) and ioprio_set(2) for one process and for a process group. */
-#define PRIO_ONE 0  /* PRIO_PROCESS */
-#define PRIO_GRP 1  /* PRIO_PGRP */
+#define PRIO_ONE 0   /* PRIO_PROCESS */
+#define PRIO_GRP 1   /* PRIO_PGRP */
 #define IOPRIO_ONE 1 /* IOPRIO_WHO_PROCESS */
 #define IOPRIO_GRP 2 /* IOPRIO_WHO_PGRP */
 
@@ -179,6 +179,7 @@ int mxop__neighbours_apply(int strict, int own_uid, char *err, size_t errlen)
         return 0; /* a pid namespace of its own: no other process can be named */
     if (own_uid && !strict)
         return 0; /* the kernel's uid checks do it all */
+
     static prog_t p; /* about 2 KiB: off the stack */
     p.n = 0;
     uint32_t self = (uint32_t)getpid();

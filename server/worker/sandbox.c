@@ -544,8 +544,7 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
     for (size_t k = 0; k < COUNT(fds); k++) {
         struct scmp_arg_cmp a0 = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fds[k]);
         struct scmp_arg_cmp a2 = SCMP_A2(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fds[k]);
-        struct scmp_arg_cmp msg[2] = {
-            a0, SCMP_A2(SCMP_CMP_NE, (scmp_datum_t)MSG_NOSIGNAL)};
+        struct scmp_arg_cmp msg[2] = {a0, SCMP_A2(SCMP_CMP_NE, (scmp_datum_t)MSG_NOSIGNAL)};
         if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "sendto", 1, &a0, err, errlen)) != 0 ||
             (rc = rule(f, SCMP_ACT_ERRNO(EPERM), "sendmmsg", 1, &a0, err, errlen)) != 0 ||
             (rc = rule(f, SCMP_ACT_ERRNO(EPERM), "sendmsg", 2, msg, err, errlen)) != 0 ||
@@ -571,7 +570,7 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
  */
 static int no_new_namespaces(scmp_filter_ctx f, char *err, size_t errlen)
 {
-    static const scmp_datum_t flags[] = {CLONE_NEWNS,  CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC,
+    static const scmp_datum_t flags[] = {CLONE_NEWNS,   CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC,
                                          CLONE_NEWUSER, CLONE_NEWPID,    CLONE_NEWNET};
     int rc;
     for (size_t i = 0; i < COUNT(flags); i++) {
