@@ -246,9 +246,7 @@ typedef struct mxop__config {
     gid_t worker_gid;
     bool warm_spare; /* keep a started spare worker per session */
 
-    /* Least privilege (workeruid.c, docs/security.md): the daemon chose the uid above. */
-    bool worker_uid_chosen; /* true: root daemon, no --worker-uid: nobody (or 65534) */
-    /* One uid per worker (workeruid.c): a root daemon with no --worker-uid. */
+    /* Least privilege: one uid per worker (workeruid.c), a root daemon with no --worker-uid. */
     bool worker_uid_range;  /* each worker gets a uid of its own from the range below */
     bool worker_uids_given; /* --worker-uids FIRST:COUNT */
     uid_t worker_uid_first; /* the range: FIRST .. FIRST + COUNT - 1 */

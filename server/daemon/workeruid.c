@@ -127,7 +127,6 @@ int mxop__workeruid_settle(mxop__config_t *cfg, char *err, size_t errlen)
     }
     next_slot = 0;
     cfg->worker_uid_range = true;
-    cfg->worker_uid_chosen = true;
     return 0;
 }
 

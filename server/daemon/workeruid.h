@@ -10,9 +10,6 @@
 
 #include "server/daemon/daemon.h"
 
-/* The uid and gid of the unprivileged account when the system has none named nobody. */
-#define MXOP__WORKER_UID_FALLBACK 65534u
-
 /*
  * The default range of one-per-worker uids (a root daemon, no --worker-uid):
  * 0x6d780000 ("mx" << 16), 4096 of them.  --worker-uids FIRST:COUNT moves it.

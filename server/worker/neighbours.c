@@ -28,16 +28,19 @@
  *   migrate_pages, move_pages;
  *   looking (strict, which promises that a worker does not see the host's
  *   processes; a uid of its own does not hide them): getpriority,
- *   ioprio_get, sched_getaffinity, sched_getscheduler, sched_getparam,
- *   sched_getattr, sched_rr_get_interval, get_robust_list, getpgid, getsid,
- *   pidfd_open, kill (also -pid: the worker's own group), tkill, tgkill,
- *   rt_sigqueueinfo, rt_tgsigqueueinfo.  basic lists every host process in
- *   its /proc anyway.
+ *   ioprio_get, get_robust_list, getpgid, getsid, pidfd_open, kill (also
+ *   -pid: the worker's own group), tkill, tgkill, rt_sigqueueinfo,
+ *   rt_tgsigqueueinfo.  basic lists every host process in its /proc anyway.
+ *   Not the sched_get* calls: glibc's pthread_getattr_np reads a thread's
+ *   CPUs by its tid (sanitizers, garbage collectors and language runtimes
+ *   call it on every thread they start) and fails when that is refused;
+ *   so they still answer for any pid, which tells a library that a pid
+ *   exists and changes nothing.
  *
  * The price, where the rules apply: a thread's id is not the worker's
  * pid, so these calls naming one of the worker's own threads by its tid
  * are refused too (pid 0 from the thread itself works):
- * pthread_setaffinity_np and pthread_getaffinity_np on another thread,
+ * pthread_setaffinity_np on another thread,
  * pthread_create with an affinity attribute (glibc sets it by tid and the
  * creation fails), pthread_setschedparam, and the worker's own widening of
  * its threads' CPUs after the mailbox kept it off its client's CPU
@@ -107,11 +110,6 @@ static const rule_t acting[] = {
 static const rule_t looking[] = {
     {"getpriority", 1, 0, {PRIO_ONE, PRIO_GRP}, 0},
     {"ioprio_get", 1, 0, {IOPRIO_ONE, IOPRIO_GRP}, 0},
-    {"sched_getaffinity", 0, -1, {0, 0}, 0},
-    {"sched_getscheduler", 0, -1, {0, 0}, 0},
-    {"sched_getparam", 0, -1, {0, 0}, 0},
-    {"sched_getattr", 0, -1, {0, 0}, 0},
-    {"sched_rr_get_interval", 0, -1, {0, 0}, 0},
     {"get_robust_list", 0, -1, {0, 0}, 0},
     {"getpgid", 0, -1, {0, 0}, 0},
     {"getsid", 0, -1, {0, 0}, 0},
