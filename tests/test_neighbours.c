@@ -397,6 +397,26 @@ Test(neighbours_basic, dev_shm_is_private_capped_and_gone_with_the_worker)
         unlink(host_path); /* what the old code left behind */
     cr_expect(!on_host, "%s reached the host's /dev/shm", host_path);
 
+    /*
+     * Its own tmpfs, mounted in its own mount namespace (not the host's), which the kernel
+     * takes down with the last process in it: the worker and what it started, killed with it.
+     */
+    char path[64], buf[16384];
+    snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)w);
+    FILE *f = fopen(path, "re");
+    cr_assert(f != NULL);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cr_expect(strstr(buf, " /dev/shm ") != NULL && strstr(buf, "mxop-shm") != NULL,
+              "no private tmpfs on the worker's /dev/shm: %s", buf);
+    f = fopen("/proc/self/mountinfo", "re");
+    cr_assert(f != NULL);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cr_expect(strstr(buf, "mxop-shm") == NULL, "the worker's /dev/shm is mounted on the host");
+
     /* Past the cap the write stops (ENOSPC); the worker serves on. */
     const char *big[] = {"name", "big", "mb", "200", NULL};
     run_op(c, "esc_shm", big, r);
