@@ -418,11 +418,14 @@ Test(neighbours_basic, dev_shm_is_private_capped_and_gone_with_the_worker)
     cr_expect(strstr(buf, "mxop-shm") == NULL, "the worker's /dev/shm is mounted on the host");
 
     /* Past the cap the write stops (ENOSPC); the worker serves on. */
-    const char *big[] = {"name", "big", "mb", "200", NULL};
+    char big_name[64];
+    snprintf(big_name, sizeof(big_name), "mxt-neighbours-big-%d", (int)getpid());
+    const char *big[] = {"name", big_name, "mb", "200", NULL};
     run_op(c, "esc_shm", big, r);
     cr_expect_eq(r[0], -ENOSPC, "writing 200 MiB into /dev/shm: %g", r[0]);
     cr_expect(r[1] < 64, "%g MiB written", r[1]);
-    unlink("/dev/shm/big");
+    snprintf(host_path, sizeof(host_path), "/dev/shm/%s", big_name);
+    unlink(host_path); /* only where the old code wrote it into the host's */
     cr_assert_eq(mxt_worker_pid(c), w);
 
     mxop_close(c);
