@@ -246,8 +246,11 @@ typedef struct mxop__config {
     gid_t worker_gid;
     bool warm_spare; /* keep a started spare worker per session */
 
-    /* Least privilege (workeruid.c, docs/security.md): the daemon chose the uid above. */
-    bool worker_uid_chosen; /* true: root daemon, no --worker-uid: nobody (or 65534) */
+    /* Least privilege: one uid per worker (workeruid.c), a root daemon with no --worker-uid. */
+    bool worker_uid_range;  /* each worker gets a uid of its own from the range below */
+    bool worker_uids_given; /* --worker-uids FIRST:COUNT */
+    uid_t worker_uid_first; /* the range: FIRST .. FIRST + COUNT - 1 */
+    uint32_t worker_uid_count;
 
     /* Administrators and hot reload (admin.c, reload.c; docs/security.md, docs/operations.md). */
     uid_t admin_uids[MXOP__MAX_ALLOW_UIDS]; /* --admin-uid: may send daemon-wide requests */
@@ -638,6 +641,7 @@ struct mxop__worker {
     int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
     char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
     bool retiring;                /* asked to exit between calls (a hot reload, session_fsm.c) */
+    uid_t uid;                    /* the uid it runs as, from the daemon's range (workeruid.c) */
 };
 
 /* ------------------------------------------------------------------------ */

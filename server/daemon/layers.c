@@ -47,7 +47,7 @@ static const char *ns_profile = "none";
 /* Workers get a pid namespace of their own (spawn.c); see mxop__layers_pid_ns. */
 static bool pid_ns;
 /* What was logged at start, for `mxop status`. */
-static char described[768] = "not checked yet";
+static char described[1280] = "not checked yet";
 
 const char *mxop__layers_describe(void)
 {
@@ -179,24 +179,42 @@ int mxop__layers_check(const char *sandbox, const char *workers_as, char *err, s
                   abi >= 6 ? (strict ? ", signals and abstract sockets scoped, TCP refused"
                                      : ", signals scoped")
                            : (abi >= 4 && strict ? ", TCP refused" : ""));
-    char ns[192] = "no namespaces (basic)";
+    char ns[384] = "";
     if (strict) {
         int rc = choose_namespaces(ns, sizeof(ns), err, errlen);
         if (rc != 0)
             return rc;
-    } else if (geteuid() == 0) {
+    } else if (geteuid() == 0 && probe_namespaces(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) == 0) {
         /*
-         * No pid namespace for basic: it keeps the host's mount namespace and so the host's
-         * /proc, where the worker's own pid numbers (1 and its children's) would name other
-         * processes (children.c, and any library reading /proc/<pid>).
+         * No pid namespace for basic: it keeps the host's files and so the host's /proc, where
+         * the worker's own pid numbers (1 and its children's) would name other processes
+         * (children.c, and any library reading /proc/<pid>).  Its own mount namespace holds a
+         * private /dev/shm only (server/worker/namespaces.c says why not /tmp).
          */
         mxop__fmt(ns, sizeof(ns),
-                  "ipc and uts namespaces where the kernel allows, the host's pid "
-                  "namespace (basic)");
+                  "ipc, uts and mount namespaces with a private 64 MiB /dev/shm, the host's pid "
+                  "namespace and files (basic: what a worker writes to /tmp, /var/tmp or any "
+                  "other directory its uid may write outlives it)");
+    } else {
+        mxop__fmt(ns, sizeof(ns),
+                  "no namespaces (basic%s: the host's /dev/shm, /tmp and /var/tmp; what a worker "
+                  "writes there outlives it and counts against no limit but RLIMIT_FSIZE per "
+                  "file)",
+                  geteuid() == 0 ? ", the kernel refused a mount namespace" : ", not root");
     }
-    mxop__fmt(described, sizeof(described), "%s; %s; %s; %s; oom_score_adj 1000; workers run as %s",
-              seccomp ? "seccomp filter" : "NO seccomp", landlock, ns, mxop__cgroup_describe(),
-              workers_as);
+    /*
+     * Where the pid namespace is the host's: the kernel's uid checks where each worker has a
+     * uid of its own (workeruid.c), else server/worker/neighbours.c's filter.
+     */
+    const char *pids = pid_ns   ? ""
+                       : strict ? "; priority, scheduling, CPU, I/O and limit calls on other "
+                                  "processes refused, signal and lookup calls too"
+                                : "; priority, scheduling, CPU, I/O and limit calls on other "
+                                  "processes refused";
+    mxop__fmt(described, sizeof(described),
+              "%s%s; %s; %s; %s; RLIMIT_FSIZE 1 GiB; oom_score_adj 1000; workers run as %s",
+              seccomp ? "seccomp filter" : "NO seccomp", pids, landlock, ns,
+              mxop__cgroup_describe(), workers_as);
     MXOP__LOGI(0, NULL, "sandbox %s layers: %s", sandbox, described);
     if (strict && abi == 0) {
         if (fallback) {

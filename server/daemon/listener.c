@@ -26,6 +26,7 @@
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/log.h"
+#include "server/daemon/workeruid.h"
 
 static int fill_addr(struct sockaddr_un *sa, const char *path, char *err, size_t errlen)
 {
@@ -168,14 +169,14 @@ static void accept_one(mxop__daemon_t *d, int fd)
      * their ops start, are refused.
      */
     /*
-     * The workers' own uid (a root daemon runs them as another user) is
-     * never a client's, whatever --allow-uid says: anything a worker starts
-     * keeps it, since strict's filter refuses every change of uid.
+     * The workers' uids (a root daemon's range, or --worker-uid) are never
+     * a client's, whatever --allow-uid says: anything a worker starts
+     * keeps its uid, since strict's filter refuses every change of uid.
      */
-    if (d->cfg.has_worker_uid && cred.uid == d->cfg.worker_uid && cred.uid != geteuid()) {
+    if (mxop__workeruid_is_workers(&d->cfg, cred.uid)) {
         MXOP__LOGW(0, NULL, "refused connection from uid %u (pid %d): the workers' uid",
                    (unsigned)cred.uid, (int)cred.pid);
-        mxop__fmt(msg, sizeof(msg), "uid %u is the workers' uid (--worker-uid) and may not connect",
+        mxop__fmt(msg, sizeof(msg), "uid %u is a workers' uid and may not connect",
                   (unsigned)cred.uid);
         refuse(fd, MXOP_EDENIED, msg);
         return;

@@ -26,6 +26,7 @@
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
 #include "server/daemon/memconfine.h"
+#include "server/daemon/workeruid.h"
 
 #define DEFAULT_MAX_TIMEOUT_MS 600000ull
 #define DEFAULT_WORKER_MAX_FDS 1024ull
@@ -42,7 +43,8 @@ static const char usage_text[] =
     "usage: mxop-serverd --socket PATH --plugin-dir DIR [--log-level debug|info|warn|error]\n"
     "                    [--worker PATH] [--allow-uid UID]... [--max-timeout-ms N]\n"
     "                    [--sandbox none|basic|strict] [--worker-memory-mb N]\n"
-    "                    [--worker-max-fds N] [--worker-uid UID] [--warm-spare on|off]\n"
+    "                    [--worker-max-fds N] [--worker-uid UID] [--worker-uids F:N]\n"
+    "                    [--warm-spare on|off]\n"
     "                    [--init-timeout-ms N] [--max-connections N]\n"
     "                    [--handshake-timeout-ms N] [--idle-timeout-ms N] [--max-buffered-mb N]\n"
     "                    [--session-max-regions N] [--session-max-region-mb N]\n"
@@ -84,9 +86,10 @@ static const char usage_text[] =
     "  --worker-memory-mb N memory ops may use in a worker, in MiB (basic and strict;\n"
     "                       default half the physical memory, at least 1024; 0: no limit)\n"
     "  --worker-max-fds N   descriptors a worker may open (basic and strict; default 1024)\n"
-    "  --worker-uid UID     run workers as this user, each in a network namespace of its\n"
-    "                       own (the daemon must run as root; default as root: nobody,\n"
-    "                       else 65534; 0 only with --sandbox none)\n"
+    "  --worker-uid UID     run every worker as this user, each in a network namespace of\n"
+    "                       its own (the daemon must run as root; 0 only with --sandbox\n"
+    "                       none); default as root: a uid of its own per worker\n"
+    "  --worker-uids FIRST:COUNT  the range of those uids (default 1836580864:4096)\n"
     "  --allowlist FILE     load only the libraries listed with their SHA-256 (a line:\n"
     "                       NAME DIGEST [trusted]; read again at every load;\n"
     "                       docs/security.md)\n"
@@ -317,7 +320,8 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             "--socket", "--plugin-dir", "--log-level", "--worker", "--allow-uid",
             "--max-timeout-ms", "--sandbox", "--worker-memory-mb", "--worker-max-fds",
             "--worker-uid", "--warm-spare", "--init-timeout-ms", "--max-connections",
-            "--handshake-timeout-ms", "--idle-timeout-ms", "--max-buffered-mb",
+            /* One uid per worker (workeruid.c). */
+            "--worker-uids", "--handshake-timeout-ms", "--idle-timeout-ms", "--max-buffered-mb",
             "--session-max-regions", "--session-max-region-mb", "--session-max-libraries",
             "--allowlist", "--strict-plugin-dir", "--sandbox-fallback", "--probe-interval-ms",
             "--probe-timeout-ms", "--session-max-states",
@@ -398,6 +402,11 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             cfg->has_worker_uid = true;
             cfg->worker_uid = uid;
             cfg->worker_gid = pw != NULL ? pw->pw_gid : (gid_t)uid;
+        } else if (strcmp(opt, "--worker-uids") == 0) {
+            /* One uid per worker from a range (workeruid.c). */
+            char why[256];
+            if (mxop__workeruid_range_option(cfg, val, why, sizeof(why)) != 0)
+                return usage_error("%s", why);
         } else if (supervise_field(cfg, opt) != NULL) {
             char *end;
             errno = 0;

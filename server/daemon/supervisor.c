@@ -39,6 +39,7 @@
 #include "server/daemon/procstat.h"
 #include "server/worker/cuda.h"
 #include "server/daemon/worker_output.h"
+#include "server/daemon/workeruid.h"
 
 /* Sweep for escaped descendants every this many watchdog ticks (about 1 s). */
 #define SWEEP_TICKS 50
@@ -308,6 +309,7 @@ static void exit_cb(mxop__spawn_t *p, int64_t exit_status, int term_signal)
     read_page(w->page, &s, false);
     kill(-w->pid, SIGKILL); /* whatever the op started */
     sweep_escaped(d);
+    mxop__workeruid_release(&d->cfg, w->uid); /* its own uid, for a later worker */
     close_sup(w);
 
     void *owner = w->owner;
@@ -402,6 +404,16 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
         mxop__fmt(err, errlen, "out of memory for a worker");
         return MXOP_ENOMEM;
     }
+    /* Its uid (workeruid.c): one of its own from the daemon's range, or --worker-uid's. */
+    uid_t run_uid = 0;
+    gid_t run_gid = 0;
+    bool own_uid = false;
+    int urc = mxop__workeruid_acquire(&d->cfg, &run_uid, &run_gid, &own_uid, err, errlen);
+    if (urc < 0) {
+        free(w);
+        return urc;
+    }
+    w->uid = run_uid;
     w->d = d;
     w->session_id = session_id;
     w->cbs = cbs;
@@ -459,8 +471,8 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     mxop__fmt(gen_arg, sizeof(gen_arg), "%u", (unsigned)generation);
     mxop__fmt(mem_arg, sizeof(mem_arg), "%llu", (unsigned long long)d->cfg.worker_memory_mb);
     mxop__fmt(fds_arg, sizeof(fds_arg), "%llu", (unsigned long long)d->cfg.worker_max_fds);
-    mxop__fmt(uid_arg, sizeof(uid_arg), "%u", (unsigned)d->cfg.worker_uid);
-    mxop__fmt(gid_arg, sizeof(gid_arg), "%u", (unsigned)d->cfg.worker_gid);
+    mxop__fmt(uid_arg, sizeof(uid_arg), "%u", (unsigned)run_uid);
+    mxop__fmt(gid_arg, sizeof(gid_arg), "%u", (unsigned)run_gid);
     char *args[] = {d->cfg.worker_path,
                     "--session",
                     sess_arg,
@@ -482,7 +494,9 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
                     states_arg,
                     "--address-space-mb",
                     as_arg,
-                    d->cfg.has_worker_uid ? "--uid" : NULL,
+                    "--own-uid", /* no other worker has it (server/worker/neighbours.c) */
+                    own_uid ? "1" : "0",
+                    urc == 0 ? "--uid" : NULL,
                     uid_arg,
                     "--gid",
                     gid_arg,
@@ -507,6 +521,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     w->output = output;
     sup[1] = data[1] = memfd = -1;
     if (sprc != 0) {
+        mxop__workeruid_release(&d->cfg, w->uid);
         mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, strerror(-sprc));
         mxop__worker_output_release(w->output);
         w->output = NULL;
@@ -526,6 +541,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
         while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
             ;
         mxop__cgroup_release(w->pid, w->page, false);
+        mxop__workeruid_release(&d->cfg, w->uid);
         mxop__worker_output_release(w->output);
         w->output = NULL;
         w->exited = true;
@@ -542,6 +558,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     return 0;
 
 err_fds:
+    mxop__workeruid_release(&d->cfg, w->uid);
     if (w->page != NULL)
         munmap(w->page, sizeof(*w->page));
     if (memfd >= 0)

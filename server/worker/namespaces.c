@@ -75,6 +75,9 @@
 /* The private /tmp's size: scratch files, not data (ops get memory from regions). */
 #define TMP_MB 64
 
+/* basic's private /dev/shm (basic_namespaces), the same size as strict's /tmp. */
+#define SHM_MB TMP_MB
+
 /* Where the new root is built before pivot_root: a directory every system has. */
 #define STAGE "/tmp"
 
@@ -438,13 +441,43 @@ out:
     return rc;
 }
 
+/*
+ * basic keeps the host's files on purpose: a library at basic opens what
+ * its uid may open, wherever it is, /tmp and /var/tmp included (paths an
+ * op is given, caches, sockets of local services).  What it writes into
+ * /dev/shm, though, is memory charged to no one once the worker is gone,
+ * so a session could fill it one worker at a time.  As root, a basic
+ * worker gets a mount namespace of its own, a slave of the host's (the
+ * host's later mounts still appear), with a private tmpfs of SHM_MB MiB on
+ * /dev/shm, owned by the worker's uid and gone with it; the pages count
+ * against the worker's cgroup like any of its memory.  The daemon's probe
+ * (server/daemon/layers.c) says in its start-up line whether workers get
+ * it; not root, or where the kernel refuses the namespace, they do not.
+ */
+static void basic_namespaces(long run_uid, long run_gid)
+{
+    if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+        (void)unshare(CLONE_NEWIPC | CLONE_NEWUTS);
+        return;
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
+        return;
+    struct stat st;
+    if (stat("/dev/shm", &st) != 0 || !S_ISDIR(st.st_mode))
+        return;
+    char opts[96];
+    mxop__fmt(opts, sizeof(opts), "size=%dm,mode=0700,uid=%ld,gid=%ld", SHM_MB,
+              run_uid >= 0 ? run_uid : (long)geteuid(), run_gid >= 0 ? run_gid : (long)getegid());
+    (void)mount("mxop-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
+}
+
 int mxop__ns_apply(int profile, int basic, long run_uid, long run_gid, char *err, size_t errlen)
 {
     int root = geteuid() == 0;
     if (profile == MXOP__NS_NONE) {
-        /* basic as root: the cheap namespaces, best effort (basic promises none). */
+        /* basic as root: the cheap namespaces and a private /dev/shm, best effort. */
         if (basic && root)
-            (void)unshare(CLONE_NEWIPC | CLONE_NEWUTS);
+            basic_namespaces(run_uid, run_gid);
         return 0;
     }
     /* Read before a user namespace is entered: until its maps are written, ids read 65534. */

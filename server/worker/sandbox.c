@@ -31,6 +31,7 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/worker/namespaces.h"
+#include "server/worker/neighbours.h"
 
 /* The worker's channels (main.c): supervisor and data.  Fd 5 is closed before we run. */
 #define SUP_FD 3
@@ -51,6 +52,9 @@
 #define SANITIZER_BUILD 0
 #endif
 
+/* RLIMIT_FSIZE at basic and strict, in MiB (set_limits). */
+#define FSIZE_MB 1024
+
 static int level = MXOP__SANDBOX_STRICT;
 static uint64_t memory_mb;
 static uint64_t address_space_mb; /* --address-space-mb: 0, or the RLIMIT_AS budget */
@@ -61,6 +65,7 @@ static uint64_t data_limit;
 static const char *plugin_dir;         /* borrowed from argv */
 static const char *allowlist;          /* borrowed from argv; "" or NULL: none */
 static int ns_profile = MXOP__NS_NONE; /* --ns-profile (namespaces.h) */
+static int own_uid;                    /* --own-uid 1: no other worker runs as --uid */
 
 const char *mxop__sandbox_plugin_dir(void)
 {
@@ -105,7 +110,9 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
                                        /* Namespaces (namespaces.c). */
                                        "--ns-profile",
                                        /* RLIMIT_AS where the worker has no cgroup. */
-                                       "--address-space-mb"};
+                                       "--address-space-mb",
+                                       /* --uid is this worker's alone (neighbours.c). */
+                                       "--own-uid"};
     const char *opt = argv[*i];
     int which = -1;
     for (int k = 0; k < (int)(sizeof(opts) / sizeof(opts[0])); k++)
@@ -164,6 +171,11 @@ int mxop__sandbox_arg(int argc, char **argv, int *i, char *err, size_t errlen)
         if (parse_num(val, 1ull << 30, &v) != 0)
             goto bad;
         address_space_mb = v;
+        return 0;
+    case 9:
+        if (parse_num(val, 1, &v) != 0)
+            goto bad;
+        own_uid = (int)v;
         return 0;
     default:
         if (parse_num(val, 0xfffffffeull, &v) != 0)
@@ -280,6 +292,17 @@ static int set_address_space_limit(char *err, size_t errlen)
 static int set_limits(char *err, size_t errlen)
 {
     int rc = set_limit(RLIMIT_CORE, 0, "RLIMIT_CORE", err, errlen);
+    if (rc != 0)
+        return rc;
+    /*
+     * No file a worker writes grows past FSIZE_MB, wherever it is (the
+     * private tmpfs mounts are capped as a whole: namespaces.c).  It must
+     * stay above the largest library: integrity.c copies each one into a
+     * memfd, which the limit counts too.  Past it write(2) fails with EFBIG
+     * instead of the kernel's SIGXFSZ ending the worker.
+     */
+    signal(SIGXFSZ, SIG_IGN);
+    rc = set_limit(RLIMIT_FSIZE, (uint64_t)FSIZE_MB << 20, "RLIMIT_FSIZE", err, errlen);
     if (rc != 0)
         return rc;
 
@@ -509,9 +532,53 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
         if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "shutdown", 1, &sd, err, errlen)) != 0)
             return rc;
     }
+    /*
+     * Sends: the worker's own are sendmsg(fd, msg, MSG_NOSIGNAL), nothing
+     * else (shm/fdpass.c, for both data paths); send(2) is sendto, so an op
+     * that sends on a stale descriptor number with send, sendto, sendmmsg,
+     * sendfile, splice or a sendmsg with other flags is refused.  A library
+     * that copies the worker's exact sendmsg still gets through: what it
+     * sends reaches only its own session's client or daemon, which take
+     * every frame from a worker as hostile input.
+     */
+    for (size_t k = 0; k < COUNT(fds); k++) {
+        struct scmp_arg_cmp a0 = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fds[k]);
+        struct scmp_arg_cmp a2 = SCMP_A2(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fds[k]);
+        struct scmp_arg_cmp msg[2] = {a0, SCMP_A2(SCMP_CMP_NE, (scmp_datum_t)MSG_NOSIGNAL)};
+        if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "sendto", 1, &a0, err, errlen)) != 0 ||
+            (rc = rule(f, SCMP_ACT_ERRNO(EPERM), "sendmmsg", 1, &a0, err, errlen)) != 0 ||
+            (rc = rule(f, SCMP_ACT_ERRNO(EPERM), "sendmsg", 2, msg, err, errlen)) != 0 ||
+            (rc = rule(f, SCMP_ACT_ERRNO(EPERM), "sendfile", 1, &a0, err, errlen)) != 0 ||
+            (rc = rule(f, SCMP_ACT_ERRNO(EPERM), "splice", 1, &a2, err, errlen)) != 0)
+            return rc;
+    }
     /* close_range(first, last, flags) covering 3 or 4. */
     struct scmp_arg_cmp cr[2] = {SCMP_A0(SCMP_CMP_LE, DATA_FD), SCMP_A1(SCMP_CMP_GE, SUP_FD)};
     return rule(f, SCMP_ACT_ERRNO(EPERM), "close_range", 2, cr, err, errlen);
+}
+
+/*
+ * No namespace of a library's own, at basic as at strict: unshare and
+ * setns are refused (basic_denied), and so is clone with any CLONE_NEW*
+ * flag, which would give a new user namespace every capability inside it
+ * (and with it mounts and the rest of the kernel surface namespaces open).
+ * clone3 passes its flags in memory, which a filter cannot read: it
+ * answers ENOSYS, so that glibc (fork, posix_spawn, pthread_create) falls
+ * back to clone, whose flags the rules below see.  The worker's own
+ * namespaces were made before the filter (namespaces.c; the daemon's
+ * clone3 of a strict worker is the daemon's, spawn.c).
+ */
+static int no_new_namespaces(scmp_filter_ctx f, char *err, size_t errlen)
+{
+    static const scmp_datum_t flags[] = {CLONE_NEWNS,   CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC,
+                                         CLONE_NEWUSER, CLONE_NEWPID,    CLONE_NEWNET};
+    int rc;
+    for (size_t i = 0; i < COUNT(flags); i++) {
+        struct scmp_arg_cmp a0 = SCMP_A0(SCMP_CMP_MASKED_EQ, flags[i], flags[i]);
+        if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "clone", 1, &a0, err, errlen)) != 0)
+            return rc;
+    }
+    return rule(f, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL, err, errlen);
 }
 
 static int apply_seccomp(char *err, size_t errlen)
@@ -552,6 +619,8 @@ static int apply_seccomp(char *err, size_t errlen)
         if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "rt_sigaction", 2, sa, err, errlen)) != 0)
             goto out;
     }
+    if ((rc = no_new_namespaces(f, err, errlen)) != 0)
+        goto out;
     /* personality: queries (0xffffffff) only. */
     struct scmp_arg_cmp query = SCMP_A0(SCMP_CMP_NE, 0xffffffffu);
     if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "personality", 1, &query, err, errlen)) != 0)
@@ -567,12 +636,10 @@ static int apply_seccomp(char *err, size_t errlen)
             goto out;
         if ((rc = deny_all(f, strict_denied, COUNT(strict_denied), err, errlen)) != 0)
             goto out;
-        /* Threads yes, processes no.  clone3 hides its flags in memory: ENOSYS sends glibc to
-         * clone. */
+        /* Threads yes, processes no (clone3: no_new_namespaces() above). */
         scmp_datum_t mask = SANITIZER_BUILD ? (CLONE_THREAD | CLONE_VM) : CLONE_THREAD;
         struct scmp_arg_cmp proc = SCMP_A0(SCMP_CMP_MASKED_EQ, mask, 0);
-        if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "clone", 1, &proc, err, errlen)) != 0 ||
-            (rc = rule(f, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL, err, errlen)) != 0)
+        if ((rc = rule(f, SCMP_ACT_ERRNO(EPERM), "clone", 1, &proc, err, errlen)) != 0)
             goto out;
         /* Sockets: AF_UNIX only. */
         struct scmp_arg_cmp notunix = SCMP_A0(SCMP_CMP_NE, AF_UNIX);
@@ -638,6 +705,9 @@ int mxop__sandbox_apply(char *err, size_t errlen)
         return rc;
     if ((rc = mxop__landlock_apply(level >= MXOP__SANDBOX_STRICT, plugin_dir, allowlist, err,
                                    errlen)) != 0)
+        return rc;
+    if ((rc = mxop__neighbours_apply(level >= MXOP__SANDBOX_STRICT, own_uid && run_uid >= 0, err,
+                                     errlen)) != 0)
         return rc;
     return apply_seccomp(err, errlen);
 }

@@ -8,6 +8,7 @@
  *     --max-fds N                   RLIMIT_NOFILE
  *     --uid U --gid G               run as this user (the worker must start as root);
  *                                   also gives the worker a network namespace of its own
+ *     --own-uid 0|1                 1: no other worker runs as U (neighbours.c)
  *     --plugin-dir DIR              the only directory of libraries strict may read
  *     --allowlist FILE              library names and SHA-256 digests ("" : none)
  *     --ns-profile none|cpu|gpu     strict's namespaces and minimal root (namespaces.h)
@@ -20,22 +21,27 @@
  *
  *   none    nothing beyond what every worker gets (no_new_privs, death
  *           with the daemon, inherited descriptors closed).
- *   basic   resource limits (memory through RLIMIT_DATA, open files, no
- *           core dumps), a seccomp filter refusing, with EPERM, the
- *           kernel's administrative interfaces and access to other
- *           processes: ptrace, process_vm_readv/writev, mounts, modules,
- *           kexec, bpf, perf_event_open, reboot, swap, keyrings,
- *           unshare/setns, personality changes, clock changes; and a
- *           Landlock domain (where the kernel has one) that keeps ptrace
- *           and signals inside the worker's own process tree and refuses
- *           device nodes.
+ *   basic   resource limits (memory through RLIMIT_DATA, open files,
+ *           file size through RLIMIT_FSIZE, no core dumps), a seccomp
+ *           filter refusing, with EPERM, the kernel's administrative
+ *           interfaces and access to other processes: ptrace,
+ *           process_vm_readv/writev, mounts, modules, kexec, bpf,
+ *           perf_event_open, reboot, swap, keyrings, unshare/setns and
+ *           clone with CLONE_NEW*, personality changes, clock changes;
+ *           where workers share a uid, priority, scheduling, CPU, I/O and
+ *           limit calls on other processes (neighbours.c); and a Landlock
+ *           domain (where the kernel has one) that keeps ptrace and
+ *           signals inside the worker's own process tree and refuses
+ *           device nodes.  As root, a private /dev/shm (namespaces.c).
  *   strict  basic, plus: no new programs (execve/execveat), no new
  *           processes (fork, vfork, clone without CLONE_THREAD), no
  *           sockets but AF_UNIX, no io_uring, no uid/gid/capability
- *           changes, no closing, replacing or write(2)-ing of the
- *           worker's own channels (fds 3 and 4: the worker itself only
- *           sendmsg()s on them and never closes them; a stale descriptor
- *           number in an op would otherwise desynchronise the session),
+ *           changes, no closing, replacing, write(2)-ing or sending on
+ *           the worker's own channels (fds 3 and 4: the worker itself
+ *           only sendmsg()s on them with MSG_NOSIGNAL and never closes
+ *           them; a stale descriptor number in an op would otherwise
+ *           desynchronise the session), no probing of other processes by
+ *           pid where the pid namespace is the host's (neighbours.c),
  *           every capability dropped, and a Landlock domain that also
  *           refuses executing any file, socket files, TCP bind/connect and
  *           abstract-socket connections outside the worker's tree.

@@ -2,9 +2,11 @@
  * tests/plugins/garbage_chan.c - a library that writes garbage on its
  * worker's data channel between calls: its op returns correctly, and a
  * thread it started then sends bytes that are no frame on descriptor 4
- * (the channel to the client; the sandbox refuses write() there, not
- * send()).  The client must fail its next call with a message naming the
- * garbage and get a new worker, not an unnamed protocol error.
+ * (the channel to the client).  strict refuses write(), send() and every
+ * other send there but the worker's own sendmsg(fd, msg, MSG_NOSIGNAL),
+ * which a library can copy (server/worker/sandbox.c), so it uses that.
+ * The client must fail its next call with a message naming the garbage
+ * and get a new worker, not an unnamed protocol error.
  *
  *   garbage_after  copies its 1 input to its 1 output, then about 100 ms
  *                  later writes garbage on the data channel
@@ -22,8 +24,10 @@ static void *scribble(void *arg)
 {
     (void)arg;
     usleep(100 * 1000); /* the call's result has gone back by now */
-    static const char junk[] = "debug: op finished, 16 elements\n";
-    send(4, junk, sizeof(junk) - 1, MSG_NOSIGNAL);
+    static char junk[] = "debug: op finished, 16 elements\n";
+    struct iovec iov = {.iov_base = junk, .iov_len = sizeof(junk) - 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    sendmsg(4, &msg, MSG_NOSIGNAL);
     return NULL;
 }
 
