@@ -10,8 +10,9 @@
  * calling attrs.at() on a missing key, or throwing itself, lets the C++
  * exception escape through the C ABI.
  *
- * Before including, a fixture may define FX_LIB_VERSION (default 11),
- * FX_PARTITIONERS and FX_PASSES (default 0); it must define
+ * Before including, a fixture may define FX_LIB_VERSION (default 11; below
+ * 11 there is no _opCallDestroyOpState, as in MXNet 1.8), FX_PARTITIONERS
+ * and FX_PASSES (default 0); it must define
  * `static const fx::Op *fx_ops(int *n)` and `static int fx_init(int version)`.
  */
 #ifndef MXOP_TESTS_PLUGINS_MX_ABI_H
@@ -312,10 +313,13 @@ FX_EXPORT int _opCallCreateOpState(fx::create_fn create, const char *const *keys
     return rc;
 }
 
+/* Version 11 brought the state's destructor: a library of an older version lacks it. */
+#if FX_LIB_VERSION >= 11
 FX_EXPORT void _opCallDestroyOpState(void *state_op)
 {
     delete static_cast<fx::StatefulOp *>(state_op);
 }
+#endif
 
 #define FX_COMPUTE_PARAMS                                                                          \
     const int64_t **inshapes, int *indims, void **indata, int *intypes, size_t *inIDs,             \
