@@ -103,7 +103,7 @@ typedef struct mxop__mx_lib {
     mxop__mx_abi_t abi;
     char name[64];    /* for messages */
     int host_version; /* the MXNet version its initialize() accepted */
-    int msgs_seen; /* the library's message list only grows: what was read already */
+    int msgs_seen;    /* the library's message list only grows: what was read already */
 } mxop__mx_lib_t;
 
 /* What _opRegGet said about one op, kept per mxop op index. */
