@@ -404,7 +404,7 @@ static int arrays(const mxop__px_op_t *o, const char *what, int n, const int64_t
 
 /* A forward or backward call; `state` 0 for a stateless op. */
 static int run(mxop__px_op_t *o, int backward, uint64_t *state, const char *const *kv,
-               const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, uint64_t seed,
+               mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, uint64_t seed,
                int (*recreate)(mxop_client_t *, void *), void *st)
 {
     mxop_client_t *c = mxop__px_client_lock();
@@ -416,6 +416,8 @@ static int run(mxop__px_op_t *o, int backward, uint64_t *state, const char *cons
     call.attrs = kv;
     call.seed = seed;
     call.state = state != NULL ? *state : 0;
+    mxop__px_shared_map(c, in, n_in);
+    mxop__px_shared_map(c, out, n_out);
     int rc = backward ? mxop_backward(c, o->op, &call, in, n_in, out, n_out)
                       : mxop_forward(c, o->op, &call, in, n_in, out, n_out);
     if (rc == MXOP_ESTATE_LOST && recreate != NULL && recreate(c, st) == 0) {

@@ -109,6 +109,18 @@ int mxop__px_state_compute(int is_forward, void *state_op, const int64_t **insha
                            void *rng_cpu);
 void mxop__px_state_destroy(void *state_op);
 
+/* ---- shared.c ---- */
+
+/* Arrays of at least this many bytes are looked up as cpu_shared memory. */
+#define MXOP__PX_SHARED_MIN (256u * 1024u)
+
+/**
+ * Makes each array of `a` that lies in MXNet's cpu_shared memory a view of
+ * a region of client `c` (registered once per file), so that it is not
+ * staged; the others stay heap arrays.  The caller holds the client lock.
+ */
+void mxop__px_shared_map(mxop_client_t *c, mxop_array_t *a, int n);
+
 /* ---- msgs.c: what MXNet reads with _msgSize / _msgGet after a callback ---- */
 
 /** Forgets this thread's messages (at the start of each callback). */

@@ -194,6 +194,56 @@ FX_EXPORT int _passRegSize(void)
     return FX_PASSES;
 }
 
+/*
+ * MXNet's loader looks up every partitioner and pass entry point even when
+ * the counts are 0 (and refuses the library without them), so that the
+ * fixtures also load into MXNet itself: stubs, never called at count 0.
+ */
+FX_EXPORT int _partRegGetCount(int, const char **name)
+{
+    *name = "";
+    return 0;
+}
+FX_EXPORT void _partRegGet(int, int, const char **, void **, void **, void **, const char **)
+{
+}
+FX_EXPORT int _partCallSupportedOps(void *, const char *, int, int *, const char *const *,
+                                    const char *const *, int)
+{
+    return fx::FAIL;
+}
+FX_EXPORT int _partCallCreateSelector(void *, const char *, void **, const char *const *,
+                                      const char *const *, int)
+{
+    return fx::FAIL;
+}
+FX_EXPORT void _partCallSelect(void *, int, int *)
+{
+}
+FX_EXPORT void _partCallSelectInput(void *, int, int, int *)
+{
+}
+FX_EXPORT void _partCallSelectOutput(void *, int, int, int *)
+{
+}
+FX_EXPORT void _partCallFilter(void *, int *, int, int **, int *)
+{
+}
+FX_EXPORT void _partCallReset(void *)
+{
+}
+FX_EXPORT int _partCallReviewSubgraph(void *, const char *, int, int *)
+{
+    return fx::FAIL;
+}
+FX_EXPORT void _passRegGet(int, void **, const char **)
+{
+}
+FX_EXPORT int _passCallGraphPass(void *, const char *, char **)
+{
+    return fx::FAIL;
+}
+
 FX_EXPORT void _opRegGet(int idx, const char **name, int *is_sg, const char ***fwd_ctx,
                          fx::comp_fn **fwd_fp, int *fwd_count, const char ***bwd_ctx,
                          fx::comp_fn **bwd_fp, int *bwd_count, const char ***create_ctx,

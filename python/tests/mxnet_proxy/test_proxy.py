@@ -348,3 +348,41 @@ def test_bad_configuration_is_an_mxnet_error_at_load():
     assert rc == 0, err
     assert "/nonexistent/lib.so" in out and "Library failed to initialize" in out, out
     assert out.split("PIDS")[1].split() == [], "a daemon was left running: " + out
+
+
+def proxy_stats():
+    import ctypes
+    lib = ctypes.CDLL(PROXY)  # the handle MXNet opened
+    z, s, r = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint32()
+    lib.mxop_mxnet_proxy_stats(ctypes.byref(z), ctypes.byref(s), ctypes.byref(r))
+    return z.value, s.value, r.value
+
+
+def test_cpu_shared_arrays_are_not_copied(proxy):
+    n = 1 << 18  # 1 MiB of f32
+    X = np.linspace(-1, 1, n, dtype=np.float32)
+    z0, s0, _ = proxy_stats()
+    x, y = mx.nd.array(X), mx.nd.zeros((n,))
+    mx.nd.crashy_relu(x, out=y).wait_to_read()
+    z1, s1, _ = proxy_stats()
+    assert (z1 - z0, s1 - s0) == (0, 2 * 4 * n), "cpu arrays are staged"
+    xs = mx.nd.array(X, ctx=mx.Context("cpu_shared"))
+    ys = mx.nd.zeros((n,), ctx=mx.Context("cpu_shared"))
+    mx.nd.crashy_relu(xs, out=ys).wait_to_read()
+    z2, s2, regions = proxy_stats()
+    assert (z2 - z1, s2 - s1) == (2 * 4 * n, 0), "cpu_shared arrays travel as regions"
+    assert regions >= 2
+    np.testing.assert_array_equal(ys.asnumpy(), np.maximum(X, 0))
+    # In place into MXNet's shared memory, backward too.
+    xs.attach_grad()
+    with mx.autograd.record():
+        out = mx.nd.crashy_relu(xs)
+    out.backward(mx.nd.ones((n,), ctx=mx.Context("cpu_shared")))
+    np.testing.assert_array_equal(xs.grad.asnumpy(), (X > 0).astype(np.float32))
+    # Arrays MXNet freed lose their registration at a later lookup: no growth.
+    del xs, ys, out
+    for _ in range(20):
+        a = mx.nd.array(X, ctx=mx.Context("cpu_shared"))
+        mx.nd.crashy_relu(a).wait_to_read()
+        del a
+    assert proxy_stats()[2] <= 8, proxy_stats()
