@@ -477,8 +477,21 @@ $(MXNET_VENV)/.ok:
 	$(Q)$(MXNET_VENV)/bin/pip install -q 'mxnet==1.9.1' 'numpy<1.24' pytest
 	$(Q)touch $@
 mxnet-venv: $(MXNET_VENV)/.ok
-check-mxnet: all $(MXNET_VENV)/.ok
-	$(Q)sh scripts/run-mxnet-tests.sh $(abspath $(B)) $(abspath $(MXNET_VENV))
+# MXNet's own example extension libraries, built unchanged, only from a source tree
+# given as MXNET_SRC=/path/to/mxnet (nothing of it is in this repository).
+MXNET_SRC ?=
+MXNET_EX  := $(B)/mxnet-examples
+MXNET_EXAMPLES := $(if $(MXNET_SRC),$(MXNET_EX)/libgemm_lib.so $(MXNET_EX)/libtransposecsr_lib.so \
+                  $(MXNET_EX)/libinit_lib.so)
+$(MXNET_EX)/lib%_lib.so: $(MXNET_SRC)/example/extensions/lib_custom_op/%_lib.cc
+	@mkdir -p $(@D)
+	$(Q)$(CXX) -shared -fPIC -std=c++11 $< $(MXNET_SRC)/src/lib_api.cc -o $@ -I$(MXNET_SRC)/include
+$(MXNET_EX)/libinit_lib.so: $(MXNET_SRC)/example/extensions/lib_api/init_lib.cc
+	@mkdir -p $(@D)
+	$(Q)$(CXX) -shared -fPIC -std=c++11 $< $(MXNET_SRC)/src/lib_api.cc -o $@ -I$(MXNET_SRC)/include
+check-mxnet: all $(MXNET_VENV)/.ok $(MXNET_EXAMPLES)
+	$(Q)$(if $(MXNET_SRC),MXOP_MXNET_EXAMPLES=$(abspath $(MXNET_EX))) \
+	    sh scripts/run-mxnet-tests.sh $(abspath $(B)) $(abspath $(MXNET_VENV))
 check: check-mxnet
 bench-mxnet: all $(MXNET_VENV)/.ok
 	$(Q)MXOP_BUILD_DIR=$(abspath $(B)) PYTHONPATH=$(CURDIR)/python $(MXNET_VENV)/bin/python \
