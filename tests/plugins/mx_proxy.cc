@@ -9,7 +9,8 @@
  *   gemm_counts   no inputs: out (i32) = [states created, destroyed,
  *                 forward calls of all states, last test_kw seen]
  *   crashy_relu   y = max(x, 0), backward dx = dy * (x > 0); an input
- *                 holding -12345 dereferences NULL (a crash in one call)
+ *                 holding -12345 dereferences NULL (a crash in one call),
+ *                 one holding -54321 spins for ever (a hang)
  */
 #include <string>
 
@@ -151,6 +152,9 @@ static int relu_forward(const Attrs &, std::vector<Tensor> &in, std::vector<Tens
     for (size_t i = 0; i < in[0].size(); i++) {
         if (x[i] == -12345.0f)
             *(volatile int *)nullptr = 1;
+        if (x[i] == -54321.0f)
+            for (volatile int spin = 0;; spin++) {
+            }
         y[i] = x[i] > 0 ? x[i] : 0;
     }
     return fx::OK;

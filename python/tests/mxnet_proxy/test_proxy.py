@@ -386,3 +386,16 @@ def test_cpu_shared_arrays_are_not_copied(proxy):
         mx.nd.crashy_relu(a).wait_to_read()
         del a
     assert proxy_stats()[2] <= 8, proxy_stats()
+
+
+def test_hang_is_an_mxnet_error_after_the_configured_deadline():
+    rc, out, err = run_script("""
+    mx.library.load(os.environ["PROXY"], verbose=False)
+    try:
+        mx.nd.crashy_relu(mx.nd.array([1.0, -54321.0])).asnumpy()
+    except mx.base.MXNetError as e:
+        print("ERR", "crashy_relu" in str(e), "MXOP_ETIMEOUT" in str(e))
+    print("NEXT", *mx.nd.crashy_relu(mx.nd.array([-1.0, 3.0])).asnumpy().tolist())
+    """, env={"PROXY": PROXY, "MXOP_MXNET_TIMEOUT_MS": "1500"})
+    assert rc == 0, err
+    assert "ERR True True" in out and "NEXT 0.0 3.0" in out, out + err
