@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -283,6 +284,14 @@ static int start_private(void)
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0)
             dup2(nul, 0);
+        /*
+         * Nothing of the engine's but stdout and stderr: MXNet keeps a
+         * descriptor open per cpu_shared array, which would keep its memory
+         * alive in the daemon.
+         */
+        if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
+            for (int fd = 3; fd < 65536; fd++)
+                close(fd);
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
