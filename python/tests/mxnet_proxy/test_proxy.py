@@ -209,16 +209,23 @@ def test_errors_are_mxnet_errors_naming_op_and_cause(proxy):
 
 
 def test_crash_is_an_mxnet_error_and_the_next_call_works(proxy):
+    # A bound stateful op whose instance dies with the worker.
+    a, b = rand((2, 3), 10), rand((3, 2), 11)
+    s, t = mx.sym.Variable("s"), mx.sym.Variable("t")
+    exe = mx.sym.state_gemm(s, t).bind(ctx=mx.cpu(), args={"s": mx.nd.array(a),
+                                                           "t": mx.nd.array(b)})
+    np.testing.assert_allclose(exe.forward()[0].asnumpy(), a @ b, rtol=1e-4, atol=1e-4)
+    created = counts()[0]
     x = mx.nd.array([1.0, -12345.0, 2.0])
     with pytest.raises(MXNetError) as ei:
         mx.nd.crashy_relu(x).asnumpy()
     msg = str(ei.value)
     assert "crashy_relu" in msg and "SIGSEGV" in msg and "MXOP_EWORKER_CRASHED" in msg, msg
     np.testing.assert_array_equal(mx.nd.crashy_relu(mx.nd.array([-1.0, 2.0])).asnumpy(), [0, 2])
-    # The stateful op after the crash: its new instance in the new worker.
-    a, b = rand((2, 3), 10), rand((3, 2), 11)
-    np.testing.assert_allclose(mx.nd.state_gemm(mx.nd.array(a), mx.nd.array(b)).asnumpy(), a @ b,
-                               rtol=1e-4, atol=1e-4)
+    # The bound stateful op after the crash: made again in the new worker at its next call.
+    np.testing.assert_allclose(exe.forward()[0].asnumpy(), a @ b, rtol=1e-4, atol=1e-4)
+    assert counts()[0] == 1, "the new worker's library has made one instance: the re-made one"
+    assert created >= 1
 
 
 # ---- processes of their own ----
