@@ -345,6 +345,10 @@ static void shutdown_proxy(void)
     if (c != NULL)
         mxop_close(c);
     stop_private();
+    mxop__px_ops_free();
+    for (int i = 0; i < cfg.n_libs; i++)
+        free(cfg.libs[i]);
+    memset(&cfg, 0, sizeof(cfg));
     pthread_mutex_unlock(&lock);
 }
 

@@ -46,6 +46,13 @@ int mxop__px_ops_count(void)
     return n_ops;
 }
 
+void mxop__px_ops_free(void)
+{
+    free(ops);
+    ops = NULL;
+    n_ops = 0;
+}
+
 mxop__px_op_t *mxop__px_op_at(int i)
 {
     return i >= 0 && i < n_ops ? &ops[i] : NULL;

@@ -75,6 +75,9 @@ void mxop__px_client_unlock(void);
 /** Builds the op table from the client's ops; 0 or -1 with a message recorded. */
 int mxop__px_ops_build(mxop_client_t *c);
 int mxop__px_ops_count(void);
+
+/** Frees the op table (at unload: MXNet has no op of the proxy's left to call). */
+void mxop__px_ops_free(void);
 mxop__px_op_t *mxop__px_op_at(int i);
 
 /** The op whose callback of kind `kind` is `fn`, or NULL (a message is recorded). */
