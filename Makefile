@@ -466,6 +466,47 @@ format:
 format-check:
 	clang-format --dry-run --Werror $(FORMAT_SRC)
 
+# ---- MXNet calling mxop (docs/mxnet.md): the proxy extension library, MXNet's venv, its tests ----
+# libmxop_mxnet.so: mx.library.load()s it; libmxop is linked in (static, hidden), and
+# only lib_api's entry points are exported (mxnet_proxy/exports.map).
+MXPROXY_O := $(call obj,$(wildcard mxnet_proxy/*.c)) $(patsubst %.cc,$(B)/obj/%.o,$(wildcard mxnet_proxy/*.cc))
+MXPROXY   := $(B)/lib/libmxop_mxnet.so
+all: $(MXPROXY)
+$(MXPROXY): $(MXPROXY_O) $(LIB_A) mxnet_proxy/exports.map
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) -shared -Wl,--version-script=mxnet_proxy/exports.map \
+	    -Wl,--exclude-libs,ALL $(MXPROXY_O) $(LIB_A) -o $@ $(PB_LIBS) -ldl -lstdc++
+# MXNet 1.9.1 in a virtual environment of its own (about 310 MB), made on demand:
+# that release needs numpy < 1.24.  MXNET_PYTHON: the interpreter it is made with.
+MXNET_PYTHON ?= python3
+MXNET_VENV   ?= $(B)/mxnet-venv
+$(MXNET_VENV)/.ok:
+	$(Q)$(MXNET_PYTHON) -m venv $(MXNET_VENV)
+	$(Q)$(MXNET_VENV)/bin/pip install -q 'mxnet==1.9.1' 'numpy<1.24' pytest
+	$(Q)touch $@
+mxnet-venv: $(MXNET_VENV)/.ok
+# MXNet's own example extension libraries, built unchanged, only from a source tree
+# given as MXNET_SRC=/path/to/mxnet (nothing of it is in this repository).
+MXNET_SRC ?=
+MXNET_EX  := $(B)/mxnet-examples
+MXNET_EXAMPLES := $(if $(MXNET_SRC),$(MXNET_EX)/libgemm_lib.so $(MXNET_EX)/libtransposecsr_lib.so \
+                  $(MXNET_EX)/libinit_lib.so)
+$(MXNET_EX)/lib%_lib.so: $(MXNET_SRC)/example/extensions/lib_custom_op/%_lib.cc
+	@mkdir -p $(@D)
+	$(Q)$(CXX) -shared -fPIC -std=c++11 $< $(MXNET_SRC)/src/lib_api.cc -o $@ -I$(MXNET_SRC)/include
+$(MXNET_EX)/libinit_lib.so: $(MXNET_SRC)/example/extensions/lib_api/init_lib.cc
+	@mkdir -p $(@D)
+	$(Q)$(CXX) -shared -fPIC -std=c++11 $< $(MXNET_SRC)/src/lib_api.cc -o $@ -I$(MXNET_SRC)/include
+check-mxnet: all $(MXNET_VENV)/.ok $(MXNET_EXAMPLES)
+	$(Q)$(if $(MXNET_SRC),MXOP_MXNET_EXAMPLES=$(abspath $(MXNET_EX))) \
+	    sh scripts/run-mxnet-tests.sh $(abspath $(B)) $(abspath $(MXNET_VENV))
+check: check-mxnet
+bench-mxnet: all $(MXNET_VENV)/.ok
+	$(Q)MXOP_BUILD_DIR=$(abspath $(B)) PYTHONPATH=$(CURDIR)/python $(MXNET_VENV)/bin/python \
+	    python/tests/mxnet_proxy/bench_proxy.py
+.PHONY: mxnet-venv check-mxnet bench-mxnet
+
 clean:
 	rm -rf $(B)
 

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -521,8 +522,79 @@ Test(mxnet, gpu_op_on_device_uses_allocator_and_stream)
 
 Test(mxnet, initialize_refusal_carries_library_message)
 {
-    int rc = mxop_load_library(client, "mx_newhost.so");
-    expect_msg(rc, MXOP_ELIB_INIT, "needs MXNet 2.0 or newer, the host is 10901", NULL);
+    /* It refuses every version announced: each refusal is in the message. */
+    int rc = mxop_load_library(client, "mx_nohost.so");
+    expect_msg(rc, MXOP_ELIB_INIT, "runs on no MXNet, not even 10901",
+               "runs on no MXNet, not even 20000");
+    gemm_still_works();
+}
+
+/* The version mx_newhost's initialize() accepted, read through its op on client c. */
+static int32_t newhost_version(mxop_client_t *c)
+{
+    int64_t s[] = {1};
+    mxop_array_t o;
+    int rc = mxop_array_alloc(c, MXOP_I32, 1, s, &o);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    rc = mxop_forward(c, mxt_op(c, "newhost_version"), NULL, NULL, 0, &o, 1);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    int32_t v = ((int32_t *)o.data)[0];
+    mxop_array_free(c, &o);
+    return v;
+}
+
+Test(mxnet, library_wanting_mxnet_2_loads_as_on_master)
+{
+    /* Like master's example libraries: 1.9.1 is refused, 2.0 (same lib_api 11) accepted. */
+    OK(mxop_load_library(client, "mx_newhost.so"));
+    cr_assert_eq(newhost_version(client), 20000);
+    gemm_still_works();
+}
+
+Test(mxnet, announced_version_is_configurable)
+{
+    /* The daemon's environment reaches its workers: a second daemon started with it. */
+    mxt_daemon_t d2;
+    setenv("MXOP_MXNET_VERSION", "20100", 1);
+    mxt_daemon_start(&d2, NULL);
+    mxop_client_t *c2 = mxt_connect(&d2);
+    int rc = mxop_load_library(c2, "mx_newhost.so");
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c2));
+    cr_assert_eq(newhost_version(c2), 20100);
+    mxop_close(c2);
+    mxt_daemon_stop(&d2);
+
+    /* Pinned to 1.9.1, the library that wants 2.0 is refused, naming the setting. */
+    setenv("MXOP_MXNET_VERSION", "10901", 1);
+    mxt_daemon_start(&d2, NULL);
+    c2 = mxt_connect(&d2);
+    rc = mxop_load_library(c2, "mx_newhost.so");
+    const char *msg = mxop_last_error(c2);
+    cr_assert_eq(rc, MXOP_ELIB_INIT, "%s: %s", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "MXOP_MXNET_VERSION") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "20000") == NULL, "2.0 was announced anyway: %s", msg);
+    mxop_close(c2);
+    mxt_daemon_stop(&d2);
+    unsetenv("MXOP_MXNET_VERSION");
+}
+
+Test(mxnet, library_without_ops_loads)
+{
+    /* MXNet's init_lib registers nothing and MXNet loads it. */
+    OK(mxop_load_library(client, "mx_noops.so"));
+    gemm_still_works();
+}
+
+Test(mxnet, sparse_refusal_keeps_library_message_and_mxop_explanation)
+{
+    OK(mxop_load_library(client, "mx_sparse.so"));
+    int64_t s[] = {4};
+    mxop_array_t x, y;
+    mxt_array(client, MXOP_F32, 1, s, 93, &x);
+    mxt_array(client, MXOP_F32, 1, s, 94, &y);
+    int rc = mxop_forward(client, mxt_op(client, "csr_only"), NULL, &x, 1, &y, 1);
+    expect_msg(rc, MXOP_ENOT_SUPPORTED, "Expected storage type is kCSRStorage",
+               "sparse storage (row_sparse or CSR), which mxop does not support");
     gemm_still_works();
 }
 

@@ -48,6 +48,12 @@ typedef struct mxop_shape {
 enum mxop_op_flags {
     /** The op accepts non-contiguous (strided) tensors. */
     MXOP_OP_STRIDED = 1u << 0,
+    /**
+     * The op comes from an MXNet extension library: a binding passes its
+     * attributes as MXNet does (Python's str() of each value: "True", "1.0",
+     * "[2, 3]"), since the library compares the strings it was written for.
+     */
+    MXOP_OP_MXNET = 1u << 1,
 };
 
 /** The type of a declared attribute.  The numbers travel on the wire: never renumber. */

@@ -68,6 +68,7 @@ class MxopCall(ctypes.Structure):
 
 # enum mxop_op_flags
 OP_STRIDED = 1
+OP_MXNET = 2
 
 
 class MxopOpInfo(ctypes.Structure):

@@ -127,6 +127,12 @@ def _attr_value(v):
     return str(v)
 
 
+def _attr_value_mxnet(v):
+    # An MXNet extension library's op gets what MXNet passes: str(v), so
+    # True is "True", 1.0 is "1.0" and [2, 3] is "[2, 3]".
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 class AttrDecl(tuple):
     """One attribute an op declares: (name, type, default, required, doc).
 
@@ -748,7 +754,12 @@ class Op:
 
     def _entry(self, kw, state=0, timeout=None, seed=None):
         """The prebuilt call for attributes `kw` (a dict)."""
-        key = tuple(kw.items()) if kw else ()
+        pairs = None
+        if self.flags & _lib.OP_MXNET:
+            # 1, 1.0 and True are one dict key but three strings for MXNet.
+            key = pairs = tuple((str(k), _attr_value_mxnet(v)) for k, v in kw.items())
+        else:
+            key = tuple(kw.items()) if kw else ()
         if timeout is None and seed is None and not state:
             try:
                 ent = self._calls.get(key)
@@ -758,7 +769,8 @@ class Op:
                 ent = self._calls.get(key)
             if ent is not None:
                 return ent
-        pairs = tuple((str(k), _attr_value(v)) for k, v in kw.items())
+        if pairs is None:
+            pairs = tuple((str(k), _attr_value(v)) for k, v in kw.items())
         tms = _ms(timeout, "timeout") if timeout is not None else 0
         ent = _CallEntry(pairs, pairs, state=state, timeout_ms=tms, seed=int(seed or 0))
         if timeout is None and seed is None and not state:

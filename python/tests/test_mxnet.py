@@ -139,3 +139,17 @@ def test_torch_stateful_and_crash_recovery(mx):
     # The session goes on: the library's other ops run on the new worker.
     torch.testing.assert_close(mt.op("my_gemm", mx)(torch.eye(2), torch.ones(2, 2)),
                                torch.ones(2, 2))
+
+
+def test_attributes_reach_the_library_as_mxnet_sends_them(mx):
+    # MXNet passes str(v): a library comparing with "True" or "1.0" must see that.
+    op = mx.op("my_attrs")
+    got = bytes(op(flag=True, off=False, x=1.0, n=3, l=[1, 2], t=(3, 4), s="abc"))
+    assert got == b"flag=True;l=[1, 2];n=3;off=False;s=abc;t=(3, 4);x=1.0;"
+    # 1, 1.0 and True are one dict key, but three strings for MXNet.
+    assert bytes(op(v=1)) == b"v=1;"
+    assert bytes(op(v=1.0)) == b"v=1.0;"
+    assert bytes(op(v=True)) == b"v=True;"
+    # Through the torch binding too (it builds its calls with the same function).
+    t = mt.op("my_attrs", mx)(flag=True, x=1.0)
+    assert bytes(t.numpy()) == b"flag=True;x=1.0;"

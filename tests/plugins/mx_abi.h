@@ -10,8 +10,9 @@
  * calling attrs.at() on a missing key, or throwing itself, lets the C++
  * exception escape through the C ABI.
  *
- * Before including, a fixture may define FX_LIB_VERSION (default 11),
- * FX_PARTITIONERS and FX_PASSES (default 0); it must define
+ * Before including, a fixture may define FX_LIB_VERSION (default 11; below
+ * 11 there is no _opCallDestroyOpState, as in MXNet 1.8), FX_PARTITIONERS
+ * and FX_PASSES (default 0); it must define
  * `static const fx::Op *fx_ops(int *n)` and `static int fx_init(int version)`.
  */
 #ifndef MXOP_TESTS_PLUGINS_MX_ABI_H
@@ -193,6 +194,56 @@ FX_EXPORT int _passRegSize(void)
     return FX_PASSES;
 }
 
+/*
+ * MXNet's loader looks up every partitioner and pass entry point even when
+ * the counts are 0 (and refuses the library without them), so that the
+ * fixtures also load into MXNet itself: stubs, never called at count 0.
+ */
+FX_EXPORT int _partRegGetCount(int, const char **name)
+{
+    *name = "";
+    return 0;
+}
+FX_EXPORT void _partRegGet(int, int, const char **, void **, void **, void **, const char **)
+{
+}
+FX_EXPORT int _partCallSupportedOps(void *, const char *, int, int *, const char *const *,
+                                    const char *const *, int)
+{
+    return fx::FAIL;
+}
+FX_EXPORT int _partCallCreateSelector(void *, const char *, void **, const char *const *,
+                                      const char *const *, int)
+{
+    return fx::FAIL;
+}
+FX_EXPORT void _partCallSelect(void *, int, int *)
+{
+}
+FX_EXPORT void _partCallSelectInput(void *, int, int, int *)
+{
+}
+FX_EXPORT void _partCallSelectOutput(void *, int, int, int *)
+{
+}
+FX_EXPORT void _partCallFilter(void *, int *, int, int **, int *)
+{
+}
+FX_EXPORT void _partCallReset(void *)
+{
+}
+FX_EXPORT int _partCallReviewSubgraph(void *, const char *, int, int *)
+{
+    return fx::FAIL;
+}
+FX_EXPORT void _passRegGet(int, void **, const char **)
+{
+}
+FX_EXPORT int _passCallGraphPass(void *, const char *, char **)
+{
+    return fx::FAIL;
+}
+
 FX_EXPORT void _opRegGet(int idx, const char **name, int *is_sg, const char ***fwd_ctx,
                          fx::comp_fn **fwd_fp, int *fwd_count, const char ***bwd_ctx,
                          fx::comp_fn **bwd_fp, int *bwd_count, const char ***create_ctx,
@@ -312,10 +363,13 @@ FX_EXPORT int _opCallCreateOpState(fx::create_fn create, const char *const *keys
     return rc;
 }
 
+/* Version 11 brought the state's destructor: a library of an older version lacks it. */
+#if FX_LIB_VERSION >= 11
 FX_EXPORT void _opCallDestroyOpState(void *state_op)
 {
     delete static_cast<fx::StatefulOp *>(state_op);
 }
+#endif
 
 #define FX_COMPUTE_PARAMS                                                                          \
     const int64_t **inshapes, int *indims, void **indata, int *intypes, size_t *inIDs,             \

@@ -11,6 +11,8 @@
  *   my_mutate     out = 2 x, and input 1 (a counter) += 1 in place
  *   my_rand       out = x + u, u from the CPU random states: state i gives
  *                 element i % 1024, u = (raw 32-bit draw) / 2^32
+ *   my_attrs      no inputs: out (u8) = the attributes as they arrived,
+ *                 "k=v;" for each in key order (what the host sent)
  */
 #include <stdexcept>
 #include <string>
@@ -253,6 +255,43 @@ static int rand_forward(const Attrs &, std::vector<Tensor> &in, std::vector<Tens
     return fx::OK;
 }
 
+/* ---- my_attrs ---- */
+
+static std::string attrs_text(const Attrs &a)
+{
+    std::string s;
+    for (const auto &kv : a)
+        s += kv.first + "=" + kv.second + ";";
+    return s;
+}
+
+static int attrs_parse(const Attrs &, int *nin, int *nout)
+{
+    *nin = 0;
+    *nout = 1;
+    return fx::OK;
+}
+
+static int attrs_type(const Attrs &, std::vector<int> &, std::vector<int> &out)
+{
+    out[0] = fx::U8;
+    return fx::OK;
+}
+
+static int attrs_shape(const Attrs &a, const fx::Shapes &, fx::Shapes &out)
+{
+    out[0] = {(unsigned)attrs_text(a).size()};
+    return fx::OK;
+}
+
+static int attrs_forward(const Attrs &a, std::vector<Tensor> &, std::vector<Tensor> &out,
+                         const Res &)
+{
+    std::string s = attrs_text(a);
+    memcpy(out.at(0).data, s.data(), s.size());
+    return fx::OK;
+}
+
 static const fx::Op ops[] = {
     {"my_gemm", gemm_parse, gemm_type, nullptr, gemm_shape, nullptr, gemm_forward, gemm_backward,
      nullptr, 0, 0},
@@ -263,6 +302,8 @@ static const fx::Op ops[] = {
     {"my_mutate", mutate_parse, f32_type, nullptr, same_shape, mutate_which, mutate_forward,
      nullptr, nullptr, 0, 0},
     {"my_rand", one_in_one_out, rand_type, nullptr, same_shape, nullptr, rand_forward, nullptr,
+     nullptr, 0, 0},
+    {"my_attrs", attrs_parse, attrs_type, nullptr, attrs_shape, nullptr, attrs_forward, nullptr,
      nullptr, 0, 0},
 };
 

@@ -3,6 +3,8 @@
  * sparse op (its output is CSR, like MXNet's transposecsr example) and a
  * dense one.  The library loads; the sparse op is refused at its first
  * call with a message naming the storage type, the dense op runs.
+ * csr_only's InferSType refuses dense inputs with a message of its own (as
+ * MXNet's transposecsr example does): mxop's explanation is added to it.
  */
 #include "mx_abi.h"
 
@@ -14,6 +16,14 @@ static int parse(const fx::Attrs &, int *nin, int *nout)
 
 static int csr_stype(const fx::Attrs &, std::vector<int> &, std::vector<int> &out)
 {
+    out[0] = fx::CSR;
+    return fx::OK;
+}
+
+static int csr_in_stype(const fx::Attrs &, std::vector<int> &in, std::vector<int> &out)
+{
+    if (in.at(0) != fx::CSR)
+        return fx::error("Expected storage type is kCSRStorage");
     out[0] = fx::CSR;
     return fx::OK;
 }
@@ -40,7 +50,7 @@ static int same_shape(const fx::Attrs &, const fx::Shapes &in, fx::Shapes &out)
 static int csr_forward(const fx::Attrs &, std::vector<fx::Tensor> &, std::vector<fx::Tensor> &,
                        const fx::Res &)
 {
-    return fx::error("sparse_transpose ran: it should have been refused");
+    return fx::error("a sparse op ran: it should have been refused");
 }
 
 static int negate(const fx::Attrs &, std::vector<fx::Tensor> &in, std::vector<fx::Tensor> &out,
@@ -56,13 +66,15 @@ static int negate(const fx::Attrs &, std::vector<fx::Tensor> &in, std::vector<fx
 static const fx::Op ops[] = {
     {"sparse_transpose", parse, same_type, csr_stype, same_shape, nullptr, csr_forward, nullptr,
      nullptr, 0, 0},
+    {"csr_only", parse, same_type, csr_in_stype, same_shape, nullptr, csr_forward, nullptr,
+     nullptr, 0, 0},
     {"dense_negate", parse, same_type, dense_stype, same_shape, nullptr, negate, nullptr, nullptr,
      0, 0},
 };
 
 static const fx::Op *fx_ops(int *n)
 {
-    *n = 2;
+    *n = (int)(sizeof(ops) / sizeof(ops[0]));
     return ops;
 }
 

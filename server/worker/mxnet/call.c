@@ -119,9 +119,9 @@ static int mx_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
         for (int j = 0; j < n_out; j++)
             os[j] = -1;
         if (l->abi.infer_stype(mo->stype, a.keys, a.vals, a.n, is, n_in, os, n_out) != MXOP__MX_OK)
-            return mxop__mx_fail(ctx, mo->lib, MXOP_ENOT_SUPPORTED,
-                                 "its InferSType refused dense inputs: the op needs sparse "
-                                 "storage (row_sparse or CSR), which mxop does not support");
+            return mxop__mx_fail_why(ctx, mo->lib, MXOP_ENOT_SUPPORTED,
+                                     "its InferSType refused dense inputs: the op needs sparse "
+                                     "storage (row_sparse or CSR), which mxop does not support");
         mxop__mx_skip_msgs(mo->lib);
         for (int j = 0; j < n_out; j++) {
             if (os[j] != MX_DENSE && os[j] != -1)

@@ -80,30 +80,93 @@ static int count_of(void *h, const char *sym)
     return fn();
 }
 
+/*
+ * The MXNet versions announced to initialize(), in order: MXNet 1.9.1 (the
+ * release whose lib_api version 11 this layer speaks), then 2.0.0 (master:
+ * the same lib_api version, and its example libraries refuse anything
+ * older).  MXOP_MXNET_VERSION in the daemon's environment (which its
+ * workers inherit) names the one version to announce instead.
+ */
+static const int host_versions[] = {MXOP__MX_HOST_VERSION, MXOP__MX_HOST_VERSION_MASTER};
+
+/* MXOP_MXNET_VERSION as a version number, 0 when unset; -1 when not a positive integer. */
+static int configured_version(void)
+{
+    const char *env = getenv("MXOP_MXNET_VERSION");
+    if (env == NULL || env[0] == '\0')
+        return 0;
+    char *end = NULL;
+    long v = strtol(env, &end, 10);
+    if (*end != '\0' || v <= 0 || v > 1000000)
+        return -1;
+    return (int)v;
+}
+
+/*
+ * initialize() with each version in turn until the library accepts one.
+ * What the library said while refusing an earlier one is dropped when a
+ * later one is accepted; when none is, every refusal is in msg.
+ */
+static int negotiate(mxop__mx_lib_t *l, const char *lname, char *msg, size_t msglen)
+{
+    int conf = configured_version();
+    if (conf < 0) {
+        mxop__fmt(msg, msglen,
+                  "library '%s': MXOP_MXNET_VERSION='%s' is not an MXNet version number (e.g. "
+                  "10901 for 1.9.1, 20000 for 2.0)",
+                  lname, getenv("MXOP_MXNET_VERSION"));
+        return MXOP_EINVAL;
+    }
+    const int *tries = conf > 0 ? &conf : host_versions;
+    int n = conf > 0 ? 1 : (int)(sizeof(host_versions) / sizeof(host_versions[0]));
+    char said[MXOP__W_MSG_MAX], all[MXOP__W_MSG_MAX] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        if (l->abi.initialize(tries[i]) == MXOP__MX_OK) {
+            l->host_version = tries[i];
+            mxop__mx_read_msgs(l, said, sizeof(said));
+            return 0;
+        }
+        mxop__mx_read_msgs(l, said, sizeof(said));
+        int w = snprintf(all + used, sizeof(all) - used, "%sinitialize(%d) failed%s%s",
+                         i ? "; " : "", tries[i], said[0] ? ": " : "", said);
+        if (w > 0)
+            used = (size_t)w >= sizeof(all) - used ? sizeof(all) - 1 : used + (size_t)w;
+    }
+    mxop__fmt(msg, msglen, "library '%s' failed to initialise (%s)%s", lname, all,
+              conf > 0 ? " (the version announced is MXOP_MXNET_VERSION's)" : "");
+    return MXOP_ELIB_INIT;
+}
+
 int mxop__mx_open(void *h, const char *lname, char *msg, size_t msglen)
 {
     mxop__mx_lib_t l;
     memset(&l, 0, sizeof(l));
-    int rc = bind_abi(h, &l.abi, lname, msg, msglen);
-    if (rc != 0)
-        return rc;
     snprintf(l.name, sizeof(l.name), "%s", lname);
 
-    int v = l.abi.op_version();
+    /*
+     * The version first, as MXNet's loader reads it: a library of another
+     * lib_api version may lack entry points of version 11 (version 10 has
+     * no _opCallDestroyOpState), and its version is what is wrong with it.
+     */
+    void *pv = dlsym(h, "_opVersion");
+    int (*op_version)(void);
+    memcpy(&op_version, &pv, sizeof(op_version));
+    int v = op_version();
     if (v != MXOP__MX_LIB_VERSION) {
         mxop__fmt(msg, msglen,
                   "library '%s' was built against MXNet lib_api version %d (MX_LIBRARY_VERSION); "
-                  "mxop runs version %d only: rebuild it against MXNet 1.9's lib_api.h",
+                  "mxop runs version %d only: rebuild it against the lib_api.h of MXNet 1.9 or "
+                  "2.0",
                   lname, v, MXOP__MX_LIB_VERSION);
         return MXOP_EABI;
     }
-    if (l.abi.initialize(MXOP__MX_HOST_VERSION) != MXOP__MX_OK) {
-        char said[MXOP__W_MSG_MAX];
-        mxop__mx_read_msgs(&l, said, sizeof(said));
-        mxop__fmt(msg, msglen, "library '%s' failed to initialise (initialize(%d) failed)%s%s",
-                  lname, MXOP__MX_HOST_VERSION, said[0] ? ": " : "", said);
-        return MXOP_ELIB_INIT;
-    }
+    int rc = bind_abi(h, &l.abi, lname, msg, msglen);
+    if (rc != 0)
+        return rc;
+    rc = negotiate(&l, lname, msg, msglen);
+    if (rc != 0)
+        return rc;
     int parts = count_of(h, "_partRegSize");
     int passes = count_of(h, "_passRegSize");
     if (parts > 0 || passes > 0) {
@@ -113,8 +176,10 @@ int mxop__mx_open(void *h, const char *lname, char *msg, size_t msglen)
                   lname, parts, passes);
         return MXOP_ENOT_SUPPORTED;
     }
-    if (l.abi.reg_size() <= 0) {
-        mxop__fmt(msg, msglen, "library '%s' registers no ops", lname);
+    /* No ops is allowed, as MXNet allows it (a library run for its initialize() alone). */
+    int n_ops = l.abi.reg_size();
+    if (n_ops < 0) {
+        mxop__fmt(msg, msglen, "library '%s': _opRegSize() returned %d", lname, n_ops);
         return MXOP_ELIB_INVALID;
     }
     l.msgs_seen = l.abi.msg_size();
@@ -176,6 +241,7 @@ static int register_one(mxop_ctx_t *ctx, const mxop_host_t *host, uint32_t lib, 
     def.struct_size = sizeof(def);
     def.name = name;
     def.description = "an op of an MXNet extension library (lib_api version 11)";
+    def.flags = MXOP_OP_MXNET;
     /*
      * MXNet learns an op's arity from ParseAttrs with the call's attributes.
      * mxop declares it at load: ParseAttrs with no attributes gives it when

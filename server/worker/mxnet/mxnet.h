@@ -25,8 +25,12 @@
 /* The one lib_api version this layer speaks. */
 #define MXOP__MX_LIB_VERSION 11
 
-/* The MXNet version the layer claims to be in initialize(): 1.9.1. */
+/*
+ * The MXNet versions the layer announces to initialize() (lib.c tries them
+ * in turn): 1.9.1, then 2.0.0 (master), both at lib_api version 11.
+ */
 #define MXOP__MX_HOST_VERSION 10901
+#define MXOP__MX_HOST_VERSION_MASTER 20000
 
 /* MXReturnValue. */
 #define MXOP__MX_FAIL 0
@@ -97,8 +101,9 @@ typedef struct mxop__mx_abi {
 /* One loaded MXNet library. */
 typedef struct mxop__mx_lib {
     mxop__mx_abi_t abi;
-    char name[64]; /* for messages */
-    int msgs_seen; /* the library's message list only grows: what was read already */
+    char name[64];    /* for messages */
+    int host_version; /* the MXNet version its initialize() accepted */
+    int msgs_seen;    /* the library's message list only grows: what was read already */
 } mxop__mx_lib_t;
 
 /* What _opRegGet said about one op, kept per mxop op index. */
@@ -158,6 +163,13 @@ void mxop__mx_read_msgs(mxop__mx_lib_t *l, char *buf, size_t len);
  * when it said nothing.  Returns `code`.
  */
 int mxop__mx_fail(mxop_ctx_t *ctx, uint32_t lib, int code, const char *fallback);
+
+/**
+ * As mxop__mx_fail, for a refusal mxop explains itself: the message is
+ * "op 'x': <what the library said> (<why>)", or "op 'x': <why>" when the
+ * library said nothing, so neither account is lost.  Returns `code`.
+ */
+int mxop__mx_fail_why(mxop_ctx_t *ctx, uint32_t lib, int code, const char *why);
 
 /** Forgets messages the library left after a successful call. */
 void mxop__mx_skip_msgs(uint32_t lib);

@@ -122,3 +122,13 @@ int mxop__mx_fail(mxop_ctx_t *ctx, uint32_t lib, int code, const char *fallback)
         return mxop__host.set_error(ctx, code, "op '%s': %s", op, said);
     return mxop__host.set_error(ctx, code, "op '%s': %s", op, fallback);
 }
+
+int mxop__mx_fail_why(mxop_ctx_t *ctx, uint32_t lib, int code, const char *why)
+{
+    char said[MXOP__W_MSG_MAX];
+    const char *op = mxop__ctx.op != NULL ? mxop__ctx.op->name : "?";
+    mxop__mx_read_msgs(&libs[lib], said, sizeof(said));
+    if (said[0] != '\0')
+        return mxop__host.set_error(ctx, code, "op '%s': %s (%s)", op, said, why);
+    return mxop__host.set_error(ctx, code, "op '%s': %s", op, why);
+}
