@@ -69,6 +69,18 @@
  * that follow.
  */
 #define MXOP__SPARE_DELAY_MS 100
+/*
+ * A worker not exec'd this long after its clone (stopped, starved) is
+ * killed, and its start counts as failed (supervisor.c).
+ */
+#define MXOP__START_TIMEOUT_MS 5000
+/*
+ * A worker asked to retire (a hot reload) that has not exited this long
+ * after the Retire, or after the end of the call it was running then, is
+ * killed; requests sent after the Retire go to its replacement all the
+ * same (deadline.c, session_fsm.c).
+ */
+#define MXOP__RETIRE_TIMEOUT_MS 2000
 /* The watchdog's period. */
 #define MXOP__WATCHDOG_MS 20
 /* Descriptors a connection may hold that no frame has claimed yet. */
@@ -601,6 +613,8 @@ typedef struct mxop__worker_exit {
     const char *message; /* "worker 12 running op 'x' (call 3) was killed by signal 11 (SIGSEGV)" */
     const char *how;     /* "was killed by signal 9 (SIGKILL)" or "exited with status 1" */
     const char *kill_msg; /* why the daemon killed it, or "" */
+    bool started;         /* it had exec'd mxop-worker (false: a failed start, no library's fault) */
+    bool daemon_killed;   /* the daemon killed it (a deadline, a stop, a broken channel, ...) */
 } mxop__worker_exit_t;
 
 /*
@@ -638,6 +652,8 @@ struct mxop__worker {
     int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
     char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
     bool retiring;                /* asked to exit between calls (a hot reload, session_fsm.c) */
+    bool started;                 /* exec'd (spawn.c's start callback) */
+    int64_t start_deadline_ns;    /* killed when not started by then */
 };
 
 /* ------------------------------------------------------------------------ */

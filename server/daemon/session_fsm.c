@@ -255,8 +255,9 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
     if (!retired && x->op[0] == '\0' && s->pend_head != NULL &&
         s->pend_head->kind == MXOP__PENDING_LOAD) {
         int sig = x->term_signal;
-        bool by_library = x->code != MXOP_ETIMEOUT && sig != SIGKILL && sig != SIGTERM &&
-                          sig != SIGINT && sig != SIGHUP;
+        /* A worker that never exec'd never loaded it: a failed start is no library's doing. */
+        bool by_library = x->started && x->code != MXOP_ETIMEOUT && sig != SIGKILL &&
+                          sig != SIGTERM && sig != SIGINT && sig != SIGHUP;
         int n = by_library ? mxop__quarantine_crash(d, s->pend_head->path) : 0;
         if (n >= MXOP__QUARANTINE_CRASHES)
             mxop__fmt(load_note, sizeof(load_note),
@@ -587,7 +588,7 @@ static void worker_exit(void *owner, mxop__worker_t *w, const mxop__worker_exit_
     mxop__session_t *s = owner;
     if (s->spare == w) {
         /* A spare that faults while loading a library counts against that library too. */
-        if (s->spare_head != NULL && s->spare_head->kind == MXOP__PENDING_LOAD &&
+        if (e->started && s->spare_head != NULL && s->spare_head->kind == MXOP__PENDING_LOAD &&
             e->term_signal != SIGKILL && e->term_signal != SIGTERM)
             mxop__quarantine_crash(s->d, s->spare_head->path);
         char msg[MXOP__MSG_MAX];
