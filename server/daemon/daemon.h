@@ -556,6 +556,14 @@ struct mxop__session {
     mxop__pending_t *held;
     char retire_why[MXOP__MSG_MAX / 2]; /* RETIRING: the library being reloaded, for messages */
     /*
+     * RETIRING (deadline.c): since when the worker has had no call of its
+     * own to finish, and the call in flight at the Retire (the only one it
+     * may still run; 0: none).  MXOP__RETIRE_TIMEOUT_MS after the first it
+     * is killed.
+     */
+    int64_t retire_since_ns;
+    uint64_t retire_call_id;
+    /*
      * After a retirement the client gets its replacement's channel only once
      * the replacement has loaded every library again with the same ops
      * (replay.c checks each): until then reload_fd holds the client's end.

@@ -56,6 +56,7 @@
 #include "server/daemon/introspect.h"
 #include "server/daemon/log.h"
 #include "server/daemon/session.h"
+#include "shm/call_page.h"
 
 typedef enum sess_event { EV_DIED, EV_TIMER, EV_UNRESTORABLE, EV_END, EV_RELOAD } sess_event_t;
 
@@ -379,6 +380,11 @@ static void on_reload(mxop__session_t *s, const char *why)
     }
     w->retiring = true;
     s->state = MXOP__SESS_RETIRING;
+    /* Its bound (deadline.c): from now, or from the end of the call it may be running now. */
+    s->retire_since_ns = mxop__now_ns();
+    mxop__call_page_t cp;
+    s->retire_call_id =
+        s->call_page != NULL && mxop__call_page_read(s->call_page, &cp) ? cp.call_id : 0;
     MXOP__LOGI(s->id, NULL, "reload of %s: worker %d retires after its call in flight, if any", why,
                (int)w->pid);
 }
@@ -394,8 +400,13 @@ static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
         if (was != MXOP__SESS_RUNNING && was != MXOP__SESS_RETIRING)
             break;
         const mxop__worker_exit_t *x = arg;
-        bool retired = was == MXOP__SESS_RETIRING && x->term_signal == 0 && x->exit_status == 0 &&
-                       x->call_id == 0;
+        /*
+         * Retired: it exited at the Retire, or the daemon ended it while it
+         * ran no call (past its retirement's bound, found stopped): either
+         * way what is pending goes to the replacement, nothing is lost.
+         */
+        bool retired = was == MXOP__SESS_RETIRING && x->call_id == 0 &&
+                       ((x->term_signal == 0 && x->exit_status == 0) || x->daemon_killed);
         on_died(s, x, retired);
         if (was == MXOP__SESS_RETIRING || !s->reloading)
             settled(s->d);
