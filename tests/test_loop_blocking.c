@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,29 +51,46 @@ static int64_t now_ms(void)
 
 static void teardown(void)
 {
-    mxt_daemon_stop(&daemon_);
+    /* The files first: the daemon's stop asserts, and an assertion ends the teardown. */
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", stop_dir);
     if (stop_dir[0] != '\0' && system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", stop_dir);
     unsetenv("MXOP_TEST_STOP");
     unsetenv("MXOP_TEST_STOP_DIR");
+    mxt_daemon_stop(&daemon_);
 }
 
-/* Starts the daemon with the stop hook at `stage` of session 2's worker of `generation`. */
-static void start(const char *sandbox, const char *stage, int generation)
+/* The directory the hook marks its stages in (and other files of a test), made once. */
+static void make_stop_dir(void)
 {
+    if (stop_dir[0] != '\0')
+        return;
     snprintf(stop_dir, sizeof(stop_dir), "/tmp/mxt-stop-XXXXXX");
     cr_assert(mkdtemp(stop_dir) != NULL);
     chmod(stop_dir, 0777); /* a worker may run as another uid */
+}
+
+/* Starts the daemon with the stop hook at `stage` of session 2's worker of `generation`. */
+static void start_with(const char *sandbox, const char *stage, int generation,
+                       const char *const *more)
+{
+    make_stop_dir();
     if (stage != NULL) {
         char v[64];
         snprintf(v, sizeof(v), "%s:2:%d", stage, generation);
         setenv("MXOP_TEST_STOP", v, 1);
         setenv("MXOP_TEST_STOP_DIR", stop_dir, 1);
     }
-    const char *args[] = {"--sandbox", sandbox, NULL};
+    const char *args[16] = {"--sandbox", sandbox};
+    for (int i = 0; more != NULL && more[i] != NULL && i < 13; i++)
+        args[2 + i] = more[i];
     mxt_daemon_start(&daemon_, args);
+}
+
+static void start(const char *sandbox, const char *stage, int generation)
+{
+    start_with(sandbox, stage, generation, NULL);
 }
 
 static mxop_client_t *connect_b(void)
@@ -318,5 +336,37 @@ Test(loop_blocking, stopped_in_a_librarys_init, .fini = teardown, .timeout = 90)
     cr_assert_eq(v.load_rc, 0, "A's session did not recover: %s: %s", mxop_err_name(v.load_rc),
                  v.err);
     cr_assert_null(v.call_fail, "A's calls: %s", v.call_fail);
+    expect_nothing_left(b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The audit's findings: each system call of the loop that could wait on someone else. */
+
+static int file_exists(void *arg)
+{
+    return access((const char *)arg, F_OK) == 0;
+}
+
+/*
+ * A FIFO planted under the temporary name of --metrics-file: open() for
+ * writing would wait for a reader, in the loop (metrics.c).  The daemon
+ * replaces it and serves on.
+ */
+Test(loop_blocking, a_fifo_at_the_metrics_files_name_does_not_hold_the_loop, .fini = teardown,
+     .timeout = 60)
+{
+    make_stop_dir();
+    char metrics[128];
+    snprintf(metrics, sizeof(metrics), "%s/metrics.prom", stop_dir);
+    const char *more[] = {"--metrics-file", metrics, "--metrics-interval-ms", "100", NULL};
+    start_with("strict", NULL, 0, more);
+    char fifo[160];
+    snprintf(fifo, sizeof(fifo), "%s.tmp.%d", metrics, (int)daemon_.pid);
+    cr_assert(mxt_wait_until(file_exists, metrics, 5000), "no metrics file");
+    cr_assert_eq(mkfifo(fifo, 0666), 0, "mkfifo: %s", strerror(errno));
+    cr_assert_eq(unlink(metrics), 0);
+    mxop_client_t *b = connect_b();
+    serve_b(b);
+    cr_assert(mxt_wait_until(file_exists, metrics, 5000), "the metrics file was not written again");
     expect_nothing_left(b);
 }
