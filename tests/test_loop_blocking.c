@@ -370,3 +370,53 @@ Test(loop_blocking, a_fifo_at_the_metrics_files_name_does_not_hold_the_loop, .fi
     cr_assert(mxt_wait_until(file_exists, metrics, 5000), "the metrics file was not written again");
     expect_nothing_left(b);
 }
+
+/* A: loads flood_sup.so and calls its op, which crashes its worker (in a thread). */
+typedef struct flooder {
+    int rc;
+    char err[512];
+} flooder_t;
+
+static void *flooder_main(void *arg)
+{
+    flooder_t *f = arg;
+    mxop_client_t *a = NULL;
+    f->rc = mxop_connect(daemon_.sock, NULL, &a);
+    if (f->rc != 0)
+        return NULL;
+    f->rc = mxop_load_library(a, "flood_sup.so");
+    const mxop_op_t *op = NULL;
+    if (f->rc == 0)
+        f->rc = mxop_op_find(a, "flood_sup_crash", &op);
+    if (f->rc == 0) {
+        int64_t shape[] = {4};
+        mxop_array_t x, y;
+        if (mxop_array_alloc(a, MXOP_F32, 1, shape, &x) == 0 &&
+            mxop_array_alloc(a, MXOP_F32, 1, shape, &y) == 0) {
+            f->rc = mxop_forward(a, op, NULL, &x, 1, &y, 1);
+            snprintf(f->err, sizeof(f->err), "%s", mxop_last_error(a));
+        }
+    }
+    mxop_close(a);
+    return NULL;
+}
+
+/*
+ * A process an op left behind writes into its dead worker's supervisor
+ * channel without pause: the daemon's read of what the channel holds at
+ * the worker's exit (conn.c, mxop__conn_drain) is bounded, so the loop goes
+ * on serving, reports the death and sweeps the writer.
+ */
+Test(loop_blocking, a_writer_on_a_dead_workers_channel_does_not_hold_the_loop, .fini = teardown,
+     .timeout = 60)
+{
+    start("basic", NULL, 0);
+    mxop_client_t *b = connect_b();
+    flooder_t f = {0};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, flooder_main, &f), 0);
+    serve_b(b);
+    pthread_join(th, NULL);
+    cr_assert_eq(f.rc, MXOP_EWORKER_CRASHED, "%s: %s", mxop_err_name(f.rc), f.err);
+    expect_nothing_left(b);
+}
