@@ -269,7 +269,8 @@ static void live_worker_stopped(const char *sandbox, const char *stage)
     expect_nothing_left(b);
 }
 
-/* Session 2's spare (generation 2) stopped at `stage`: B and A are served; the spare is replaced. */
+/* Session 2's spare (generation 2) stopped at `stage`: B and A are served; the spare is replaced.
+ */
 static void spare_stopped(const char *sandbox, const char *stage)
 {
     start(sandbox, stage, 2);
@@ -331,8 +332,8 @@ Test(loop_blocking, stopped_in_a_librarys_init, .fini = teardown, .timeout = 90)
     pthread_join(th, NULL);
     cr_assert_eq(v.connect_rc, 0, "A's connect: %s: %s", mxop_err_name(v.connect_rc), v.err);
     cr_assert_neq(v.first_load_rc, 0, "a library that stops its worker loaded");
-    cr_assert(strstr(v.first_load_err, "stopped") != NULL, "%s: %s",
-              mxop_err_name(v.first_load_rc), v.first_load_err);
+    cr_assert(strstr(v.first_load_err, "stopped") != NULL, "%s: %s", mxop_err_name(v.first_load_rc),
+              v.first_load_err);
     cr_assert_eq(v.load_rc, 0, "A's session did not recover: %s: %s", mxop_err_name(v.load_rc),
                  v.err);
     cr_assert_null(v.call_fail, "A's calls: %s", v.call_fail);

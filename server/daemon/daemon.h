@@ -621,8 +621,8 @@ typedef struct mxop__worker_exit {
     const char *message; /* "worker 12 running op 'x' (call 3) was killed by signal 11 (SIGSEGV)" */
     const char *how;     /* "was killed by signal 9 (SIGKILL)" or "exited with status 1" */
     const char *kill_msg; /* why the daemon killed it, or "" */
-    bool started;         /* it had exec'd mxop-worker (false: a failed start, no library's fault) */
-    bool daemon_killed;   /* the daemon killed it (a deadline, a stop, a broken channel, ...) */
+    bool started;       /* it had exec'd mxop-worker (false: a failed start, no library's fault) */
+    bool daemon_killed; /* the daemon killed it (a deadline, a stop, a broken channel, ...) */
 } mxop__worker_exit_t;
 
 /*

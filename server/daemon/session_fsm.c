@@ -11,7 +11,9 @@
  *                                                worker and replay; event restarted=1
  *   RUNNING  DIED           WAITING              a death nobody asked for (backoff), or the
  *                                                spawn failed (retry with backoff; event
- *                                                restarted=0 naming the cause)
+ *                                                restarted=0 naming the cause); a failed
+ *                                                start (exec failed, stopped or not exec'd
+ *                                                in time) is a death, never a library's
  *   RUNNING  DIED           FAILED               a library of the session is quarantined
  *   WAITING  TIMER          RUNNING or WAITING   as for DIED: promote or spawn, else retry
  *   RUNNING  UNRESTORABLE   FAILED               a replayed library no longer loads: kill
@@ -22,9 +24,12 @@
  *   WAITING  RELOAD         WAITING              discard the warm spare; the respawn loads
  *                                                the new file anyway
  *   RETIRING RELOAD         RETIRING             nothing: the replacement loads the file then
- *   RETIRING DIED           as RUNNING DIED      a clean exit at the Retire is no crash: no
- *                                                backoff, no quarantine; requests sent after
- *                                                the Retire go to the replacement (held)
+ *   RETIRING (watchdog)     RETIRING             not exited MXOP__RETIRE_TIMEOUT_MS after the
+ *                                                Retire or its last call: killed (deadline.c)
+ *   RETIRING DIED           as RUNNING DIED      a clean exit at the Retire, or a death the
+ *                                                daemon caused with no call running, is no
+ *                                                crash: no backoff, no quarantine; requests
+ *                                                sent after the Retire go to the replacement
  *   RETIRING UNRESTORABLE   FAILED               as from RUNNING
  *   any      END            ENDED                kill the worker, stop the spare, timers
  *
