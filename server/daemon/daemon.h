@@ -563,6 +563,7 @@ struct mxop__session {
      */
     int64_t retire_since_ns;
     uint64_t retire_call_id;
+    uint64_t retire_sup_id; /* the Retire's id: requests before it are answered first */
     /*
      * After a retirement the client gets its replacement's channel only once
      * the replacement has loaded every library again with the same ops

@@ -270,12 +270,13 @@ static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
 
 /*
  * A retiring worker exits when it reads its Retire, after the call it may
- * be running then; past MXOP__RETIRE_TIMEOUT_MS from the later of the two
- * (a serving loop deadlocked by a library, a stop) it is killed, and its
- * death is a retirement all the same: what was sent after the Retire goes
- * to the replacement, and the reload is answered.  The call it was running
- * keeps its own deadline; a call the client sent after the Retire, which
- * it will never run, does not delay the kill.
+ * be running then (and a library load sent before it); past
+ * MXOP__RETIRE_TIMEOUT_MS from the later of the two (a serving loop
+ * deadlocked by a library, a stop) it is killed, and its death is a
+ * retirement all the same: what was sent after the Retire goes to the
+ * replacement, and the reload is answered.  The call it was running keeps
+ * its own deadline; a call the client sent after the Retire, which it
+ * will never run, does not delay the kill.
  */
 static void check_retire(mxop__session_t *s, int64_t now, uint64_t call_id)
 {
@@ -288,6 +289,16 @@ static void check_retire(mxop__session_t *s, int64_t now, uint64_t call_id)
         return;
     }
     s->retire_call_id = 0;
+    /*
+     * A library load sent before the Retire is its to finish first, under
+     * its own deadline (check_head); anything else it had not answered is
+     * re-sent to the replacement.
+     */
+    if (s->pend_head != NULL && s->pend_head->sup_id < s->retire_sup_id &&
+        s->pend_head->kind == MXOP__PENDING_LOAD) {
+        s->retire_since_ns = now;
+        return;
+    }
     if (now - s->retire_since_ns <= (int64_t)MXOP__RETIRE_TIMEOUT_MS * 1000000LL)
         return;
     char why[MXOP__MSG_MAX];

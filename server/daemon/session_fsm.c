@@ -387,6 +387,7 @@ static void on_reload(mxop__session_t *s, const char *why)
     s->state = MXOP__SESS_RETIRING;
     /* Its bound (deadline.c): from now, or from the end of the call it may be running now. */
     s->retire_since_ns = mxop__now_ns();
+    s->retire_sup_id = req.id;
     mxop__call_page_t cp;
     s->retire_call_id =
         s->call_page != NULL && mxop__call_page_read(s->call_page, &cp) ? cp.call_id : 0;
