@@ -577,3 +577,119 @@ Test(reload, requests_sent_while_retiring_go_to_the_replacement, .timeout = 60, 
     cr_assert(rc == 0 && v == 2.0 && !mixed, "rc %d, answered %g", rc, v);
     mxop_close(c);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Retiring with a deadline (docs/operations.md, "Hot reload"). */
+
+/* The most a reload may take here: the daemon's retirement bound and a cold start, generously. */
+#define RELOAD_BOUND_MS 10000
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Starts `mxop reload --timeout-ms 30000 version.so`; read its answer with finish_reload(). */
+static FILE *begin_reload(void)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s/bin/mxop reload --socket %s --timeout-ms 30000 version.so 2>&1",
+             mxt_build_dir(), daemon_.sock);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p != NULL);
+    return p;
+}
+
+/* Waits for the reload begun at `t0` (mono_ms); asserts it succeeded within RELOAD_BOUND_MS. */
+static void finish_reload(FILE *p, int64_t t0)
+{
+    char out[4096];
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    int64_t took = mono_ms() - t0;
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "mxop reload (after %lld ms): %s",
+              (long long)took, out);
+    cr_assert_lt(took, RELOAD_BOUND_MS, "the reload took %lld ms", (long long)took);
+}
+
+static int gone(void *arg)
+{
+    pid_t pid = *(pid_t *)arg;
+    char state[32];
+    return kill(pid, 0) != 0 ||
+           (mxt_proc_field(pid, "status", "State", state, sizeof(state)) == 0 && state[0] == 'Z');
+}
+
+/*
+ * A library whose destructor or atexit handler hangs: the retired worker
+ * ends with _exit after its Retire, so the reload is answered at once and
+ * the next call reaches the replacement (before: the reload hung, and the
+ * next call went to the old worker and failed with MXOP_ETIMEOUT).
+ */
+static void reload_past_a_hanging_exit(const char *lib)
+{
+    start(NULL, 'a');
+    const char *libs[] = {"version.so", lib, NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(mxop_set_timeout(c, 8000), 0);
+    pid_t w = mxt_worker_pid(c);
+    install('b');
+    int64_t t0 = mono_ms();
+    finish_reload(begin_reload(), t0);
+    int rc, mixed;
+    double v = call_version(c, mxt_op(c, "version"), 0, &rc, &mixed);
+    cr_assert(rc == 0 && v == 2.0 && !mixed, "rc %s (%s), answered %g", mxop_err_name(rc),
+              rc ? mxop_last_error(c) : "", v);
+    cr_assert(mxt_wait_until(gone, &w, 5000), "the retired worker %d still runs", (int)w);
+    mxop_close(c);
+}
+
+Test(reload, retired_worker_runs_no_library_destructor, .timeout = 90, .fini = stop)
+{
+    reload_past_a_hanging_exit("hang_dtor.so");
+}
+
+Test(reload, retired_worker_runs_no_atexit_handler, .timeout = 90, .fini = stop)
+{
+    reload_past_a_hanging_exit("hang_atexit.so");
+}
+
+/*
+ * A retiring worker whose serving loop a library deadlocked never reads
+ * its Retire: it is killed MXOP__RETIRE_TIMEOUT_MS later, the reload is
+ * answered, and a call the client sent to it meanwhile is answered by the
+ * replacement (before: the reload waited for ever, the call timed out).
+ * The probe is set far off so that only the retirement's bound can act.
+ */
+Test(reload, retiring_worker_that_never_exits_is_killed_in_bound, .timeout = 90, .fini = stop)
+{
+    const char *args[] = {"--probe-interval-ms", "600000", NULL};
+    start(args, 'a');
+    const char *libs[] = {"version.so", "deadlock_loop.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    cr_assert_eq(mxop_set_timeout(c, 8000), 0);
+    pid_t w = mxt_worker_pid(c);
+    int64_t shape[] = {4};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F32, 1, shape, 1, &x);
+    mxt_array(c, MXOP_F32, 1, shape, 2, &y);
+    int rc = mxop_forward(c, mxt_op(c, "deadlock_after"), NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "%s", mxop_last_error(c));
+    mxt_sleep_ms(600); /* its loop is deadlocked by now */
+    install('b');
+    int64_t t0 = mono_ms();
+    FILE *p = begin_reload();
+    mxt_sleep_ms(300); /* the Retire is sent: the call below comes after it */
+    int mixed;
+    double v = call_version(c, mxt_op(c, "version"), 0, &rc, &mixed);
+    cr_assert(rc == 0 && v == 2.0 && !mixed, "the call sent while retiring: %s (%s), answered %g",
+              mxop_err_name(rc), rc ? mxop_last_error(c) : "", v);
+    finish_reload(p, t0);
+    cr_assert(mxt_wait_until(gone, &w, 5000), "the retired worker %d still runs", (int)w);
+    mxop_array_free(c, &x);
+    mxop_array_free(c, &y);
+    mxop_close(c);
+}

@@ -43,6 +43,8 @@ struct mxop__wq {
  * once this much waits for it, so it cannot make the daemon queue without end.
  */
 #define WQ_HIGH_WATER ((size_t)4 << 20)
+/* The most reads mxop__conn_drain makes: far more than a worker's last replies need. */
+#define DRAIN_READS_MAX 64
 
 static void poll_cb(uv_poll_t *h, int status, int events);
 
@@ -415,7 +417,13 @@ int mxop__conn_init(mxop__daemon_t *d, mxop__conn_t *c, int fd, uint16_t accept_
 
 void mxop__conn_drain(mxop__conn_t *c)
 {
-    while (!c->closing && c->reading && read_some(c))
+    /*
+     * Bounded: a process that kept the peer's end (an op's child, forked
+     * with the worker's channel) can keep the socket full for as long as
+     * it lives; what it writes after the bound is never heard.
+     */
+    for (int reads = 0; reads < DRAIN_READS_MAX && !c->closing && c->reading && read_some(c);
+         reads++)
         ;
 }
 

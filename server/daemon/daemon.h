@@ -69,6 +69,18 @@
  * that follow.
  */
 #define MXOP__SPARE_DELAY_MS 100
+/*
+ * A worker not exec'd this long after its clone (stopped, starved) is
+ * killed, and its start counts as failed (supervisor.c).
+ */
+#define MXOP__START_TIMEOUT_MS 5000
+/*
+ * A worker asked to retire (a hot reload) that has not exited this long
+ * after the Retire, or after the end of the call it was running then, is
+ * killed; requests sent after the Retire go to its replacement all the
+ * same (deadline.c, session_fsm.c).
+ */
+#define MXOP__RETIRE_TIMEOUT_MS 2000
 /* The watchdog's period. */
 #define MXOP__WATCHDOG_MS 20
 /* Descriptors a connection may hold that no frame has claimed yet. */
@@ -547,6 +559,15 @@ struct mxop__session {
     mxop__pending_t *held;
     char retire_why[MXOP__MSG_MAX / 2]; /* RETIRING: the library being reloaded, for messages */
     /*
+     * RETIRING (deadline.c): since when the worker has had no call of its
+     * own to finish, and the call in flight at the Retire (the only one it
+     * may still run; 0: none).  MXOP__RETIRE_TIMEOUT_MS after the first it
+     * is killed.
+     */
+    int64_t retire_since_ns;
+    uint64_t retire_call_id;
+    uint64_t retire_sup_id; /* the Retire's id: requests before it are answered first */
+    /*
      * After a retirement the client gets its replacement's channel only once
      * the replacement has loaded every library again with the same ops
      * (replay.c checks each): until then reload_fd holds the client's end.
@@ -604,6 +625,8 @@ typedef struct mxop__worker_exit {
     const char *message; /* "worker 12 running op 'x' (call 3) was killed by signal 11 (SIGSEGV)" */
     const char *how;     /* "was killed by signal 9 (SIGKILL)" or "exited with status 1" */
     const char *kill_msg; /* why the daemon killed it, or "" */
+    bool started;       /* it had exec'd mxop-worker (false: a failed start, no library's fault) */
+    bool daemon_killed; /* the daemon killed it (a deadline, a stop, a broken channel, ...) */
 } mxop__worker_exit_t;
 
 /*
@@ -642,6 +665,8 @@ struct mxop__worker {
     char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
     bool retiring;                /* asked to exit between calls (a hot reload, session_fsm.c) */
     uid_t uid;                    /* the uid it runs as, from the daemon's range (workeruid.c) */
+    bool started;                 /* exec'd (spawn.c's start callback) */
+    int64_t start_deadline_ns;    /* killed when not started by then */
 };
 
 /* ------------------------------------------------------------------------ */

@@ -107,6 +107,13 @@ static void check_call(mxop__session_t *s, int64_t now)
      * heir. */
     if (cp.call_id == s->cp_killed_id || s->worker == NULL)
         return;
+    /*
+     * A retiring worker runs no call begun after its Retire: such a call
+     * goes to the replacement once the worker is gone (check_retire bounds
+     * that), so it costs the worker no timeout that would fail the call.
+     */
+    if (s->state == MXOP__SESS_RETIRING && cp.call_id != s->retire_call_id)
+        return;
     int64_t max_ns = (int64_t)s->d->cfg.max_timeout_ms * 1000000LL;
     bool past_deadline = cp.deadline_ns != 0 && now > cp.deadline_ns;
     bool past_max = now - s->cp_seen_ns > max_ns;
@@ -261,6 +268,49 @@ static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
     s->probe_quiet_ns = now;
 }
 
+/*
+ * A retiring worker exits when it reads its Retire, after the call it may
+ * be running then (and a library load sent before it); past
+ * MXOP__RETIRE_TIMEOUT_MS from the later of the two (a serving loop
+ * deadlocked by a library, a stop) it is killed, and its death is a
+ * retirement all the same: what was sent after the Retire goes to the
+ * replacement, and the reload is answered.  The call it was running keeps
+ * its own deadline; a call the client sent after the Retire, which it
+ * will never run, does not delay the kill.
+ */
+static void check_retire(mxop__session_t *s, int64_t now, uint64_t call_id)
+{
+    mxop__worker_t *w = s->worker;
+    if (s->state != MXOP__SESS_RETIRING || w == NULL || w->exited || w->killed_timeout ||
+        w->kill_msg[0] != '\0')
+        return;
+    if (call_id != 0 && call_id == s->retire_call_id) {
+        s->retire_since_ns = now;
+        return;
+    }
+    s->retire_call_id = 0;
+    /*
+     * A library load sent before the Retire is its to finish first, under
+     * its own deadline (check_head); anything else it had not answered is
+     * re-sent to the replacement.
+     */
+    if (s->pend_head != NULL && s->pend_head->sup_id < s->retire_sup_id &&
+        s->pend_head->kind == MXOP__PENDING_LOAD) {
+        s->retire_since_ns = now;
+        return;
+    }
+    if (now - s->retire_since_ns <= (int64_t)MXOP__RETIRE_TIMEOUT_MS * 1000000LL)
+        return;
+    char why[MXOP__MSG_MAX];
+    mxop__fmt(why, sizeof(why),
+              "it was asked to retire (reload of %s) and had not exited %d ms later with no call "
+              "of its own to finish, so it was killed; requests sent after the Retire go to its "
+              "replacement",
+              s->retire_why, MXOP__RETIRE_TIMEOUT_MS);
+    MXOP__LOGW(s->id, NULL, "worker %d: %s", (int)w->pid, why);
+    mxop__worker_kill(w, why);
+}
+
 /* Whether a FIFO holds a request that makes the worker work (a probe does not count). */
 static bool requests_pending(const mxop__pending_t *p)
 {
@@ -285,6 +335,7 @@ void mxop__deadlines_tick(mxop__daemon_t *d)
         bool have = s->call_page != NULL && mxop__call_page_read(s->call_page, &cp);
         uint64_t call_id = have ? cp.call_id : 0;
         check_probe(s, now, !have || call_id != 0);
+        check_retire(s, now, call_id);
         check_idle(s, s->worker, !have || call_id != 0 || requests_pending(s->pend_head), call_id);
         check_idle(s, s->spare, s->spare_head != NULL, 0);
     }

@@ -55,7 +55,13 @@ static void write_file(mxop__daemon_t *d)
     const char *what = "out of memory";
     int fd = -1;
     if (text != NULL) {
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        /*
+         * A new file, never one found under the name: open() of a FIFO
+         * someone planted there would wait for a reader, in the daemon's
+         * loop.  What a crashed daemon of this pid left is removed first.
+         */
+        unlink(tmp);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
         what = "open";
     }
     if (fd >= 0) {

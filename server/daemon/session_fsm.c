@@ -11,7 +11,9 @@
  *                                                worker and replay; event restarted=1
  *   RUNNING  DIED           WAITING              a death nobody asked for (backoff), or the
  *                                                spawn failed (retry with backoff; event
- *                                                restarted=0 naming the cause)
+ *                                                restarted=0 naming the cause); a failed
+ *                                                start (exec failed, stopped or not exec'd
+ *                                                in time) is a death, never a library's
  *   RUNNING  DIED           FAILED               a library of the session is quarantined
  *   WAITING  TIMER          RUNNING or WAITING   as for DIED: promote or spawn, else retry
  *   RUNNING  UNRESTORABLE   FAILED               a replayed library no longer loads: kill
@@ -22,9 +24,12 @@
  *   WAITING  RELOAD         WAITING              discard the warm spare; the respawn loads
  *                                                the new file anyway
  *   RETIRING RELOAD         RETIRING             nothing: the replacement loads the file then
- *   RETIRING DIED           as RUNNING DIED      a clean exit at the Retire is no crash: no
- *                                                backoff, no quarantine; requests sent after
- *                                                the Retire go to the replacement (held)
+ *   RETIRING (watchdog)     RETIRING             not exited MXOP__RETIRE_TIMEOUT_MS after the
+ *                                                Retire or its last call: killed (deadline.c)
+ *   RETIRING DIED           as RUNNING DIED      a clean exit at the Retire, or a death the
+ *                                                daemon caused with no call running, is no
+ *                                                crash: no backoff, no quarantine; requests
+ *                                                sent after the Retire go to the replacement
  *   RETIRING UNRESTORABLE   FAILED               as from RUNNING
  *   any      END            ENDED                kill the worker, stop the spare, timers
  *
@@ -56,6 +61,7 @@
 #include "server/daemon/introspect.h"
 #include "server/daemon/log.h"
 #include "server/daemon/session.h"
+#include "shm/call_page.h"
 
 typedef enum sess_event { EV_DIED, EV_TIMER, EV_UNRESTORABLE, EV_END, EV_RELOAD } sess_event_t;
 
@@ -255,8 +261,9 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
     if (!retired && x->op[0] == '\0' && s->pend_head != NULL &&
         s->pend_head->kind == MXOP__PENDING_LOAD) {
         int sig = x->term_signal;
-        bool by_library = x->code != MXOP_ETIMEOUT && sig != SIGKILL && sig != SIGTERM &&
-                          sig != SIGINT && sig != SIGHUP;
+        /* A worker that never exec'd never loaded it: a failed start is no library's doing. */
+        bool by_library = x->started && x->code != MXOP_ETIMEOUT && sig != SIGKILL &&
+                          sig != SIGTERM && sig != SIGINT && sig != SIGHUP;
         int n = by_library ? mxop__quarantine_crash(d, s->pend_head->path) : 0;
         if (n >= MXOP__QUARANTINE_CRASHES)
             mxop__fmt(load_note, sizeof(load_note),
@@ -378,6 +385,12 @@ static void on_reload(mxop__session_t *s, const char *why)
     }
     w->retiring = true;
     s->state = MXOP__SESS_RETIRING;
+    /* Its bound (deadline.c): from now, or from the end of the call it may be running now. */
+    s->retire_since_ns = mxop__now_ns();
+    s->retire_sup_id = req.id;
+    mxop__call_page_t cp;
+    s->retire_call_id =
+        s->call_page != NULL && mxop__call_page_read(s->call_page, &cp) ? cp.call_id : 0;
     MXOP__LOGI(s->id, NULL, "reload of %s: worker %d retires after its call in flight, if any", why,
                (int)w->pid);
 }
@@ -393,8 +406,13 @@ static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
         if (was != MXOP__SESS_RUNNING && was != MXOP__SESS_RETIRING)
             break;
         const mxop__worker_exit_t *x = arg;
-        bool retired = was == MXOP__SESS_RETIRING && x->term_signal == 0 && x->exit_status == 0 &&
-                       x->call_id == 0;
+        /*
+         * Retired: it exited at the Retire, or the daemon ended it while it
+         * ran no call (past its retirement's bound, found stopped): either
+         * way what is pending goes to the replacement, nothing is lost.
+         */
+        bool retired = was == MXOP__SESS_RETIRING && x->call_id == 0 &&
+                       ((x->term_signal == 0 && x->exit_status == 0) || x->daemon_killed);
         on_died(s, x, retired);
         if (was == MXOP__SESS_RETIRING || !s->reloading)
             settled(s->d);
@@ -587,7 +605,7 @@ static void worker_exit(void *owner, mxop__worker_t *w, const mxop__worker_exit_
     mxop__session_t *s = owner;
     if (s->spare == w) {
         /* A spare that faults while loading a library counts against that library too. */
-        if (s->spare_head != NULL && s->spare_head->kind == MXOP__PENDING_LOAD &&
+        if (e->started && s->spare_head != NULL && s->spare_head->kind == MXOP__PENDING_LOAD &&
             e->term_signal != SIGKILL && e->term_signal != SIGTERM)
             mxop__quarantine_crash(s->d, s->spare_head->path);
         char msg[MXOP__MSG_MAX];

@@ -14,7 +14,9 @@
  *   SCHEDULED  TIMER     NONE        the live worker is not running (a respawn wants
  *                                    a spare again when it has one)
  *   WARM       FAILED    SCHEDULED   kill it, forget its requests, re-arm with backoff
- *   WARM       DIED      SCHEDULED   forget its requests, re-arm with backoff
+ *   WARM       DIED      SCHEDULED   forget its requests, re-arm with backoff (a failed
+ *                                    start too: its exec failed, or it was stopped or
+ *                                    not exec'd in time and killed)
  *   WARM       PROMOTED  NONE        it is the live worker now; failures reset
  *   any        DROP      NONE        kill a spare that cannot serve, disarm
  *   any        STOP      OFF         kill it, disarm: the session failed or ended

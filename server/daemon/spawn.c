@@ -20,7 +20,11 @@
  *
  * The child waits on a pipe before exec until the daemon has put its pid
  * into the worker's cgroup (mxop__spawn_release), so nothing it starts can
- * be forked outside the cgroup.  The exit is watched through the pidfd in
+ * be forked outside the cgroup.  The exec's outcome is heard from the loop
+ * (uv_poll on the exec-error pipe), never waited for: a child stopped
+ * between clone and exec (SIGSTOP, a tracer) would otherwise hold the
+ * daemon's loop, and with it every client, for as long as it stays
+ * stopped.  The exit is watched through the pidfd in
  * the event loop (uv_poll, then waitid(P_PIDFD)); libuv's own SIGCHLD
  * handling waits only for the pids uv_spawn started, so it never takes
  * this status.
@@ -30,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -122,6 +127,64 @@ static void child(const char *file, char *const args[], const int *fds, int nfds
     child_fail(err_w, errno);
 }
 
+static void handle_closed_cb(uv_handle_t *h)
+{
+    mxop__spawn_t *s = h->data;
+    if (--s->handles == 0 && s->close_cb != NULL)
+        s->close_cb((uv_handle_t *)&s->poll);
+}
+
+/* Stops watching the exec-error pipe and closes it. */
+static void exec_watch_end(mxop__spawn_t *s)
+{
+    if (s->exec_err < 0)
+        return;
+    uv_poll_stop(&s->exec_poll);
+    close(s->exec_err);
+    s->exec_err = -1;
+    uv_close((uv_handle_t *)&s->exec_poll, handle_closed_cb);
+}
+
+/*
+ * Reads what the exec-error pipe holds now, without waiting: true with
+ * *status when the outcome is known (EOF: the exec closed the pipe; an
+ * errno: it failed), false when the child is not there yet.
+ */
+static bool exec_outcome(mxop__spawn_t *s, int *status)
+{
+    int e = 0;
+    ssize_t n;
+    while ((n = read(s->exec_err, &e, sizeof(e))) < 0 && errno == EINTR)
+        ;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return false;
+    /* The child writes its errno in one write of 4 bytes (atomic on a pipe), or nothing. */
+    *status = n == (ssize_t)sizeof(e) ? -e : n == 0 ? 0 : -EIO;
+    return true;
+}
+
+/* The outcome of the exec, once: start_cb, then no more watching. */
+static void exec_heard(mxop__spawn_t *s, int status)
+{
+    exec_watch_end(s);
+    if (s->exec_known)
+        return;
+    s->exec_known = true;
+    if (s->start_cb != NULL)
+        s->start_cb(s, status);
+}
+
+static void exec_poll_cb(uv_poll_t *h, int status, int events)
+{
+    (void)events;
+    mxop__spawn_t *s = h->data;
+    int outcome = 0;
+    if (status < 0)
+        exec_heard(s, status);
+    else if (exec_outcome(s, &outcome))
+        exec_heard(s, outcome);
+}
+
 static void poll_cb(uv_poll_t *h, int status, int events)
 {
     (void)status;
@@ -137,6 +200,19 @@ static void poll_cb(uv_poll_t *h, int status, int events)
     if (rc == 0 && si.si_pid == 0)
         return; /* not yet */
     uv_poll_stop(h);
+    /*
+     * The exec's outcome comes first, even when both pipes became readable
+     * in the same turn of the loop: the child is dead, so the pipe holds
+     * its errno or its EOF now.  A child killed before it ever reached the
+     * exec closed the pipe by dying: -EINTR says it was stopped short.
+     */
+    if (!s->exec_known && s->gate < 0 && s->exec_err >= 0) {
+        int outcome = -EINTR;
+        if (exec_outcome(s, &outcome) && outcome == 0 &&
+            !(si.si_code == CLD_EXITED && si.si_status != 127))
+            outcome = -EINTR;
+        exec_heard(s, outcome);
+    }
     int64_t exit_status = 0;
     int term_signal = 0;
     if (rc != 0)
@@ -166,7 +242,11 @@ int mxop__spawn_start(uv_loop_t *loop, mxop__spawn_t *s, const char *file, char 
     s->gate = -1;
     s->exec_err = -1;
     s->new_pid_ns = new_pid_ns;
+    s->exec_known = false;
+    s->handles = 0;
     s->exit_cb = cb;
+    s->start_cb = NULL;
+    s->close_cb = NULL;
     if (pipe2(gate, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
         int e = errno;
         for (int i = 0; i < 2; i++) {
@@ -201,66 +281,81 @@ int mxop__spawn_start(uv_loop_t *loop, mxop__spawn_t *s, const char *file, char 
     s->pidfd = pidfd;
     s->gate = gate[1];
     s->exec_err = errp[0];
-    int rc = uv_poll_init(loop, &s->poll, pidfd);
+    /* uv_poll_init makes the pipe non-blocking: exec_outcome() reads it without waiting. */
+    s->exec_poll.data = s;
+    s->poll.data = s;
+    int rc = uv_poll_init(loop, &s->exec_poll, s->exec_err);
     if (rc == 0) {
-        s->poll.data = s;
+        s->handles++;
+        rc = uv_poll_init(loop, &s->poll, pidfd);
+    }
+    if (rc == 0) {
+        s->handles++;
         rc = uv_poll_start(&s->poll, UV_READABLE, poll_cb);
-        if (rc != 0)
-            uv_close((uv_handle_t *)&s->poll, NULL);
     }
     if (rc != 0) {
-        /* Never released: the child sees the gate's EOF and exits; reap it here. */
+        /* What was begun closes through handle_closed_cb (spawn.h: s outlives it). */
+        if (s->handles >= 1)
+            uv_close((uv_handle_t *)&s->exec_poll, handle_closed_cb);
+        if (s->handles >= 2)
+            uv_close((uv_handle_t *)&s->poll, handle_closed_cb);
+        /*
+         * Never released: killed, it is reaped here.  SIGKILL ends even a
+         * stopped child, and one that never left its wait on the gate has
+         * nothing to finish, so this wait is short.
+         */
         close(s->gate);
         close(s->exec_err);
         kill(s->pid, SIGKILL);
         while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
             ;
         close(pidfd);
+        s->gate = s->exec_err = s->pidfd = -1;
         return rc;
     }
     return 0;
 }
 
-int mxop__spawn_release(mxop__spawn_t *s)
+int mxop__spawn_release(mxop__spawn_t *s, mxop__spawn_start_cb cb)
 {
     if (s->gate < 0)
         return -EINVAL;
+    s->start_cb = cb;
+    /* One byte into an empty pipe: never waits.  EPIPE when the child is already gone. */
     ssize_t n;
     while ((n = write(s->gate, "x", 1)) < 0 && errno == EINTR)
         ;
+    int e = n == 1 ? 0 : errno;
     close(s->gate);
     s->gate = -1;
-    /* EOF when the exec closed the pipe; an errno when it failed. */
-    int e = 0;
-    size_t got = 0;
-    while (got < sizeof(e)) {
-        n = read(s->exec_err, (char *)&e + got, sizeof(e) - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
+    if (e != 0) {
+        s->exec_known = true;
+        exec_watch_end(s);
+        return -e;
     }
-    close(s->exec_err);
-    s->exec_err = -1;
-    return got == sizeof(e) ? -e : 0;
+    int rc = uv_poll_start(&s->exec_poll, UV_READABLE, exec_poll_cb);
+    if (rc != 0) {
+        s->exec_known = true;
+        exec_watch_end(s);
+        return rc;
+    }
+    return 0;
 }
 
 void mxop__spawn_close(mxop__spawn_t *s, uv_close_cb cb)
 {
+    s->close_cb = cb;
+    s->exec_known = true; /* no start_cb after the close */
     if (s->gate >= 0) {
         close(s->gate);
         s->gate = -1;
     }
-    if (s->exec_err >= 0) {
-        close(s->exec_err);
-        s->exec_err = -1;
-    }
+    exec_watch_end(s);
     /* Out of epoll before the descriptor goes. */
     uv_poll_stop(&s->poll);
     if (s->pidfd >= 0) {
         close(s->pidfd);
         s->pidfd = -1;
     }
-    uv_close((uv_handle_t *)&s->poll, cb);
+    uv_close((uv_handle_t *)&s->poll, handle_closed_cb);
 }

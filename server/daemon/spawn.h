@@ -22,16 +22,23 @@ typedef struct mxop__spawn mxop__spawn_t;
 
 /* Same meaning as uv_spawn's exit_cb: exit_status when it exited, term_signal when killed. */
 typedef void (*mxop__spawn_exit_cb)(mxop__spawn_t *s, int64_t exit_status, int term_signal);
+/* The start's outcome: 0 once the child has exec'd, or the negative errno of a failed exec. */
+typedef void (*mxop__spawn_start_cb)(mxop__spawn_t *s, int status);
 
 struct mxop__spawn {
-    uv_poll_t poll; /* on the pidfd; the handle to uv_close */
-    pid_t pid;      /* the host's pid of the child */
+    uv_poll_t poll;      /* on the pidfd; the handle whose address the close callback gets */
+    uv_poll_t exec_poll; /* on exec_err, from the release until the exec's outcome is known */
+    pid_t pid;           /* the host's pid of the child */
     int pidfd;
     int gate;     /* write end of the pipe the child waits on before exec; -1 once released */
-    int exec_err; /* read end of the pipe the child reports a failed exec on */
+    int exec_err; /* read end of the pipe the child reports a failed exec on; -1 once heard */
     bool new_pid_ns;
+    bool exec_known; /* start_cb has run (or never will: closed) */
+    int handles;     /* initialised handles whose close callback has not run yet */
     void *data;
     mxop__spawn_exit_cb exit_cb;
+    mxop__spawn_start_cb start_cb;
+    uv_close_cb close_cb;
 };
 
 /*
@@ -40,20 +47,31 @@ struct mxop__spawn {
  * MXOP__SPAWN_FDS_MAX), every other descriptor
  * close-on-exec, and in a new pid namespace when `new_pid_ns`.  The child
  * waits before exec until mxop__spawn_release().  0 or a negative errno;
- * on success the poll handle is initialised and must be closed with
- * uv_close((uv_handle_t *)&s->poll, ...), which also closes the pidfd.
+ * on success the handles are initialised and must be closed with
+ * mxop__spawn_close().  On failure the child is gone, but s->handles
+ * handles may still be closing: then `s` must live until they are (set
+ * s->close_cb to hear when; it gets &s->poll).
  */
 int mxop__spawn_start(uv_loop_t *loop, mxop__spawn_t *s, const char *file, char *const args[],
                       const int *fds, int nfds, bool new_pid_ns, mxop__spawn_exit_cb cb);
 
 /*
  * Lets the child exec (call it after putting the pid into its cgroup) and
- * waits until it has: 0, or the negative errno of a failed exec (the
- * child then exits 127 and the exit callback follows as for any exit).
+ * returns at once: the loop never waits for a child, which may be stopped
+ * (SIGSTOP, a tracer) or slow between clone and exec.  `cb` reports the
+ * outcome from the loop: 0 once the exec has happened, or the negative
+ * errno of a failed exec (the child then exits 127 and the exit callback
+ * follows, always after `cb`).  A child that never gets there is the
+ * caller's to kill (a start-up deadline); its exit callback then runs
+ * after `cb` with -EINTR.  Returns 0, or a negative errno when the child
+ * cannot be released (then `cb` never runs; the exit callback follows).
  */
-int mxop__spawn_release(mxop__spawn_t *s);
+int mxop__spawn_release(mxop__spawn_t *s, mxop__spawn_start_cb cb);
 
-/* Closes the handle (and the pidfd); `cb` gets &s->poll. */
+/*
+ * Closes the handles (and the pidfd and pipes); `cb` gets &s->poll once
+ * every handle is closed.  No callback runs after this.
+ */
 void mxop__spawn_close(mxop__spawn_t *s, uv_close_cb cb);
 
 #endif

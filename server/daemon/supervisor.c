@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/test_stop.h"
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
@@ -384,10 +385,33 @@ static void exit_cb(mxop__spawn_t *p, int64_t exit_status, int term_signal)
         .message = msg,
         .how = how,
         .kill_msg = w->kill_msg,
+        .started = w->started,
+        .daemon_killed = w->killed_timeout || w->kill_msg[0] != '\0',
     };
     w->owner = NULL;
     w->cbs->on_exit(owner, w, &e);
     mxop__spawn_close(&w->proc, proc_closed_cb);
+}
+
+/*
+ * The exec's outcome (spawn.c).  A failed exec is the start's failure:
+ * the child exits 127 and its exit callback reports it with the errno.
+ */
+static void started_cb(mxop__spawn_t *p, int status)
+{
+    mxop__worker_t *w = MXOP__CONTAINER_OF(p, mxop__worker_t, proc);
+    if (status == 0) {
+        w->started = true;
+        return;
+    }
+    if (status == -EINTR)
+        return; /* killed before its exec: the killer said why */
+    if (w->kill_msg[0] == '\0')
+        mxop__fmt(w->kill_msg, sizeof(w->kill_msg), "cannot start worker %s: %s",
+                  w->d->cfg.worker_path, strerror(-status));
+    MXOP__LOGD(w->session_id, NULL, "worker %d: exec failed: %s", (int)w->pid, strerror(-status));
+    if (!w->exited)
+        kill_group(w);
 }
 
 int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generation,
@@ -526,29 +550,33 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
         mxop__worker_output_release(w->output);
         w->output = NULL;
         w->exited = true;
+        if (w->proc.handles > 0) {
+            /* Handles spawn.c began are still closing: the worker's memory outlives them. */
+            w->open_handles++;
+            w->proc.close_cb = proc_closed_cb;
+        }
         close_sup(w);
         close(data[0]);
         return MXOP_EINTERNAL;
     }
     w->open_handles++;
     w->pid = w->proc.pid;
+    w->start_deadline_ns = mxop__now_ns() + (int64_t)MXOP__START_TIMEOUT_MS * 1000000LL;
+    /* Tests only (common/test_stop.h): a child stopped between its clone and its exec. */
+    if (mxop__test_stop_wanted("exec", session_id, generation))
+        kill(w->pid, SIGSTOP);
     /* In its cgroup before it runs a single instruction of the worker (spawn.c's gate). */
     mxop__cgroup_enter(w->pid, d->cfg.sandbox, d->cfg.worker_memory_mb);
-    int xrc = mxop__spawn_release(&w->proc);
+    /*
+     * The exec's outcome comes later, from the loop (started_cb): a failed
+     * exec is a death at start-up, reported through the exit callback as
+     * any other; the session retries with its backoff.
+     */
+    int xrc = mxop__spawn_release(&w->proc, started_cb);
     if (xrc != 0) {
-        /* As uv_spawn did: a failed exec is a failed start; the child has exited 127. */
-        mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, strerror(-xrc));
-        while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        mxop__cgroup_release(w->pid, w->page, false);
-        mxop__workeruid_release(&d->cfg, w->uid);
-        mxop__worker_output_release(w->output);
-        w->output = NULL;
-        w->exited = true;
-        close_sup(w);
-        mxop__spawn_close(&w->proc, proc_closed_cb);
-        close(data[0]);
-        return MXOP_EINTERNAL;
+        mxop__fmt(w->kill_msg, sizeof(w->kill_msg), "cannot start worker %s: %s",
+                  d->cfg.worker_path, strerror(-xrc));
+        kill_group(w);
     }
     w->owner = owner;
     *out = w;
@@ -630,9 +658,34 @@ static void kill_stopped(mxop__daemon_t *d)
         if (w->owner == NULL || w->exited || w->kill_msg[0] != '\0' || w->killed_timeout)
             continue;
         if (mxop__worker_is_stopped(w)) {
-            MXOP__LOGW(w->session_id, NULL, "worker %d is stopped; replacing it", (int)w->pid);
-            mxop__worker_kill(w, "it was stopped (SIGSTOP or a tracer) and could not serve");
+            MXOP__LOGW(w->session_id, NULL, "worker %d is stopped%s; replacing it", (int)w->pid,
+                       w->started ? "" : " before its exec");
+            mxop__worker_kill(w, w->started
+                                     ? "it was stopped (SIGSTOP or a tracer) and could not serve"
+                                     : "it was stopped (SIGSTOP or a tracer) between its clone "
+                                       "and its exec, and could not start");
         }
+    }
+}
+
+/*
+ * A worker that has not exec'd MXOP__START_TIMEOUT_MS after its clone
+ * (stopped, or starved) is killed: its exit then reports a failed start,
+ * which the session and the spare retry with their backoff.
+ */
+static void kill_unstarted(mxop__daemon_t *d, int64_t now)
+{
+    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+        if (w->owner == NULL || w->started || w->exited || w->kill_msg[0] != '\0' ||
+            w->killed_timeout || now < w->start_deadline_ns)
+            continue;
+        char why[MXOP__MSG_MAX];
+        mxop__fmt(why, sizeof(why),
+                  "it did not start (exec %s) within %d ms of its clone, and was killed",
+                  d->cfg.worker_path, MXOP__START_TIMEOUT_MS);
+        MXOP__LOGW(w->session_id, NULL, "worker %d: %s", (int)w->pid, why);
+        mxop__worker_kill(w, why);
     }
 }
 
@@ -647,6 +700,7 @@ static void watchdog_cb(uv_timer_t *t)
      */
     if (d->tick_cb != NULL)
         d->tick_cb(d);
+    kill_unstarted(d, mxop__now_ns());
     if (++ticks % SWEEP_TICKS == 0) {
         sweep_escaped(d);
         kill_stopped(d);

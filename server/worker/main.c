@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/test_stop.h"
 #include "common/util.h"
 #include "mxop/client.h"
 #include "proto/frame.h"
@@ -142,6 +143,9 @@ static void start_up(int argc, char **argv)
     uint64_t session = 0;
     uint32_t generation = 0;
     parse_args(argc, argv, &session, &generation);
+    /* Tests only (common/test_stop.h); a pid 1 of its own namespace cannot stop itself. */
+    if (mxop__test_stop_wanted("start", session, generation))
+        raise(SIGSTOP);
 
     for (int fd = SUP_FD; fd <= STATUS_FD; fd++)
         if (fcntl(fd, F_GETFD) == -1)
@@ -177,6 +181,8 @@ static void start_up(int argc, char **argv)
         die("cannot install the fault handler: %s", strerror(-rc));
     /* Before any library is loaded: nothing a plugin runs is outside the sandbox. */
     char sandbox_err[256];
+    if (mxop__test_stop_wanted("sandbox", session, generation))
+        raise(SIGSTOP);
     if (mxop__sandbox_apply(sandbox_err, sizeof(sandbox_err)) != 0)
         die("cannot apply the sandbox: %s", sandbox_err);
 
@@ -184,6 +190,18 @@ static void start_up(int argc, char **argv)
     mxop__ctx_seed_session(session, generation);
     if (mxop__pbarena_init(&arena, ARENA_BYTES) != 0)
         die("out of memory");
+}
+
+/*
+ * The worker's end: what libraries printed goes out (the daemon logs it),
+ * then _exit, so that no library's destructor or atexit handler runs: one
+ * that hangs would hold the worker, and with it a reload, with no deadline.
+ */
+_Noreturn static void end_quietly(void)
+{
+    fflush(stdout);
+    fflush(stderr);
+    _exit(0);
 }
 
 _Noreturn static void finish(void)
@@ -201,7 +219,7 @@ _Noreturn static void finish(void)
     mxop__pbarena_destroy(&arena);
     mxop__framebuf_free(&rx);
     mxop__framebuf_free(&tx);
-    exit(0);
+    end_quietly();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -253,15 +271,14 @@ static void serve_sup(void)
     }
     /*
      * A hot reload retires the worker.  Supervisor requests are only read
-     * between calls, so none is under way: exit as at the daemon's hang-up
-     * (states destroyed); a call the client sent meanwhile finds the
-     * channel closed and goes to the replacement.
+     * between calls, so none is under way: the Retire is its last request,
+     * and no library code runs after it (_exit: no state's destroy, no
+     * destructor, no atexit handler, any of which may hang and hold the
+     * reload); the states are lost, as the reload says.  A call the client
+     * sent meanwhile finds the channel closed and goes to the replacement.
      */
-    if (req->body_case == MXOP__SUP_REQUEST__BODY_RETIRE) {
-        for (int i = 0; i < nfds; i++)
-            close(fds[i]);
-        finish();
-    }
+    if (req->body_case == MXOP__SUP_REQUEST__BODY_RETIRE)
+        end_quietly();
     Mxop__SupReply reply = MXOP__SUP_REPLY__INIT;
     mxop__sup_handle(req, fds, nfds, &reply);
     sup_send(&reply);
