@@ -142,6 +142,7 @@ static int worker_garbage(mxop_client_t *c, const mxop_op_t *op, const char *wha
     mxop__data_drop(c);
     Mxop__ReplaceWorker rw = MXOP__REPLACE_WORKER__INIT;
     rw.reason = why;
+    rw.generation = c->generation;
     Mxop__Request req = MXOP__REQUEST__INIT;
     req.body_case = MXOP__REQUEST__BODY_REPLACE_WORKER;
     req.replace_worker = &rw;

@@ -288,6 +288,14 @@ static void handle_replace(mxop__client_t *cl, mxop__session_t *s, const Mxop__R
         mxop__client_reply_error(cl, req->id, rc, err);
         return;
     }
+    /* A worker that garbled its channel and then died (a worker answers a
+     * bad frame so, and exits) was replaced by its own death: the client's
+     * request, which crossed the WorkerEvent, must not cost a second worker. */
+    uint32_t gen = req->replace_worker->generation;
+    if (gen != 0 && s->worker != NULL && s->worker->generation != gen) {
+        mxop__reply_ok(cl, req->id);
+        return;
+    }
     /* The client's words go to the log: printable bytes only, and not too many. */
     char reason[200];
     const char *r = req->replace_worker->reason != NULL ? req->replace_worker->reason : "";
