@@ -31,6 +31,7 @@
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
 #include "server/daemon/memconfine.h"
+#include "server/daemon/notify.h"
 #include "server/daemon/session.h"
 #include "server/daemon/workeruid.h"
 #include "server/daemon/options.h"
@@ -56,6 +57,7 @@ static void watchdog_tick(mxop__daemon_t *d)
     mxop__clients_tick(d, mxop__now_ns());
     mxop__reload_tick(d, mxop__now_ns());
     mxop__drain_tick(d);
+    mxop__notify_tick(mxop__now_ns());
 }
 
 static void daemon_shutdown(mxop__daemon_t *d, const char *why);
@@ -93,6 +95,7 @@ static void daemon_shutdown(mxop__daemon_t *d, const char *why)
         return;
     d->shutting_down = true;
     MXOP__LOGI(0, NULL, "shutting down: %s", why);
+    mxop__notify("STOPPING=1");
     mxop__metrics_stop(d); /* a last write, with the sessions still there */
 
     mxop__listener_stop(d);
@@ -192,6 +195,9 @@ int main(int argc, char **argv)
 
     char err[MXOP__MSG_MAX];
     char workers_as[160];
+    /* Before anything is spawned: the variables are removed, so workers never see them. */
+    if (mxop__notify_init(err, sizeof(err)) != 0)
+        MXOP__LOGW(0, NULL, "%s", err);
     if (mxop__workeruid_settle(&d.cfg, err, sizeof(err)) != 0) {
         MXOP__LOGE(0, NULL, "%s", err);
         rc = 2;
@@ -240,6 +246,14 @@ int main(int argc, char **argv)
                d.cfg.sandbox, (unsigned long long)d.cfg.worker_memory_mb,
                (unsigned long long)d.cfg.worker_max_fds, workers_as,
                d.cfg.warm_spare ? "a warm" : "no");
+    /* The socket accepts and the handlers are in place: a Type=notify unit is started. */
+    char ready[96];
+    mxop__fmt(ready, sizeof(ready), "READY=1\nMAINPID=%d\nSTATUS=serving %s", (int)d.pid,
+              d.cfg.socket_path);
+    mxop__notify(ready);
+    if (mxop__notify_watchdog_usec() > 0)
+        MXOP__LOGI(0, NULL, "service manager's watchdog: pinging every %llu ms",
+                   (unsigned long long)(mxop__notify_watchdog_usec() / 2000));
     uv_run(&loop, UV_RUN_DEFAULT);
 
     if (!mxop__list_empty(&d.workers)) {
@@ -260,6 +274,7 @@ out_loop:
         MXOP__LOGI(0, NULL, "stopped");
     }
 out_cfg:
+    mxop__notify_close();
     mxop__quarantine_free(&d);
     mxop__lease_pages_free(&d.leases);
     mxop__reload_free(&d);
