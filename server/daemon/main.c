@@ -40,6 +40,8 @@
 #define SHUTDOWN_GRACE_MS 5000
 
 static uv_timer_t shutdown_guard;
+/* SIGUSR1: reopen --log-file (after logrotate moved it). */
+static uv_signal_t sigusr1;
 
 /*
  * The arguments the daemon started with (the file's and the command
@@ -57,6 +59,7 @@ static void watchdog_tick(mxop__daemon_t *d)
     mxop__clients_tick(d, mxop__now_ns());
     mxop__reload_tick(d, mxop__now_ns());
     mxop__drain_tick(d);
+    mxop__listener_tick(d, mxop__now_ns());
     mxop__notify_tick(mxop__now_ns());
 }
 
@@ -80,6 +83,17 @@ static void sighup_cb(uv_signal_t *h, int signum)
 {
     (void)signum;
     mxop__config_reload(h->data, &start_args, run_argc, run_argv, mxop__options_reparse);
+}
+
+static void sigusr1_cb(uv_signal_t *h, int signum)
+{
+    (void)h;
+    (void)signum;
+    char err[MXOP__MSG_MAX];
+    if (mxop__log_reopen(err, sizeof(err)) != 0)
+        MXOP__LOGW(0, NULL, "SIGUSR1: %s", err);
+    else
+        MXOP__LOGI(0, NULL, "SIGUSR1: log file reopened");
 }
 
 static void guard_cb(uv_timer_t *t)
@@ -107,6 +121,8 @@ static void daemon_shutdown(mxop__daemon_t *d, const char *why)
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sighup, NULL);
+    if (uv_is_active((uv_handle_t *)&sigusr1))
+        uv_close((uv_handle_t *)&sigusr1, NULL);
 
     /* Unref'd: it fires only if something keeps the loop alive that long. */
     if (uv_timer_init(d->loop, &shutdown_guard) == 0) {
@@ -135,6 +151,7 @@ int main(int argc, char **argv)
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGHUP);
+    sigaddset(&stop_signals, SIGUSR1);
     sigprocmask(SIG_BLOCK, &stop_signals, &start_mask);
 
     mxop__daemon_t d;
@@ -163,6 +180,13 @@ int main(int argc, char **argv)
         return rc;
     }
     mxop__log_set_level(level);
+    if (d.cfg.log_file != NULL && mxop__log_open_file(d.cfg.log_file, cerr, sizeof(cerr)) != 0) {
+        fprintf(stderr, "mxop-serverd: %s\n", cerr);
+        free(d.cfg.plugin_dir);
+        free(d.cfg.worker_path);
+        mxop__config_free(&start_args);
+        return 2;
+    }
     /*
      * Each region is a descriptor the daemon keeps (up to 4096 per session);
      * the usual soft limit of 1024 would run out long before that.
@@ -238,6 +262,8 @@ int main(int argc, char **argv)
     uv_signal_start(&d.sigterm, signal_cb, SIGTERM);
     uv_signal_start(&d.sigint, signal_cb, SIGINT);
     uv_signal_start(&d.sighup, sighup_cb, SIGHUP);
+    if (uv_signal_init(&loop, &sigusr1) == 0)
+        uv_signal_start(&sigusr1, sigusr1_cb, SIGUSR1);
     sigprocmask(SIG_SETMASK, &start_mask, NULL);
 
     MXOP__LOGI(0, NULL, "mxop-serverd %s listening on %s (plugins %s, worker %s)",
