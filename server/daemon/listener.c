@@ -25,6 +25,7 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/handover.h"
 #include "server/daemon/log.h"
 
 static int fill_addr(struct sockaddr_un *sa, const char *path, char *err, size_t errlen)
@@ -365,6 +366,12 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen)
     int afd = activated_socket(path, err, errlen);
     if (afd == -2)
         return MXOP_EINVAL;
+    if (afd >= 0 && d->cfg.take_over) {
+        close(afd);
+        mxop__fmt(err, errlen, "--take-over: the service manager owns the socket (socket "
+                               "activation); restart the service instead");
+        return MXOP_EINVAL;
+    }
     if (afd >= 0) {
         d->sock_activated = true;
         if (d->cfg.socket_mode != 0600 || d->cfg.has_socket_gid)
@@ -380,6 +387,21 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen)
         d->listening = true;
         uv_poll_start(&d->listen_poll, UV_READABLE, listen_cb);
         MXOP__LOGI(0, NULL, "serving the socket the service manager passed (fd %d)", afd);
+        return 0;
+    }
+    if (d->cfg.take_over) {
+        /* The running daemon's socket; accepting starts at the commit (listener_resume). */
+        int tfd = mxop__handover_receive(d, err, errlen);
+        if (tfd < 0)
+            return tfd;
+        d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (uv_poll_init(d->loop, &d->listen_poll, tfd) != 0) {
+            close(tfd);
+            mxop__fmt(err, errlen, "cannot watch the socket taken over");
+            return MXOP_EIO;
+        }
+        d->listen_fd = tfd;
+        d->listening = true;
         return 0;
     }
     rc = check_existing(path, err, errlen);
@@ -461,8 +483,31 @@ static void listen_closed_cb(uv_handle_t *h)
     d->listen_fd = -1;
 }
 
+void mxop__listener_release(mxop__daemon_t *d)
+{
+    d->sock_created = false; /* the file is the successor's now */
+    if (d->listening) {
+        d->listening = false;
+        uv_poll_stop(&d->listen_poll);
+        uv_close((uv_handle_t *)&d->listen_poll, listen_closed_cb);
+    }
+}
+
+void mxop__listener_resume(mxop__daemon_t *d)
+{
+    struct stat st;
+    if (stat(d->cfg.socket_path, &st) == 0) {
+        d->sock_dev = st.st_dev;
+        d->sock_ino = st.st_ino;
+        d->sock_created = true;
+    }
+    if (d->listening)
+        uv_poll_start(&d->listen_poll, UV_READABLE, listen_cb);
+}
+
 void mxop__listener_stop(mxop__daemon_t *d)
 {
+    mxop__handover_stop(d);
     if (d->listening) {
         d->listening = false;
         uv_poll_stop(&d->listen_poll);

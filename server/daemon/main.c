@@ -30,6 +30,7 @@
 #include "server/daemon/introspect.h"
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
+#include "server/daemon/handover.h"
 #include "server/daemon/memconfine.h"
 #include "server/daemon/notify.h"
 #include "server/daemon/session.h"
@@ -60,6 +61,7 @@ static void watchdog_tick(mxop__daemon_t *d)
     mxop__reload_tick(d, mxop__now_ns());
     mxop__drain_tick(d);
     mxop__listener_tick(d, mxop__now_ns());
+    mxop__handover_tick(d);
     mxop__notify_tick(mxop__now_ns());
 }
 
@@ -265,6 +267,23 @@ int main(int argc, char **argv)
     if (uv_signal_init(&loop, &sigusr1) == 0)
         uv_signal_start(&sigusr1, sigusr1_cb, SIGUSR1);
     sigprocmask(SIG_SETMASK, &start_mask, NULL);
+
+    if (d.cfg.take_over) {
+        /* The last check before the old daemon stops accepting: a worker that cannot run
+         * would make this one useless, so the old one goes on instead (the rollback). */
+        if (access(d.cfg.worker_path, X_OK) != 0) {
+            MXOP__LOGE(0, NULL, "--take-over: worker %s is not executable (%s); the running "
+                                "daemon keeps serving",
+                       d.cfg.worker_path, strerror(errno));
+            rc = 1;
+            mxop__listener_stop(&d);
+            goto out_walk;
+        }
+        mxop__handover_commit(&d, err, sizeof(err));
+        mxop__listener_resume(&d);
+    }
+    if (!d.sock_activated && mxop__handover_listen(&d, err, sizeof(err)) != 0)
+        MXOP__LOGW(0, NULL, "upgrades by --take-over are off: %s", err);
 
     MXOP__LOGI(0, NULL, "mxop-serverd %s listening on %s (plugins %s, worker %s)",
                MXOP_VERSION_STRING, d.cfg.socket_path, d.cfg.plugin_dir, d.cfg.worker_path);

@@ -59,7 +59,7 @@ static const char usage_text[] =
     "                    [--metrics-interval-ms N]\n"
     "                    [--config FILE] [--drain-timeout-ms N]\n"
     "                    [--socket-mode OCTAL] [--socket-group GROUP] [--allow-gid GROUP]...\n"
-    "                    [--log-file PATH]\n"
+    "                    [--log-file PATH] [--take-over]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
@@ -128,7 +128,10 @@ static const char usage_text[] =
     "  --allow-gid GROUP    also accept clients in this group (primary or supplementary,\n"
     "                       as at connect time); repeatable; reloadable\n"
     "  --log-file PATH      log to PATH (appended) instead of stderr; SIGUSR1 reopens it\n"
-    "                       (after logrotate moved it)\n";
+    "                       (after logrotate moved it)\n"
+    "  --take-over          upgrade: take the listening socket of the daemon running at\n"
+    "                       --socket; it stops accepting once this one has started and\n"
+    "                       serves its clients until they leave (docs/operations.md)\n";
 
 /*
  * The config file's part of argument parsing: where each argument came
@@ -363,6 +366,13 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             "--worker-cgroup",
             /* Permissions and logs (listener.c, log.c; docs/operations.md). */
             "--socket-mode", "--socket-group", "--allow-gid", "--log-file"};
+        /* The one option without a value: a start that takes the running daemon's place. */
+        if (strcmp(opt, "--take-over") == 0 && eq == NULL) {
+            if (cur_origin != NULL)
+                return usage_error("--take-over belongs on the command line, not in a file");
+            cfg->take_over = true;
+            continue;
+        }
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
