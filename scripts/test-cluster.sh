@@ -6,8 +6,8 @@
 #   2. contrib/slurm/: the prolog starts a job's daemon that the job's user
 #      (and only that user's group) reaches and that is ready, the task
 #      prolog names its socket, the epilog stops it leaving nothing behind;
-#   3. the upgrade and two-node tests when they exist here (test-upgrade.sh,
-#      test-multinode.sh).
+#   3. two nodes made of network namespaces, torchrun DDP across them
+#      (test-multinode.sh).  The upgrade test is tests/test_upgrade.c.
 # Usage: test-cluster.sh BUILD
 # The validator's venv is BUILD/k8s-venv, made on first use (pip, from the
 # package registry); later runs need no network.
@@ -75,9 +75,5 @@ else
     pass "Slurm: the prolog starts a ready per-node daemon for the job's user only, the epilog stops it, nothing left"
 fi
 
-# --- 3. upgrade and many nodes --------------------------------------------------
-for t in test-upgrade.sh test-multinode.sh; do
-    if [ -f "$SRC/scripts/$t" ]; then
-        sh "$SRC/scripts/$t" "$B" || fail "$t"
-    fi
-done
+# --- 3. many nodes ---------------------------------------------------------------
+sh "$SRC/scripts/test-multinode.sh" "$B" || fail "test-multinode.sh"
