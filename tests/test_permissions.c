@@ -143,7 +143,9 @@ Test(permissions, a_bad_socket_mode_is_refused_at_start, .timeout = 30)
     const char *args[] = {"--socket-mode", "0755", NULL};
     int rc = mxt_daemon_exit_status(dir, dir, args, err, sizeof(err));
     cr_expect_eq(rc, 2, "exit %d: %s", rc, err);
-    cr_expect(strstr(err, "--socket-mode") != NULL, "%s", err);
+    cr_expect(strstr(err, "--socket-mode must be an octal mode") != NULL &&
+                  strstr(err, "0755") != NULL,
+              "%s", err);
     rmdir(dir);
 }
 
