@@ -172,8 +172,7 @@ Test(permissions, allow_gid_admits_the_groups_members_only, .timeout = 60, .fini
  * A refused peer reconnecting in a loop: the log gets about one line a
  * second, and a count of the rest (the old daemon logged each refusal).
  */
-Test(permissions, refusals_are_logged_at_most_once_a_second, .timeout = 90,
-     .fini = stop_and_clean)
+Test(permissions, refusals_are_logged_at_most_once_a_second, .timeout = 90, .fini = stop_and_clean)
 {
     need_root();
     const char *args[] = {"--socket-mode", "0666", NULL};

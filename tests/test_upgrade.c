@@ -66,8 +66,14 @@ static pid_t start_new(const char *const *extra)
     cr_assert(pid >= 0);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        const char *argv[24] = {prog,          "--socket",  old_.sock, "--plugin-dir",
-                                old_.plugins,  "--log-level", getenv("MXOP_TEST_LOG") ? "debug" : "warn", "--take-over"};
+        const char *argv[24] = {prog,
+                                "--socket",
+                                old_.sock,
+                                "--plugin-dir",
+                                old_.plugins,
+                                "--log-level",
+                                getenv("MXOP_TEST_LOG") ? "debug" : "warn",
+                                "--take-over"};
         int n = 8;
         for (int i = 0; extra != NULL && extra[i] != NULL && n < 23; i++)
             argv[n++] = extra[i];
@@ -211,8 +217,8 @@ static void half_take_over(const char *sock)
         char buf[64];
         char cbuf[CMSG_SPACE(sizeof(int))];
         struct iovec iov = {buf, sizeof(buf)};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                            .msg_controllen = sizeof(cbuf)};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
         ssize_t n = recvmsg(s, &mh, 0);
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         if (n <= 0 || c == NULL || c->cmsg_type != SCM_RIGHTS)

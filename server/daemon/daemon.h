@@ -260,13 +260,13 @@ typedef struct mxop__config {
     const char *config_path;   /* --config FILE, or NULL */
     uint64_t drain_timeout_ms; /* how long calls in flight may finish after SIGTERM */
     /* Who reaches the socket (listener.c, docs/operations.md "Permissions"), where logs go. */
-    unsigned socket_mode;                    /* --socket-mode, default 0600 */
-    bool has_socket_gid;                     /* --socket-group: the socket's group */
+    unsigned socket_mode; /* --socket-mode, default 0600 */
+    bool has_socket_gid;  /* --socket-group: the socket's group */
     gid_t socket_gid;
-    gid_t allow_gids[MXOP__MAX_ALLOW_UIDS];  /* --allow-gid: clients in these groups */
+    gid_t allow_gids[MXOP__MAX_ALLOW_UIDS]; /* --allow-gid: clients in these groups */
     int n_allow_gids;
-    const char *log_file;                    /* --log-file PATH (borrowed), or NULL: stderr */
-    bool take_over;                          /* --take-over: the running daemon's socket */
+    const char *log_file; /* --log-file PATH (borrowed), or NULL: stderr */
+    bool take_over;       /* --take-over: the running daemon's socket */
 } mxop__config_t;
 
 /* One library that crashed a worker while it was loading (quarantine.c). */

@@ -191,8 +191,8 @@ int mxop__handover_receive(mxop__daemon_t *d, char *err, size_t errlen)
     set_timeouts(s);
     if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
         mxop__fmt(err, errlen,
-                  "--take-over: no daemon to take over at %s (%s); start without --take-over",
-                  path, strerror(errno));
+                  "--take-over: no daemon to take over at %s (%s); start without --take-over", path,
+                  strerror(errno));
         close(s);
         return MXOP_EDISCONNECTED;
     }
@@ -226,23 +226,22 @@ int mxop__handover_receive(mxop__daemon_t *d, char *err, size_t errlen)
         getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) != 0 ||
         getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l3) != 0 || domain != AF_UNIX ||
         type != SOCK_STREAM || !acc || getsockname(fd, (struct sockaddr *)&got, &gl) != 0) {
-        mxop__fmt(err, errlen, "--take-over: what %s passed is not a listening Unix socket",
-                  path);
+        mxop__fmt(err, errlen, "--take-over: what %s passed is not a listening Unix socket", path);
         close(fd);
         close(s);
         return MXOP_EPROTOCOL;
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
-        mxop__fmt(err, errlen, "--take-over: cannot set up the passed socket: %s",
-                  strerror(errno));
+        mxop__fmt(err, errlen, "--take-over: cannot set up the passed socket: %s", strerror(errno));
         close(fd);
         close(s);
         return MXOP_EIO;
     }
     ho.up_fd = s;
-    MXOP__LOGI(0, NULL, "took the listening socket of daemon %ld (%s); it accepts until this "
-                        "daemon's start is complete",
+    MXOP__LOGI(0, NULL,
+               "took the listening socket of daemon %ld (%s); it accepts until this "
+               "daemon's start is complete",
                ho.old_pid, got.sun_path);
     return fd;
 }
@@ -263,8 +262,9 @@ int mxop__handover_commit(mxop__daemon_t *d, char *err, size_t errlen)
     if (rc == 0)
         rc = read_line(ho.up_fd, line, sizeof(line), NULL);
     if (rc == 0 && strcmp(line, "DONE") == 0)
-        MXOP__LOGI(0, NULL, "daemon %ld stopped accepting; it serves its clients until they "
-                            "leave, new ones come here",
+        MXOP__LOGI(0, NULL,
+                   "daemon %ld stopped accepting; it serves its clients until they "
+                   "leave, new ones come here",
                    ho.old_pid);
     else
         MXOP__LOGW(0, NULL, "daemon %ld did not confirm the hand-over (%s); serving anyway",
@@ -296,8 +296,9 @@ static void conn_cb(uv_poll_t *h, int status, int events)
     char line[64] = "";
     int rc = status < 0 ? MXOP_EIO : read_line(ho.conn_fd, line, sizeof(line), NULL);
     if (rc != 0 || strcmp(line, "COMMIT") != 0) {
-        MXOP__LOGW(0, NULL, "daemon %ld abandoned the take-over (%s): it did not start; this "
-                            "daemon goes on serving",
+        MXOP__LOGW(0, NULL,
+                   "daemon %ld abandoned the take-over (%s): it did not start; this "
+                   "daemon goes on serving",
                    ho.peer_pid, rc != 0 ? mxop_err_name(rc) : line);
         conn_done();
         return;
@@ -308,8 +309,9 @@ static void conn_cb(uv_poll_t *h, int status, int events)
     ho.handed_over = true;
     (void)send_line(ho.conn_fd, "DONE\n", -1);
     conn_done();
-    MXOP__LOGI(0, NULL, "handed the socket over to daemon %ld; serving %llu client%s until "
-                        "they leave",
+    MXOP__LOGI(0, NULL,
+               "handed the socket over to daemon %ld; serving %llu client%s until "
+               "they leave",
                ho.peer_pid, (unsigned long long)d->n_clients, d->n_clients == 1 ? "" : "s");
     mxop__handover_tick(d);
 }
@@ -384,8 +386,7 @@ int mxop__handover_listen(mxop__daemon_t *d, char *err, size_t errlen)
     struct stat st;
     if (b != 0 || chmod(tmp, 0600) != 0 || listen(fd, 4) != 0 || rename(tmp, ho.path) != 0 ||
         stat(ho.path, &st) != 0) {
-        mxop__fmt(err, errlen, "cannot make the hand-over socket %s: %s", ho.path,
-                  strerror(errno));
+        mxop__fmt(err, errlen, "cannot make the hand-over socket %s: %s", ho.path, strerror(errno));
         unlink(tmp);
         close(fd);
         return MXOP_EIO;

@@ -368,16 +368,18 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen)
         return MXOP_EINVAL;
     if (afd >= 0 && d->cfg.take_over) {
         close(afd);
-        mxop__fmt(err, errlen, "--take-over: the service manager owns the socket (socket "
-                               "activation); restart the service instead");
+        mxop__fmt(err, errlen,
+                  "--take-over: the service manager owns the socket (socket "
+                  "activation); restart the service instead");
         return MXOP_EINVAL;
     }
     if (afd >= 0) {
         d->sock_activated = true;
         if (d->cfg.socket_mode != 0600 || d->cfg.has_socket_gid)
-            MXOP__LOGW(0, NULL, "--socket-mode and --socket-group do not apply to the socket the "
-                                "service manager made: set SocketMode= and SocketGroup= in its "
-                                ".socket unit");
+            MXOP__LOGW(0, NULL,
+                       "--socket-mode and --socket-group do not apply to the socket the "
+                       "service manager made: set SocketMode= and SocketGroup= in its "
+                       ".socket unit");
         d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (uv_poll_init(d->loop, &d->listen_poll, afd) != 0) {
             mxop__fmt(err, errlen, "cannot watch the activated socket");

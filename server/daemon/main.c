@@ -272,8 +272,9 @@ int main(int argc, char **argv)
         /* The last check before the old daemon stops accepting: a worker that cannot run
          * would make this one useless, so the old one goes on instead (the rollback). */
         if (access(d.cfg.worker_path, X_OK) != 0) {
-            MXOP__LOGE(0, NULL, "--take-over: worker %s is not executable (%s); the running "
-                                "daemon keeps serving",
+            MXOP__LOGE(0, NULL,
+                       "--take-over: worker %s is not executable (%s); the running "
+                       "daemon keeps serving",
                        d.cfg.worker_path, strerror(errno));
             rc = 1;
             mxop__listener_stop(&d);

@@ -71,12 +71,11 @@ int mxop__notify_init(char *err, size_t errlen)
             memcpy(nt.addr.sun_path, sock, n);
             if (sock[0] == '@')
                 nt.addr.sun_path[0] = '\0'; /* an abstract name: no terminating NUL counted */
-            nt.addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n +
-                                      (sock[0] == '@' ? 0 : 1));
+            nt.addr_len =
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (sock[0] == '@' ? 0 : 1));
             nt.fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
             if (nt.fd < 0) {
-                mxop__fmt(err, errlen, "cannot make the notification socket: %s",
-                          strerror(errno));
+                mxop__fmt(err, errlen, "cannot make the notification socket: %s", strerror(errno));
                 rc = MXOP_EIO;
             }
         }

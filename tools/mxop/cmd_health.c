@@ -56,8 +56,8 @@ static void usage(FILE *f)
 static int ask(int fd, mxop__framebuf_t *fb, Mxop__Request *req, int timeout_ms, Mxop__Reply **out)
 {
     *out = NULL;
-    int rc = mxop__frame_send(fd, fb, MXOP__KIND_CTL_REQUEST, (const ProtobufCMessage *)req, NULL,
-                              0);
+    int rc =
+        mxop__frame_send(fd, fb, MXOP__KIND_CTL_REQUEST, (const ProtobufCMessage *)req, NULL, 0);
     if (rc != 0)
         return rc;
     for (;;) {
@@ -137,8 +137,9 @@ static int live(const char *path, int timeout_ms, Mxop__Reply **st)
     close(fd);
     mxop__framebuf_free(&fb);
     if (rc != 0) {
-        fprintf(stderr, "mxop health: not live: mxop-serverd at %s did not answer within %d ms: %s\n",
-                path, timeout_ms, mxop_err_name(rc));
+        fprintf(stderr,
+                "mxop health: not live: mxop-serverd at %s did not answer within %d ms: %s\n", path,
+                timeout_ms, mxop_err_name(rc));
         return MXOP_CLI_EXIT_FAILED;
     }
     if (r->status != 0 || r->body_case != MXOP__REPLY__BODY_DAEMON_STATUS) {
