@@ -3,7 +3,8 @@
  * (--take-over, server/daemon/handover.c): the new daemon takes the old
  * one's listening socket, new clients go to it with none refused, the old
  * one's sessions run on with the same results and it exits once they have
- * left; a new daemon that fails to start leaves the old one serving.
+ * left (a SIGTERM then waits for them too); a new daemon that fails to
+ * start leaves the old one serving.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -280,4 +281,46 @@ Test(upgrade, take_over_without_a_daemon_says_so, .timeout = 30)
     cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
     cr_expect(strstr(err, "no daemon to take over") != NULL, "%s", err);
     rmdir(dir);
+}
+
+/*
+ * A daemon that handed its socket over and is then stopped (SIGTERM: a
+ * replaced pod) serves its session on until the client leaves, within
+ * --drain-timeout-ms, then exits 0; before the hand-over, SIGTERM waits
+ * only for calls in flight (test_service).
+ */
+Test(upgrade, sigterm_after_a_hand_over_waits_for_the_clients, .timeout = 120, .fini = fini)
+{
+    const char *args[] = {"--drain-timeout-ms", "60000", NULL};
+    mxt_daemon_start(&old_, args);
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&old_, libs);
+    new_pid = start_new(NULL);
+    long now = -1;
+    for (int i = 0; i < 600 && now != (long)new_pid; i++) {
+        now = serving_pid(old_.sock);
+        if (now != (long)new_pid)
+            mxt_sleep_ms(20);
+    }
+    cr_assert_eq(now, (long)new_pid, "the take-over did not happen");
+    cr_assert(kill(old_.pid, SIGTERM) == 0);
+    char why[512];
+    for (int i = 0; i < 10; i++) {
+        mxt_sleep_ms(100);
+        cr_assert(mxt_relu_calls(c, 9, 10, why, sizeof(why)) == NULL,
+                  "the session after SIGTERM to its handed-over daemon: %s", why);
+    }
+    cr_assert(mxt_daemon_alive(&old_), "the old daemon stopped with its client connected");
+    mxop_close(c);
+    int status = 0;
+    pid_t r = 0;
+    for (int i = 0; i < 1500 && r != old_.pid; i++) {
+        r = waitpid(old_.pid, &status, WNOHANG);
+        if (r != old_.pid)
+            mxt_sleep_ms(10);
+    }
+    cr_assert_eq(r, old_.pid, "the old daemon did not exit after its client left");
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "old daemon exit 0x%x", status);
+    old_.pid = 0;
+    cr_assert(fresh_client(old_.sock, why, sizeof(why)) == NULL, "the new daemon: %s", why);
 }

@@ -432,6 +432,11 @@ void mxop__handover_stop(mxop__daemon_t *d)
     }
 }
 
+bool mxop__handover_done(void)
+{
+    return ho.handed_over;
+}
+
 void mxop__handover_tick(mxop__daemon_t *d)
 {
     if (ho.handed_over && d->n_clients == 0 && !d->draining && !d->shutting_down)

@@ -37,6 +37,9 @@ int mxop__handover_listen(mxop__daemon_t *d, char *err, size_t errlen);
 /* Stops listening for a successor and removes SOCKET.takeover if still ours. */
 void mxop__handover_stop(mxop__daemon_t *d);
 
+/* True once this daemon handed its socket over to a successor. */
+bool mxop__handover_done(void);
+
 /*
  * Each watchdog tick: a daemon that handed its socket over ends (through
  * the drain) once its last client has gone.
