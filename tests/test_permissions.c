@@ -221,8 +221,14 @@ Test(permissions, log_file_is_reopened_at_sigusr1, .timeout = 60, .fini = stop_a
 {
     start_open(NULL);
     static char text[1 << 16];
-    cr_assert(read_log(text, sizeof(text)) > 0, "nothing in the log file");
-    cr_expect(strstr(text, "listening on") != NULL, "%s", text);
+    /* The line comes just after the socket appears: wait for it. */
+    int up = 0;
+    for (int i = 0; i < 500 && !up; i++) {
+        up = read_log(text, sizeof(text)) > 0 && strstr(text, "listening on") != NULL;
+        if (!up)
+            mxt_sleep_ms(20);
+    }
+    cr_assert(up, "no 'listening on' line in the log file: '%s'", text);
     char moved[420];
     snprintf(moved, sizeof(moved), "%s.1", logpath);
     cr_assert(rename(logpath, moved) == 0);

@@ -219,6 +219,18 @@ Test(probes, sd_notify_ready_watchdog_and_stopping, .timeout = 60, .fini = stop)
     kill(daemon_.pid, SIGTERM);
     cr_expect(await_note(fd, "STOPPING=1", 10000, seen, sizeof(seen)),
               "no STOPPING=1 at SIGTERM (last '%s')", seen);
+    /* It stops by itself (a second SIGTERM could find the default action back). */
+    int status = 0;
+    pid_t r = 0;
+    for (int i = 0; i < 1000 && r != daemon_.pid; i++) {
+        r = waitpid(daemon_.pid, &status, WNOHANG);
+        if (r != daemon_.pid)
+            mxt_sleep_ms(10);
+    }
+    cr_expect(r == daemon_.pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "the daemon did not stop cleanly at SIGTERM (0x%x)", status);
+    if (r == daemon_.pid)
+        daemon_.pid = 0;
     mxt_daemon_stop(&daemon_);
     close(fd);
     unlink(path);
