@@ -170,7 +170,7 @@ TORCH_HDR  ?= /usr/include/torch/library.h
 TORCHOPS := $(if $(wildcard $(TORCH_HDR)),$(B)/python/_torchops.so)
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
-        format format-check deb check-packages
+        format format-check deb check-packages check-cluster
 .DEFAULT_GOAL := all
 
 all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
@@ -423,11 +423,15 @@ fuzz-seeds: $(COMMON_O)
 demo: all
 	$(Q)sh scripts/demo.sh $(abspath $(B))
 
-check: fuzz-smoke check-c check-python check-packages
+check: fuzz-smoke check-c check-python check-packages check-cluster
 test: check
 
 check-c: all
 	$(Q)sh scripts/run-c-tests.sh $(abspath $(B))
+
+# Kubernetes manifests, Slurm prolog/epilog, upgrade and two-node runs (scripts/test-cluster.sh).
+check-cluster: all
+	$(Q)sh scripts/test-cluster.sh $(abspath $(B))
 
 check-python: all
 	$(Q)if [ -d python/tests ]; then sh scripts/run-python-tests.sh $(abspath $(B)) $(PYTHON); fi

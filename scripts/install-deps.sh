@@ -6,7 +6,8 @@ set -e
 PKGS="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler
 libcriterion-dev libopenblas-dev libseccomp-dev python3-numpy python3-torch python3-pytest
 python3-dev libtorch-dev
-clang libclang-rt-14-dev"
+clang libclang-rt-14-dev
+lintian patchelf"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

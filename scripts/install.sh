@@ -13,8 +13,9 @@
 # "d PATH" a line, paths without DESTDIR).  Uninstall removes the files and
 # links it lists, then the directories it lists that are empty by then,
 # deepest first, and the manifest: nothing that was there before the
-# install is touched.  The example config file is installed only where
-# none is, so that an administrator's file survives both.
+# install is touched (but the byte-code Python compiled from the modules it
+# installed, __pycache__/NAME.*.pyc).  The example config file is installed
+# only where none is, so that an administrator's file survives both.
 set -eu
 : "${B:?}" "${PREFIX:?}" "${BINDIR:?}" "${LIBDIR:?}" "${INCLUDEDIR:?}" "${LIBEXECDIR:?}"
 : "${PLUGINDIR:?}" "${SYSTEMDUNITDIR:?}" "${SYSCONFDIR:?}" "${DATADIR:?}" "${VERSION:?}"
@@ -103,6 +104,9 @@ do_install() {
             [ -f "$B/python/$so" ] && inst 755 "$B/python/$so" "$PYTHONDIR/mxop/$so"
         done
     fi
+    for m in contrib/man/*.1; do
+        inst 644 "$m" "$DATADIR/man/man1/$(basename "$m")"
+    done
     if [ -f docs/operations.md ]; then
         inst 644 docs/operations.md "$DATADIR/doc/mxop/operations.md"
     fi
@@ -131,6 +135,16 @@ do_uninstall() {
                 rm -f "$DESTDIR$path"
                 n=$((n + 1))
             fi
+            # The byte-code Python wrote for a module we installed: left behind,
+            # its __pycache__ keeps the package's directory, and `import mxop`
+            # then finds an empty namespace package.
+            case $path in
+            *.py)
+                pyc=$DESTDIR$(dirname "$path")/__pycache__
+                rm -f "$pyc/$(basename "$path" .py)".*.pyc
+                rmdir "$pyc" 2>/dev/null || true
+                ;;
+            esac
             ;;
         esac
     done <"$DESTDIR$MANIFEST"

@@ -13,7 +13,12 @@
 #   4. make deb's packages, unpacked with dpkg-deb -x into a temporary root:
 #      the daemon started from there (finding its worker there) serves a C
 #      client built with the unpacked headers, .pc and library, and the
-#      unpacked Python package.
+#      unpacked Python package;
+#   5. lintian finds no error and no warning in them (the overrides in
+#      contrib/debian/*.lintian-overrides say why each ignored tag is);
+#   6. dpkg installs them into a throw-away root (dpkg --root, maintainer
+#      scripts run outside a chroot with DPKG_ROOT set), Python byte-code is
+#      written there, and dpkg --purge leaves nothing but dpkg's own database.
 # Usage: test-packages.sh BUILD [PYTHON]
 set -eu
 B=${1:?usage: test-packages.sh BUILD [PYTHON]}
@@ -237,6 +242,9 @@ c.close()") || fail "the installed Python package: $out"
 [ "$out" = "0 0 0 1 2" ] || fail "the installed python package printed '$out'"
 stop_daemon
 unset PKG_CONFIG_SYSROOT_DIR
+# Byte-code, as any import by a user who may write there leaves it: uninstall removes it too.
+"$PY" -m compileall -q "$R$PYDIR/mxop" >/dev/null || fail "compileall of the installed package"
+[ -d "$R$PYDIR/mxop/__pycache__" ] || fail "compileall wrote no __pycache__"
 make -s --no-print-directory -C "$SRC" B="$B" uninstall DESTDIR="$R" PREFIX=/usr/local >/dev/null ||
     fail "make uninstall"
 left=$(cd "$R" && find . -mindepth 1 | sort | tr '\n' ' ')
@@ -275,3 +283,34 @@ for so in $want; do
 done
 stop_daemon
 pass "make deb's packages unpacked: the daemon runs its own worker and serves a C client and Python"
+
+# --- 5. lintian --------------------------------------------------------------
+command -v lintian >/dev/null || fail "lintian is not installed (scripts/install-deps.sh installs it)"
+tags=$(lintian --fail-on none "$B"/deb/*.deb 2>&1 | grep -E '^[EW]: ' || true)
+[ -z "$tags" ] || fail "lintian: $tags"
+pass "lintian: no error or warning in make deb's packages"
+
+# --- 6. dpkg --root: install, byte-code, purge --------------------------------
+P=$T/dpkgroot
+mkdir -p "$P/var/lib/dpkg/info" "$P/var/lib/dpkg/updates" "$P/var/lib/dpkg/triggers"
+: >"$P/var/lib/dpkg/status"
+: >"$P/var/lib/dpkg/available"
+# The root has no libc, python3 or libuv of its own: dependencies are not checked
+# there (--force-depends), and the scripts run here with DPKG_ROOT set.
+DPKG="dpkg --root=$P --force-script-chrootless --force-depends --force-not-root --log=/dev/null"
+$DPKG -i "$B"/deb/*.deb >"$T/dpkg.log" 2>&1 || fail "dpkg --root -i: $(cat "$T/dpkg.log")"
+for f in usr/bin/mxop-serverd usr/lib/libmxop.so.0 lib/systemd/system/mxop-serverd.socket \
+    etc/mxop/mxop-serverd.conf usr/lib/python3/dist-packages/mxop/__init__.py \
+    usr/share/doc/libmxop0/copyright; do
+    [ -e "$P/$f" ] || fail "dpkg --root -i did not install /$f"
+done
+[ "$($DPKG -l libmxop0 2>/dev/null | awk '/^ii/ {print $2}')" = libmxop0 ] ||
+    fail "libmxop0 is not installed in the throw-away root"
+"$PY" -m compileall -q "$P/usr/lib/python3/dist-packages/mxop" >/dev/null
+[ -d "$P/usr/lib/python3/dist-packages/mxop/__pycache__" ] || fail "compileall wrote no __pycache__"
+$DPKG --purge python3-mxop libmxop-dev mxop-serverd libmxop0 >>"$T/dpkg.log" 2>&1 ||
+    fail "dpkg --root --purge: $(cat "$T/dpkg.log")"
+left=$(cd "$P" && find . -mindepth 1 ! -path './var' ! -path './var/lib' ! -path './var/lib/dpkg' \
+    ! -path './var/lib/dpkg/*' | sort | tr '\n' ' ')
+[ -z "$left" ] || fail "dpkg --purge left files in the throw-away root: $left"
+pass "dpkg --root installs the packages and --purge leaves nothing behind (byte-code included)"

@@ -310,6 +310,7 @@ static const char *const reloadable[] = {"--max-connections",
                                          "--max-timeout-ms",
                                          "--init-timeout-ms",
                                          "--allow-uid",
+                                         "--allow-gid",
                                          "--admin-uid",
                                          "--probe-interval-ms",
                                          "--probe-timeout-ms",
@@ -378,6 +379,8 @@ void mxop__config_reload(mxop__daemon_t *d, const mxop__cfgargs_t *started, int 
     d->cfg.drain_timeout_ms = nc.drain_timeout_ms;
     memcpy(d->cfg.allow_uids, nc.allow_uids, sizeof(nc.allow_uids));
     d->cfg.n_allow_uids = nc.n_allow_uids;
+    memcpy(d->cfg.allow_gids, nc.allow_gids, sizeof(nc.allow_gids));
+    d->cfg.n_allow_gids = nc.n_allow_gids;
     memcpy(d->cfg.admin_uids, nc.admin_uids, sizeof(nc.admin_uids));
     d->cfg.n_admin_uids = nc.n_admin_uids;
     d->cfg.probe_interval_ms = nc.probe_interval_ms;

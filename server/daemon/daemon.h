@@ -274,6 +274,14 @@ typedef struct mxop__config {
     /* The service (config.c, drain.c): the config file and the drain at SIGTERM. */
     const char *config_path;   /* --config FILE, or NULL */
     uint64_t drain_timeout_ms; /* how long calls in flight may finish after SIGTERM */
+    /* Who reaches the socket (listener.c, docs/operations.md "Permissions"), where logs go. */
+    unsigned socket_mode; /* --socket-mode, default 0600 */
+    bool has_socket_gid;  /* --socket-group: the socket's group */
+    gid_t socket_gid;
+    gid_t allow_gids[MXOP__MAX_ALLOW_UIDS]; /* --allow-gid: clients in these groups */
+    int n_allow_gids;
+    const char *log_file; /* --log-file PATH (borrowed), or NULL: stderr */
+    bool take_over;       /* --take-over: the running daemon's socket */
 } mxop__config_t;
 
 /* One library that crashed a worker while it was loading (quarantine.c). */
@@ -680,6 +688,15 @@ struct mxop__worker {
 int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen);
 /* Stops accepting, closes the socket and removes its file (if still ours). */
 void mxop__listener_stop(mxop__daemon_t *d);
+/*
+ * The hand-over (handover.c): the old daemon stops accepting and closes its
+ * copy of the listening socket, leaving the file to its successor; the new
+ * one starts accepting on the socket it was given, and owns the file.
+ */
+void mxop__listener_release(mxop__daemon_t *d);
+void mxop__listener_resume(mxop__daemon_t *d);
+/* Logs how many refusals the last second's rate limit kept quiet (each watchdog tick). */
+void mxop__listener_tick(mxop__daemon_t *d, int64_t now_ns);
 
 /* ------------------------------------------------------------------------ */
 /* drain.c */

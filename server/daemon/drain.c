@@ -12,16 +12,25 @@
  * clears it when it returns.  That, and the supervisor requests (library
  * loads, region maps) the daemon itself has in flight, are what "in
  * flight" means here.
+ *
+ * A daemon that handed its socket over to a successor (handover.c) has no
+ * new clients to refuse: its drain waits for its clients to leave, not
+ * only for their calls, so that an upgrade whose old daemon is then
+ * stopped (a replaced pod) lets training finish its sessions within the
+ * bound.
  */
 #include <stdio.h>
 
 #include "common/util.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/handover.h"
 #include "server/daemon/log.h"
 #include "shm/call_page.h"
 
 int mxop__drain_in_flight(mxop__daemon_t *d)
 {
+    if (mxop__handover_done())
+        return (int)d->n_clients;
     int n = 0;
     for (mxop__list_t *l = d->clients.next; l != &d->clients; l = l->next) {
         mxop__client_t *cl = MXOP__CONTAINER_OF(l, mxop__client_t, link);
@@ -51,9 +60,11 @@ void mxop__drain_tick(mxop__daemon_t *d)
     }
     if (mxop__now_ns() >= d->drain_deadline_ns) {
         MXOP__LOGW(0, NULL,
-                   "%d call%s still in flight after %llu ms of draining (--drain-timeout-ms); "
+                   "%d %s%s still %s after %llu ms of draining (--drain-timeout-ms); "
                    "stopping anyway",
-                   n, n == 1 ? "" : "s", (unsigned long long)d->cfg.drain_timeout_ms);
+                   n, mxop__handover_done() ? "client" : "call", n == 1 ? "" : "s",
+                   mxop__handover_done() ? "connected" : "in flight",
+                   (unsigned long long)d->cfg.drain_timeout_ms);
         d->stop_cb(d, d->drain_why);
     }
 }
@@ -69,8 +80,9 @@ void mxop__drain_begin(mxop__daemon_t *d, const char *why)
     int n = mxop__drain_in_flight(d);
     if (n > 0)
         MXOP__LOGI(0, NULL,
-                   "%s: no longer accepting connections; waiting up to %llu ms for %d call%s in "
-                   "flight",
-                   why, (unsigned long long)d->cfg.drain_timeout_ms, n, n == 1 ? "" : "s");
+                   "%s: no longer accepting connections; waiting up to %llu ms for %d %s%s %s", why,
+                   (unsigned long long)d->cfg.drain_timeout_ms, n,
+                   mxop__handover_done() ? "client" : "call", n == 1 ? "" : "s",
+                   mxop__handover_done() ? "to leave" : "in flight");
     mxop__drain_tick(d);
 }

@@ -25,6 +25,7 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/handover.h"
 #include "server/daemon/log.h"
 #include "server/daemon/workeruid.h"
 
@@ -90,12 +91,36 @@ static int check_existing(const char *path, char *err, size_t errlen)
     return MXOP_EIO;
 }
 
-static bool uid_allowed(const mxop__daemon_t *d, uid_t uid)
+static bool gid_listed(const mxop__daemon_t *d, gid_t gid)
 {
-    if (uid == d->euid || uid == 0)
+    for (int i = 0; i < d->cfg.n_allow_gids; i++)
+        if (d->cfg.allow_gids[i] == gid)
+            return true;
+    return false;
+}
+
+/*
+ * Root, the daemon's user, an --allow-uid, or a member of an --allow-gid
+ * group: the peer's gid, or one of the supplementary groups the kernel
+ * recorded when it connected (SO_PEERGROUPS: no race with a later setgroups).
+ */
+static bool peer_allowed(const mxop__daemon_t *d, int fd, const struct ucred *cred)
+{
+    if (cred->uid == d->euid || cred->uid == 0)
         return true;
     for (int i = 0; i < d->cfg.n_allow_uids; i++)
-        if (d->cfg.allow_uids[i] == uid)
+        if (d->cfg.allow_uids[i] == cred->uid)
+            return true;
+    if (d->cfg.n_allow_gids == 0)
+        return false;
+    if (gid_listed(d, cred->gid))
+        return true;
+    gid_t groups[256];
+    socklen_t len = sizeof(groups);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+        return false; /* more than 256 groups, or an old kernel: the primary gid only */
+    for (size_t i = 0; i < len / sizeof(gid_t); i++)
+        if (gid_listed(d, groups[i]))
             return true;
     return false;
 }
@@ -124,15 +149,21 @@ static void refuse(int fd, int code, char *msg)
     close(fd);
 }
 
+/* The last refusal the rate limit kept quiet, for the summary. */
+static char quiet_msg[200];
+
 /*
- * Logs a refused connection, but a repeated condition (a full table, the
- * fd limit) only once per second, with the count of those not logged.
+ * Logs a refused connection, but at most one a second: a peer that is
+ * refused (a uid not allowed, a full table, the fd limit) cannot write
+ * thousands of lines a second by reconnecting.  The ones not logged are
+ * counted, and summarised by the next logged refusal or by the tick.
  */
 static void log_refusal(mxop__daemon_t *d, const char *msg)
 {
     int64_t now = mxop__now_ns();
     if (now - d->refuse_log_ns < 1000000000LL) {
         d->refused_quiet++;
+        mxop__fmt(quiet_msg, sizeof(quiet_msg), "%s", msg);
         return;
     }
     if (d->refused_quiet > 0)
@@ -142,6 +173,16 @@ static void log_refusal(mxop__daemon_t *d, const char *msg)
         MXOP__LOGW(0, NULL, "refused a connection: %s", msg);
     d->refuse_log_ns = now;
     d->refused_quiet = 0;
+}
+
+void mxop__listener_tick(mxop__daemon_t *d, int64_t now_ns)
+{
+    if (d->refused_quiet == 0 || now_ns - d->refuse_log_ns < 1000000000LL)
+        return;
+    MXOP__LOGW(0, NULL, "refused %llu more connections in the last second (the last: %s)",
+               (unsigned long long)d->refused_quiet, quiet_msg);
+    d->refused_quiet = 0;
+    d->refuse_log_ns = now_ns;
 }
 
 static void accept_one(mxop__daemon_t *d, int fd)
@@ -154,11 +195,13 @@ static void accept_one(mxop__daemon_t *d, int fd)
         close(fd);
         return;
     }
-    char msg[160];
-    if (!uid_allowed(d, cred.uid)) {
-        MXOP__LOGW(0, NULL, "refused connection from uid %u (pid %d): not allowed",
-                   (unsigned)cred.uid, (int)cred.pid);
-        mxop__fmt(msg, sizeof(msg), "uid %u is not allowed to use this daemon (see --allow-uid)",
+    char msg[160], line[200];
+    if (!peer_allowed(d, fd, &cred)) {
+        mxop__fmt(line, sizeof(line), "uid %u (pid %d) is not allowed", (unsigned)cred.uid,
+                  (int)cred.pid);
+        log_refusal(d, line);
+        mxop__fmt(msg, sizeof(msg),
+                  "uid %u is not allowed to use this daemon (see --allow-uid, --allow-gid)",
                   (unsigned)cred.uid);
         refuse(fd, MXOP_EDENIED, msg);
         return;
@@ -174,16 +217,17 @@ static void accept_one(mxop__daemon_t *d, int fd)
      * keeps its uid, since strict's filter refuses every change of uid.
      */
     if (mxop__workeruid_is_workers(&d->cfg, cred.uid)) {
-        MXOP__LOGW(0, NULL, "refused connection from uid %u (pid %d): the workers' uid",
-                   (unsigned)cred.uid, (int)cred.pid);
+        mxop__fmt(line, sizeof(line), "uid %u (pid %d) is a workers' uid", (unsigned)cred.uid,
+                  (int)cred.pid);
+        log_refusal(d, line);
         mxop__fmt(msg, sizeof(msg), "uid %u is a workers' uid and may not connect",
                   (unsigned)cred.uid);
         refuse(fd, MXOP_EDENIED, msg);
         return;
     }
     if (mxop__is_worker_process(d, cred.pid)) {
-        MXOP__LOGW(0, NULL, "refused connection from pid %d: it is a worker (or started by one)",
-                   (int)cred.pid);
+        mxop__fmt(line, sizeof(line), "pid %d is a worker (or started by one)", (int)cred.pid);
+        log_refusal(d, line);
         mxop__fmt(msg, sizeof(msg), "workers may not connect to the daemon");
         refuse(fd, MXOP_EDENIED, msg);
         return;
@@ -323,8 +367,20 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen)
     int afd = activated_socket(path, err, errlen);
     if (afd == -2)
         return MXOP_EINVAL;
+    if (afd >= 0 && d->cfg.take_over) {
+        close(afd);
+        mxop__fmt(err, errlen,
+                  "--take-over: the service manager owns the socket (socket "
+                  "activation); restart the service instead");
+        return MXOP_EINVAL;
+    }
     if (afd >= 0) {
         d->sock_activated = true;
+        if (d->cfg.socket_mode != 0600 || d->cfg.has_socket_gid)
+            MXOP__LOGW(0, NULL,
+                       "--socket-mode and --socket-group do not apply to the socket the "
+                       "service manager made: set SocketMode= and SocketGroup= in its "
+                       ".socket unit");
         d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (uv_poll_init(d->loop, &d->listen_poll, afd) != 0) {
             mxop__fmt(err, errlen, "cannot watch the activated socket");
@@ -334,6 +390,21 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen)
         d->listening = true;
         uv_poll_start(&d->listen_poll, UV_READABLE, listen_cb);
         MXOP__LOGI(0, NULL, "serving the socket the service manager passed (fd %d)", afd);
+        return 0;
+    }
+    if (d->cfg.take_over) {
+        /* The running daemon's socket; accepting starts at the commit (listener_resume). */
+        int tfd = mxop__handover_receive(d, err, errlen);
+        if (tfd < 0)
+            return tfd;
+        d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (uv_poll_init(d->loop, &d->listen_poll, tfd) != 0) {
+            close(tfd);
+            mxop__fmt(err, errlen, "cannot watch the socket taken over");
+            return MXOP_EIO;
+        }
+        d->listen_fd = tfd;
+        d->listening = true;
         return 0;
     }
     rc = check_existing(path, err, errlen);
@@ -354,8 +425,17 @@ int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen)
         mxop__fmt(err, errlen, "cannot bind %s: %s", tmp, strerror(e));
         goto err_close;
     }
-    /* Connecting needs only write permission; 0600 is what protocol.md promises. */
-    if (chmod(tmp, 0600) != 0) {
+    /*
+     * Connecting needs only write permission: 0600 (protocol.md's default)
+     * unless --socket-mode widens it, typically to 0660 for --socket-group,
+     * so that the users --allow-uid and --allow-gid admit can reach it.
+     */
+    if (d->cfg.has_socket_gid && chown(tmp, (uid_t)-1, d->cfg.socket_gid) != 0) {
+        mxop__fmt(err, errlen, "cannot give %s the group %u (--socket-group): %s", tmp,
+                  (unsigned)d->cfg.socket_gid, strerror(errno));
+        goto err_unlink;
+    }
+    if (chmod(tmp, d->cfg.socket_mode != 0 ? d->cfg.socket_mode : 0600) != 0) {
         mxop__fmt(err, errlen, "cannot set the mode of %s: %s", tmp, strerror(errno));
         goto err_unlink;
     }
@@ -406,8 +486,31 @@ static void listen_closed_cb(uv_handle_t *h)
     d->listen_fd = -1;
 }
 
+void mxop__listener_release(mxop__daemon_t *d)
+{
+    d->sock_created = false; /* the file is the successor's now */
+    if (d->listening) {
+        d->listening = false;
+        uv_poll_stop(&d->listen_poll);
+        uv_close((uv_handle_t *)&d->listen_poll, listen_closed_cb);
+    }
+}
+
+void mxop__listener_resume(mxop__daemon_t *d)
+{
+    struct stat st;
+    if (stat(d->cfg.socket_path, &st) == 0) {
+        d->sock_dev = st.st_dev;
+        d->sock_ino = st.st_ino;
+        d->sock_created = true;
+    }
+    if (d->listening)
+        uv_poll_start(&d->listen_poll, UV_READABLE, listen_cb);
+}
+
 void mxop__listener_stop(mxop__daemon_t *d)
 {
+    mxop__handover_stop(d);
     if (d->listening) {
         d->listening = false;
         uv_poll_stop(&d->listen_poll);

@@ -4,6 +4,8 @@
  */
 #include "server/daemon/log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +16,38 @@
 
 static int min_level = MXOP__LOG_INFO;
 static int format = MXOP__LOG_TEXT;
+
+/* --log-file, kept for the reopen. */
+static const char *log_path;
+
+int mxop__log_open_file(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open the log file %s: %s", path, strerror(errno));
+        return MXOP_EIO;
+    }
+    /* fd 2 is where every line goes (one write each); it replaces the old file atomically. */
+    if (fd != 2) {
+        if (dup2(fd, 2) < 0) {
+            snprintf(err, errlen, "cannot make %s the log: %s", path, strerror(errno));
+            close(fd);
+            return MXOP_EIO;
+        }
+        close(fd);
+    }
+    log_path = path;
+    return 0;
+}
+
+int mxop__log_reopen(char *err, size_t errlen)
+{
+    if (log_path == NULL) {
+        snprintf(err, errlen, "the log goes to stderr (no --log-file): nothing to reopen");
+        return MXOP_EINVAL;
+    }
+    return mxop__log_open_file(log_path, err, errlen);
+}
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 

@@ -11,6 +11,7 @@
 #ifndef MXOP_SERVER_DAEMON_LOG_H
 #define MXOP_SERVER_DAEMON_LOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum mxop__log_level {
@@ -33,6 +34,15 @@ typedef struct mxop__log_ctx {
     const char *library;
     int worker_pid;
 } mxop__log_ctx_t;
+
+/*
+ * Sends the log to `path` (appended, created 0640) instead of stderr: the
+ * file becomes fd 2.  mxop__log_reopen opens the same path again, after
+ * logrotate moved the file (SIGUSR1).  Return 0, or MXOP_EIO with a
+ * sentence in err (the log then stays where it was).
+ */
+int mxop__log_open_file(const char *path, char *err, size_t errlen);
+int mxop__log_reopen(char *err, size_t errlen);
 
 /* Parses "debug", "info", "warn" or "error".  Returns 0 or MXOP_EINVAL. */
 int mxop__log_parse_level(const char *s, int *level);

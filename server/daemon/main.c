@@ -30,7 +30,9 @@
 #include "server/daemon/introspect.h"
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
+#include "server/daemon/handover.h"
 #include "server/daemon/memconfine.h"
+#include "server/daemon/notify.h"
 #include "server/daemon/session.h"
 #include "server/daemon/workeruid.h"
 #include "server/daemon/options.h"
@@ -39,6 +41,8 @@
 #define SHUTDOWN_GRACE_MS 5000
 
 static uv_timer_t shutdown_guard;
+/* SIGUSR1: reopen --log-file (after logrotate moved it). */
+static uv_signal_t sigusr1;
 
 /*
  * The arguments the daemon started with (the file's and the command
@@ -56,6 +60,9 @@ static void watchdog_tick(mxop__daemon_t *d)
     mxop__clients_tick(d, mxop__now_ns());
     mxop__reload_tick(d, mxop__now_ns());
     mxop__drain_tick(d);
+    mxop__listener_tick(d, mxop__now_ns());
+    mxop__handover_tick(d);
+    mxop__notify_tick(mxop__now_ns());
 }
 
 static void daemon_shutdown(mxop__daemon_t *d, const char *why);
@@ -80,6 +87,17 @@ static void sighup_cb(uv_signal_t *h, int signum)
     mxop__config_reload(h->data, &start_args, run_argc, run_argv, mxop__options_reparse);
 }
 
+static void sigusr1_cb(uv_signal_t *h, int signum)
+{
+    (void)h;
+    (void)signum;
+    char err[MXOP__MSG_MAX];
+    if (mxop__log_reopen(err, sizeof(err)) != 0)
+        MXOP__LOGW(0, NULL, "SIGUSR1: %s", err);
+    else
+        MXOP__LOGI(0, NULL, "SIGUSR1: log file reopened");
+}
+
 static void guard_cb(uv_timer_t *t)
 {
     MXOP__LOGE(0, NULL, "workers were not reaped within %d ms of shutdown; exiting anyway",
@@ -93,6 +111,7 @@ static void daemon_shutdown(mxop__daemon_t *d, const char *why)
         return;
     d->shutting_down = true;
     MXOP__LOGI(0, NULL, "shutting down: %s", why);
+    mxop__notify("STOPPING=1");
     mxop__metrics_stop(d); /* a last write, with the sessions still there */
 
     mxop__listener_stop(d);
@@ -104,6 +123,8 @@ static void daemon_shutdown(mxop__daemon_t *d, const char *why)
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sighup, NULL);
+    if (uv_is_active((uv_handle_t *)&sigusr1))
+        uv_close((uv_handle_t *)&sigusr1, NULL);
 
     /* Unref'd: it fires only if something keeps the loop alive that long. */
     if (uv_timer_init(d->loop, &shutdown_guard) == 0) {
@@ -132,6 +153,7 @@ int main(int argc, char **argv)
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGHUP);
+    sigaddset(&stop_signals, SIGUSR1);
     sigprocmask(SIG_BLOCK, &stop_signals, &start_mask);
 
     mxop__daemon_t d;
@@ -160,6 +182,13 @@ int main(int argc, char **argv)
         return rc;
     }
     mxop__log_set_level(level);
+    if (d.cfg.log_file != NULL && mxop__log_open_file(d.cfg.log_file, cerr, sizeof(cerr)) != 0) {
+        fprintf(stderr, "mxop-serverd: %s\n", cerr);
+        free(d.cfg.plugin_dir);
+        free(d.cfg.worker_path);
+        mxop__config_free(&start_args);
+        return 2;
+    }
     /*
      * Each region is a descriptor the daemon keeps (up to 4096 per session);
      * the usual soft limit of 1024 would run out long before that.
@@ -192,6 +221,9 @@ int main(int argc, char **argv)
 
     char err[MXOP__MSG_MAX];
     char workers_as[160];
+    /* Before anything is spawned: the variables are removed, so workers never see them. */
+    if (mxop__notify_init(err, sizeof(err)) != 0)
+        MXOP__LOGW(0, NULL, "%s", err);
     if (mxop__workeruid_settle(&d.cfg, err, sizeof(err)) != 0) {
         MXOP__LOGE(0, NULL, "%s", err);
         rc = 2;
@@ -232,7 +264,27 @@ int main(int argc, char **argv)
     uv_signal_start(&d.sigterm, signal_cb, SIGTERM);
     uv_signal_start(&d.sigint, signal_cb, SIGINT);
     uv_signal_start(&d.sighup, sighup_cb, SIGHUP);
+    if (uv_signal_init(&loop, &sigusr1) == 0)
+        uv_signal_start(&sigusr1, sigusr1_cb, SIGUSR1);
     sigprocmask(SIG_SETMASK, &start_mask, NULL);
+
+    if (d.cfg.take_over) {
+        /* The last check before the old daemon stops accepting: a worker that cannot run
+         * would make this one useless, so the old one goes on instead (the rollback). */
+        if (access(d.cfg.worker_path, X_OK) != 0) {
+            MXOP__LOGE(0, NULL,
+                       "--take-over: worker %s is not executable (%s); the running "
+                       "daemon keeps serving",
+                       d.cfg.worker_path, strerror(errno));
+            rc = 1;
+            mxop__listener_stop(&d);
+            goto out_walk;
+        }
+        mxop__handover_commit(&d, err, sizeof(err));
+        mxop__listener_resume(&d);
+    }
+    if (!d.sock_activated && mxop__handover_listen(&d, err, sizeof(err)) != 0)
+        MXOP__LOGW(0, NULL, "upgrades by --take-over are off: %s", err);
 
     MXOP__LOGI(0, NULL, "mxop-serverd %s listening on %s (plugins %s, worker %s)",
                MXOP_VERSION_STRING, d.cfg.socket_path, d.cfg.plugin_dir, d.cfg.worker_path);
@@ -240,6 +292,14 @@ int main(int argc, char **argv)
                d.cfg.sandbox, (unsigned long long)d.cfg.worker_memory_mb,
                (unsigned long long)d.cfg.worker_max_fds, workers_as,
                d.cfg.warm_spare ? "a warm" : "no");
+    /* The socket accepts and the handlers are in place: a Type=notify unit is started. */
+    char ready[96];
+    mxop__fmt(ready, sizeof(ready), "READY=1\nMAINPID=%d\nSTATUS=serving %s", (int)d.pid,
+              d.cfg.socket_path);
+    mxop__notify(ready);
+    if (mxop__notify_watchdog_usec() > 0)
+        MXOP__LOGI(0, NULL, "service manager's watchdog: pinging every %llu ms",
+                   (unsigned long long)(mxop__notify_watchdog_usec() / 2000));
     uv_run(&loop, UV_RUN_DEFAULT);
 
     if (!mxop__list_empty(&d.workers)) {
@@ -260,6 +320,7 @@ out_loop:
         MXOP__LOGI(0, NULL, "stopped");
     }
 out_cfg:
+    mxop__notify_close();
     mxop__quarantine_free(&d);
     mxop__lease_pages_free(&d.leases);
     mxop__reload_free(&d);

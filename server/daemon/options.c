@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <grp.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,6 +60,8 @@ static const char usage_text[] =
     "                    [--log-format text|json] [--metrics-file PATH]\n"
     "                    [--metrics-interval-ms N]\n"
     "                    [--config FILE] [--drain-timeout-ms N]\n"
+    "                    [--socket-mode OCTAL] [--socket-group GROUP] [--allow-gid GROUP]...\n"
+    "                    [--log-file PATH] [--take-over]\n"
     "\n"
     "  --socket PATH        control socket to create (owner-only)\n"
     "  --plugin-dir DIR     the only directory op libraries are loaded from\n"
@@ -121,7 +124,17 @@ static const char usage_text[] =
     "                       option without --; '#' comments); the command line overrides\n"
     "                       it; SIGHUP reads it again (docs/operations.md)\n"
     "  --drain-timeout-ms N after SIGTERM, how long calls in flight may finish before the\n"
-    "                       workers are stopped (default 5000; 0: stop at once)\n";
+    "                       workers are stopped (default 5000; 0: stop at once)\n"
+    "  --socket-mode OCTAL  the control socket's mode (default 0600; 0660 with\n"
+    "                       --socket-group lets a group's members reach it)\n"
+    "  --socket-group GROUP the control socket's group (name or number)\n"
+    "  --allow-gid GROUP    also accept clients in this group (primary or supplementary,\n"
+    "                       as at connect time); repeatable; reloadable\n"
+    "  --log-file PATH      log to PATH (appended) instead of stderr; SIGUSR1 reopens it\n"
+    "                       (after logrotate moved it)\n"
+    "  --take-over          upgrade: take the listening socket of the daemon running at\n"
+    "                       --socket; it stops accepting once this one has started and\n"
+    "                       serves its clients until they leave (docs/operations.md)\n";
 
 /*
  * The config file's part of argument parsing: where each argument came
@@ -173,6 +186,24 @@ static int parse_uid(const char *s, uid_t *out)
     if (pw == NULL)
         return MXOP_EINVAL;
     *out = pw->pw_uid;
+    return 0;
+}
+
+static int parse_gid(const char *s, gid_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (s[0] != '\0' && s[0] != '-' && *end == '\0' && errno == 0) {
+        if (v >= (unsigned long long)(gid_t)-1)
+            return MXOP_EINVAL;
+        *out = (gid_t)v;
+        return 0;
+    }
+    struct group *gr = getgrnam(s);
+    if (gr == NULL)
+        return MXOP_EINVAL;
+    *out = gr->gr_gid;
     return 0;
 }
 
@@ -336,7 +367,16 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             /* Namespaces of strict workers (layers.c, server/worker/namespaces.c). */
             "--sandbox-profile",
             /* Memory limits without a cgroup (cgroup.c, the worker's RLIMIT_AS). */
-            "--worker-cgroup"};
+            "--worker-cgroup",
+            /* Permissions and logs (listener.c, log.c; docs/operations.md). */
+            "--socket-mode", "--socket-group", "--allow-gid", "--log-file"};
+        /* The one option without a value: a start that takes the running daemon's place. */
+        if (strcmp(opt, "--take-over") == 0 && eq == NULL) {
+            if (cur_origin != NULL)
+                return usage_error("--take-over belongs on the command line, not in a file");
+            cfg->take_over = true;
+            continue;
+        }
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             ok = ok || strcmp(opt, known[k]) == 0;
@@ -373,6 +413,33 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
             if (cfg->n_allow_uids == MXOP__MAX_ALLOW_UIDS)
                 return usage_error("at most %d --allow-uid options", MXOP__MAX_ALLOW_UIDS);
             cfg->allow_uids[cfg->n_allow_uids++] = uid;
+        } else if (strcmp(opt, "--allow-gid") == 0 || strcmp(opt, "--socket-group") == 0) {
+            gid_t gid;
+            if (parse_gid(val, &gid) != 0)
+                return usage_error("%s '%s' is neither a gid number nor a group name", opt, val);
+            if (strcmp(opt, "--socket-group") == 0) {
+                cfg->has_socket_gid = true;
+                cfg->socket_gid = gid;
+            } else {
+                if (cfg->n_allow_gids == MXOP__MAX_ALLOW_UIDS)
+                    return usage_error("at most %d --allow-gid options", MXOP__MAX_ALLOW_UIDS);
+                cfg->allow_gids[cfg->n_allow_gids++] = gid;
+            }
+        } else if (strcmp(opt, "--socket-mode") == 0) {
+            char *end;
+            errno = 0;
+            unsigned long v = strtoul(val, &end, 8);
+            /* Connecting needs write permission; execute and the special bits mean nothing. */
+            if (val[0] == '-' || *end != '\0' || errno != 0 || (v & ~0666ul) != 0 ||
+                (v & 0600) != 0600)
+                return usage_error("--socket-mode must be an octal mode of read/write bits that "
+                                   "keeps the owner's 0600 (e.g. 0660), not '%s'",
+                                   val);
+            cfg->socket_mode = (unsigned)v;
+        } else if (strcmp(opt, "--log-file") == 0) {
+            if (val[0] != '/')
+                return usage_error("--log-file must be an absolute path, not '%s'", val);
+            cfg->log_file = val;
         } else if (strcmp(opt, "--sandbox") == 0) {
             if (strcmp(val, "none") != 0 && strcmp(val, "basic") != 0 && strcmp(val, "strict") != 0)
                 return usage_error("--sandbox must be none, basic or strict, not '%s'", val);
@@ -520,6 +587,8 @@ static int parse_args(int argc, char **argv, mxop__config_t *cfg, int *log_level
     }
 
     cur_origin = NULL;
+    if (cfg->socket_mode == 0)
+        cfg->socket_mode = 0600;
     if (!memory_set)
         cfg->worker_memory_mb = default_memory_mb();
     if (cfg->max_conns == 0)

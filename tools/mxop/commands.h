@@ -25,5 +25,6 @@ int mxop__cmd_run(int argc, char **argv);
 int mxop__cmd_verify(int argc, char **argv);
 int mxop__cmd_load(int argc, char **argv);
 int mxop__cmd_reload(int argc, char **argv);
+int mxop__cmd_health(int argc, char **argv);
 
 #endif

@@ -28,6 +28,7 @@ static const subcommand_t subcommands[] = {
     {"verify", mxop__cmd_verify, "an op library's conformance run"},
     {"load", mxop__cmd_load, "load a library into the daemon and list its ops"},
     {"reload", mxop__cmd_reload, "replace a library in every session using it"},
+    {"health", mxop__cmd_health, "a probe: --live (the loop answers), --ready (workers start)"},
 };
 
 static void usage(FILE *to)
