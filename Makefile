@@ -344,7 +344,7 @@ JAX_FFI_INCLUDE = $(shell $(JAX_PYTHON) -c 'import jax.ffi; print(jax.ffi.includ
 JAXFFI     := $(B)/python/_jaxffi.so
 JAX_RELU   := $(B)/bench/libjax_inproc_relu.so
 
-.PHONY: jax check-jax bench-jax wheel check-wheel
+.PHONY: jax check-jax bench-jax wheel check-wheel wheel-parts
 
 $(JAX_VENV)/.ok: python/requirements-jax.txt
 	@$(if $(Q),echo "  VENV    $(JAX_VENV)")
@@ -370,6 +370,19 @@ jax: $(JAXFFI) $(JAX_RELU)
 check-jax: all jax
 	$(Q)MXOP_BUILD_DIR=$(abspath $(B)) PYTHONPATH=$(CURDIR)/python MXOP_NO_FASTCALL=1 \
 	    $(JAX_PYTHON) -m pytest -q -p no:cacheprovider python/tests/test_jax.py
+
+# What the pip package carries from the build (setup.py's build_py runs this),
+# and a variable's value for it (make print-B).
+wheel-parts: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(PLUGINS)
+print-%:
+	@echo '$($*)'
+
+# A wheel in $(B)/dist, built by `python -m build` in a fresh environment with
+# jax and torch (so that its _jaxffi.so and _torchops.so are built), then
+# installed into another fresh environment where the README's quick start
+# and the binding tests run from outside the checkout (scripts/test-wheel.sh).
+wheel check-wheel: all
+	$(Q)sh scripts/test-wheel.sh $(abspath $(B)) $(if $(filter wheel,$@),build-only)
 
 # The JAX rows of `make bench` alone.
 bench-jax: all jax
@@ -469,7 +482,7 @@ fuzz-seeds: $(COMMON_O)
 demo: all
 	$(Q)sh scripts/demo.sh $(abspath $(B))
 
-check: fuzz-smoke check-c check-python check-packages check-jax
+check: fuzz-smoke check-c check-python check-packages check-jax check-wheel
 test: check
 
 check-c: all

@@ -7,7 +7,9 @@
      jax.nn.relu under jit.
 
 Each row: the median and p99 of n timed calls of the jitted function, each
-call waited for (block_until_ready), after a warm-up.  Usage:
+call waited for (block_until_ready), after a warm-up; mxop and its baseline
+in 5 interleaved rounds (the order alternating), their results checked
+equal first.  Usage:
 bench_jax.py BUILD [--n N] [--out FILE.json]
 """
 import argparse
@@ -25,17 +27,30 @@ import mxop
 import mxop.jax as mj
 
 
-def timed(fn, x, n):
-    jax.block_until_ready(fn(x))
-    for _ in range(max(n // 10, 10)):
-        jax.block_until_ready(fn(x))
+def samples(fn, x, n):
     ts = []
     for _ in range(n):
         t0 = time.perf_counter()
         jax.block_until_ready(fn(x))
         ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2], ts[min(len(ts) - 1, int(len(ts) * 0.99))]
+    return ts
+
+
+def pair(f, g, x, n, rounds=5):
+    """Times f and g on x: n calls each, in `rounds` interleaved rounds (the
+    order alternating), after a warm-up; (median, p99) of each."""
+    for fn in (f, g):
+        samples(fn, x, max(n // 10, 10))
+    tf, tg = [], []
+    for r in range(rounds):
+        for fn, out in ((f, tf), (g, tg)) if r % 2 == 0 else ((g, tg), (f, tf)):
+            out += samples(fn, x, max(n // rounds, 1))
+
+    def stat(ts):
+        ts.sort()
+        return ts[len(ts) // 2], ts[min(len(ts) - 1, int(len(ts) * 0.99))]
+
+    return stat(tf), stat(tg)
 
 
 def us(s):
@@ -67,8 +82,7 @@ def main():
         x = jnp.asarray(np.random.default_rng(0).standard_normal(size).astype(np.float32))
         f, g = jax.jit(relu), jax.jit(base)
         np.testing.assert_array_equal(f(x), g(x))
-        m, p = timed(f, x, n)
-        bm, bp = timed(g, x, n)
+        (m, p), (bm, bp) = pair(f, g, x, n)
         rows.append({"benchmark": label, "n": n, "median_s": m, "p99_s": p,
                      "baseline": base_label, "baseline_median_s": bm, "baseline_p99_s": bp,
                      "ratio": m / bm})

@@ -3,7 +3,9 @@
 PyTorch and JAX.  Runs in the JAX environment (make check-jax); skipped
 where jax is not importable."""
 import os
+import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import mxop  # noqa: E402
 import mxop.jax as mj  # noqa: E402
-from conftest import BUILD  # noqa: E402
+from conftest import BUILD, SOURCE  # noqa: E402
 
 X = np.array([-1.5, 2.0, -3.0, 4.0, 0.5, -0.25, 7.0, -8.0], np.float32)
 
@@ -191,3 +193,20 @@ def test_one_library_from_c_numpy_torch_and_jax(client, daemon, tmp_path):
     for name, y in results.items():
         assert y.dtype == np.float32 and y.shape == (64,), name
         np.testing.assert_array_equal(y, want, err_msg=name)
+
+
+def test_the_readme_jax_block_runs_as_written(tmp_path):
+    readme = os.path.join(SOURCE, "python", "README.md")
+    if not os.path.exists(readme):
+        pytest.skip("not in the source tree (a copy of the tests run against a wheel)")
+    code = [b for b in re.findall(r"^```py\n(.*?)^```", open(readme).read(), re.S | re.M)
+            if "mxop.jax" in b]
+    assert len(code) == 1
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MXOP_SOCKET", "MXOP_PLUGIN_DIR", "MXOP_EMBEDDED_SOCKET")}
+    env.update(PYTHONPATH=os.path.join(SOURCE, "python"), MXOP_BUILD_DIR=BUILD,
+               TMPDIR=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", code[0]], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "(7, 3, 5)" in p.stdout
