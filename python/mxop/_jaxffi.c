@@ -31,7 +31,7 @@
 typedef struct mxop_jaxffi_call {
     uint32_t struct_size;
     int32_t backward; /* 0: mxop_forward, 1: mxop_backward */
-    mxop_client_t *client;
+    mxop_client_t *client; /* NULL once the client is closed */
     const mxop_op_t *op;
     const mxop_call_t *call;
     const char *what; /* "op 'relu' (relu.so)", for messages */
@@ -168,6 +168,11 @@ XLA_FFI_Error *mxop_jaxffi_handler(XLA_FFI_CallFrame *frame)
         return fail(frame->api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                     "mxop: the custom call has no valid 'mxop_call' record (call mxop ops "
                     "through mxop.jax; a serialized program cannot carry them)");
+    if (r->client == NULL) {
+        snprintf(msg, sizeof msg, "mxop %s: its client is closed (a program compiled before "
+                 "the close; call the op through a new client)", r->what);
+        return fail(frame->api, XLA_FFI_Error_Code_FAILED_PRECONDITION, msg);
+    }
     int n_in = (int)frame->args.size, n_out = (int)frame->rets.size;
     if (n_in > MXOP_MAX_TENSORS || n_out > MXOP_MAX_TENSORS) {
         snprintf(msg, sizeof msg, "mxop %s: %d inputs and %d outputs (at most %d each)", r->what,

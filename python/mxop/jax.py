@@ -29,7 +29,8 @@ the op through libmxop (no Python at run time, unlike jax.pure_callback):
 XLA's buffers are plain host memory: libmxop stages each input into the
 session's shared memory and each output back (one copy each way).  CPU
 only.  A compiled program holds addresses of this process's call records:
-it cannot be serialized (jax.export) or used after the client is closed.
+it cannot be serialized (jax.export); run after its client is closed, it
+raises (the client is closed) instead of touching the freed session.
 Stateful ops and ops that write their inputs in place are refused (JAX
 arrays are immutable).
 """
@@ -37,6 +38,7 @@ arrays are immutable).
 import ctypes
 import os
 import threading
+import weakref
 
 import numpy as np
 import jax
@@ -81,6 +83,18 @@ class _JaxCall(ctypes.Structure):
 
 _state = {"ffi": None}
 _state_lock = threading.Lock()
+
+# Each client's call records: when it closes their client becomes NULL, so
+# that a program compiled before raises instead of using a freed client.
+_records = weakref.WeakKeyDictionary()
+
+
+def _client_closing(c):
+    for r in _records.pop(c, ()):
+        r.client = None
+
+
+_client.close_hooks.append(_client_closing)
 
 
 def _find_ffi():
@@ -229,6 +243,7 @@ class JaxOp:
                      forward_fn=_addr(lib.mxop_forward), backward_fn=_addr(lib.mxop_backward),
                      last_error=_addr(lib.mxop_last_error), err_name=_addr(lib.mxop_err_name))
         self._keep.append((r, ent))
+        _records.setdefault(c, []).append(r)
         return np.uint64(ctypes.addressof(r))
 
     def _fn(self, kw, timeout):

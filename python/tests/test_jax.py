@@ -210,3 +210,16 @@ def test_the_readme_jax_block_runs_as_written(tmp_path):
                        timeout=120)
     assert p.returncode == 0, p.stderr
     assert "(7, 3, 5)" in p.stdout
+
+
+def test_a_program_compiled_before_its_client_closed_raises(daemon):
+    c = mxop.connect(daemon, timeout=20)
+    c.load("relu.so")
+    f = jax.jit(mj.wrap(c.op("relu")))
+    np.testing.assert_array_equal(f(jnp.asarray(X)), np.maximum(X, 0))
+    c.close()
+    with pytest.raises(Exception) as ei:
+        jax.block_until_ready(f(jnp.asarray(X)))
+    assert "op 'relu' (relu.so)" in str(ei.value) and "client is closed" in str(ei.value)
+    with pytest.raises(mxop.Disconnected):
+        mj.wrap(c.op("relu"))(jnp.asarray(X))
