@@ -30,7 +30,7 @@
 /* The call record: mirrored by mxop.jax (_JaxCall); struct_size checks it. */
 typedef struct mxop_jaxffi_call {
     uint32_t struct_size;
-    int32_t backward; /* 0: mxop_forward, 1: mxop_backward */
+    int32_t backward;      /* 0: mxop_forward, 1: mxop_backward */
     mxop_client_t *client; /* NULL once the client is closed */
     const mxop_op_t *op;
     const mxop_call_t *call;
@@ -159,7 +159,8 @@ static XLA_FFI_Error_Code xla_code(int rc)
 XLA_FFI_Error *mxop_jaxffi_handler(XLA_FFI_CallFrame *frame)
 {
     char msg[1024];
-    if (frame->extension_start != NULL && frame->extension_start->type == XLA_FFI_Extension_Metadata)
+    if (frame->extension_start != NULL &&
+        frame->extension_start->type == XLA_FFI_Extension_Metadata)
         return metadata(frame);
     if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE)
         return NULL;
@@ -169,8 +170,10 @@ XLA_FFI_Error *mxop_jaxffi_handler(XLA_FFI_CallFrame *frame)
                     "mxop: the custom call has no valid 'mxop_call' record (call mxop ops "
                     "through mxop.jax; a serialized program cannot carry them)");
     if (r->client == NULL) {
-        snprintf(msg, sizeof msg, "mxop %s: its client is closed (a program compiled before "
-                 "the close; call the op through a new client)", r->what);
+        snprintf(msg, sizeof msg,
+                 "mxop %s: its client is closed (a program compiled before "
+                 "the close; call the op through a new client)",
+                 r->what);
         return fail(frame->api, XLA_FFI_Error_Code_FAILED_PRECONDITION, msg);
     }
     int n_in = (int)frame->args.size, n_out = (int)frame->rets.size;
@@ -197,8 +200,8 @@ XLA_FFI_Error *mxop_jaxffi_handler(XLA_FFI_CallFrame *frame)
         detail = "(no detail)";
     /* libmxop's detail names the op most of the time; it is not said twice. */
     if (strstr(detail, r->what) != NULL)
-        snprintf(msg, sizeof msg, "mxop%s: %s: %s", r->backward ? " backward" : "",
-                 r->err_name(rc), detail);
+        snprintf(msg, sizeof msg, "mxop%s: %s: %s", r->backward ? " backward" : "", r->err_name(rc),
+                 detail);
     else
         snprintf(msg, sizeof msg, "mxop %s%s: %s: %s", r->what, r->backward ? " backward" : "",
                  r->err_name(rc), detail);
