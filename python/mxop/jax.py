@@ -23,8 +23,9 @@ the op through libmxop (no Python at run time, unlike jax.pure_callback):
     outside them (through the NumPy path, the result copied into JAX);
   - a failure while the compiled program runs (the worker crashed, the
     op's error, a deadline) is raised by JAX (jax.errors.JaxRuntimeError)
-    with a message naming the op and mxop's error name; the session goes
-    on: the next call runs on a fresh worker.
+    with a message naming the op and mxop's error name (error_of(e) gives
+    the mxop exception it stands for); the session goes on: the next call
+    runs on a fresh worker.
 
 XLA's buffers are plain host memory: libmxop stages each input into the
 session's shared memory and each output back (one copy each way).  CPU
@@ -37,6 +38,7 @@ arrays are immutable).
 
 import ctypes
 import os
+import re
 import threading
 import weakref
 
@@ -47,9 +49,10 @@ import jax.numpy as jnp
 from . import _lib
 from . import client as _client
 from ._lib import lib
+from . import errors as _errors
 from .errors import InvalidArgument, InvalidAttribute, NotSupported, LibraryNotFound, MxopError
 
-__all__ = ["load", "wrap", "JaxOp", "VMAP_METHODS", "DEFAULT_VMAP_METHOD"]
+__all__ = ["load", "wrap", "error_of", "JaxOp", "VMAP_METHODS", "DEFAULT_VMAP_METHOD"]
 
 TARGET = "mxop_call"
 VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
@@ -124,6 +127,26 @@ def _ffi():
                                         platform="cpu")
             _state["ffi"] = dll
         return _state["ffi"]
+
+
+_CODE_OF_NAME = {"MXOP_E" + t[0]: t[1] for t in _errors._TABLE}
+_FFI_MESSAGE = re.compile(r"mxop[^:\n]*: (MXOP_E[A-Z0-9_]+): (.*?)(?:\n-{8,}|\Z)", re.S)
+
+
+def error_of(exc):
+    """The mxop error (an MxopError subclass: WorkerCrashed, Timeout, ...)
+    that a JAX runtime error raised by a compiled program carries, or None
+    when it is not an mxop op's failure:
+
+        try:
+            y = jax.block_until_ready(f(x))
+        except jax.errors.JaxRuntimeError as e:
+            if isinstance(mxop.jax.error_of(e), mxop.WorkerCrashed): ...
+    """
+    m = _FFI_MESSAGE.search(str(exc))
+    if m is None or m.group(1) not in _CODE_OF_NAME:
+        return None
+    return _errors.make_error(_CODE_OF_NAME[m.group(1)], m.group(2).strip())
 
 
 def _addr(fn):

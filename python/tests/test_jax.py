@@ -101,6 +101,9 @@ def test_crash_under_jit_names_the_op_and_the_next_call_works(J, client):
         jax.block_until_ready(segv(jnp.asarray(X)))
     msg = str(ei.value)
     assert "op 'segv' (crash.so)" in msg and "MXOP_EWORKER_CRASHED" in msg and "SIGSEGV" in msg
+    e = mj.error_of(ei.value)
+    assert type(e) is mxop.WorkerCrashed and e.code == -1025 and "segv" in e.message
+    assert mj.error_of(ValueError("unrelated")) is None
     np.testing.assert_array_equal(ident(jnp.asarray(X)), X)
     assert client.stats().worker_pid != pid
     # The same compiled program again: it crashes again, cleanly, and the session goes on.
@@ -117,6 +120,7 @@ def test_op_error_and_timeout_under_jit(J):
     with pytest.raises(Exception) as ei:
         jax.block_until_ready(jax.jit(lambda x: hang(x, timeout=0.3))(jnp.asarray(X)))
     assert "op 'hang' (crash.so)" in str(ei.value) and "MXOP_ETIMEOUT" in str(ei.value)
+    assert isinstance(mj.error_of(ei.value), mxop.Timeout)
     np.testing.assert_array_equal(jax.jit(J("relu"))(jnp.asarray(X)), np.maximum(X, 0))
 
 
