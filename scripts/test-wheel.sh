@@ -8,8 +8,9 @@
 #  2. another fresh environment gets torch, jax and pytest, then the wheel;
 #  3. from a directory outside the checkout, with no MXOP_* variable and no
 #     PYTHONPATH: the README's Python quick start as written, the `mxop`
-#     command from PATH, and a subset of the binding tests (NumPy, errors,
-#     JAX, PyTorch) copied there with the fixture op libraries they load.
+#     command from PATH, the embedded daemon's sandbox (`mxop status`), and a
+#     subset of the binding tests (NumPy, errors, JAX, PyTorch) copied there
+#     with the fixture op libraries they load.
 # Everything lives in one temporary directory, removed at the end.
 set -eu
 B=${1:?usage: test-wheel.sh BUILD [build-only]}
@@ -64,5 +65,14 @@ echo "wheel: the README's quick start:"
 run python quickstart.py
 echo "wheel: mxop on PATH: $(run sh -c 'command -v mxop')"
 run mxop run relu.so relu --input 4:f32 >/dev/null
+# The embedded daemon from the wheel sandboxes its workers (docs: python/README.md).
+run python -c '
+import mxop, subprocess
+c = mxop.connect(); c.load("relu.so")
+out = subprocess.run(["mxop", "status", "--socket", c.path], capture_output=True, text=True).stdout
+line = [ln for ln in out.splitlines() if ln.startswith("sandbox")]
+assert line and line[0].startswith("sandbox strict"), out
+print("wheel: embedded daemon:", line[0])
+'
 echo "wheel: binding tests from $T/run/tests"
 run python -m pytest -q -p no:cacheprovider tests
