@@ -282,7 +282,6 @@ class JaxOp:
         fwd_rec = self._record(ent, False)
         bwd_rec = self._record(ent, True) if self.op.has_backward else None
         vm = self.vmap_method
-        n_in = None
 
         def forward(*xs):
             out = self._specs(ent, self._sig(xs))
@@ -311,7 +310,6 @@ class JaxOp:
                          for d, x in zip(dxs, xs))
 
         f.defvjp(f_fwd, f_bwd)
-        del n_in
         self._fns[key] = f
         return f
 
