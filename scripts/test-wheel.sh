@@ -17,7 +17,8 @@ B=${1:?usage: test-wheel.sh BUILD [build-only]}
 MODE=${2:-test}
 SRC=$(pwd)
 T=$(mktemp -d "${TMPDIR:-/tmp}/mxop-wheel.XXXXXX")
-trap 'rm -rf "$T"' EXIT INT TERM
+trap 'rm -rf "$T"' EXIT
+trap 'exit 130' INT TERM
 PIP_Q="-q --disable-pip-version-check"
 
 echo "wheel: building in a fresh environment ($T/builder)"
