@@ -329,6 +329,65 @@ $(B)/python/_torchops.so: python/mxop/_torchops.cpp include/mxop/client.h includ
 	$(Q)$(CXX) -std=c++17 -O2 -D_GNU_SOURCE -Iinclude -Wall -Wextra -Werror -shared -fPIC \
 	    $< -o $@ -ltorch -ltorch_cpu -lc10
 
+# ---- JAX and the pip package (issue 31) -----------------------------------
+# mxop.jax's XLA FFI handler (python/mxop/_jaxffi.c) is C against the FFI
+# headers jaxlib ships (jax.ffi.include_dir()), so it is built in a virtual
+# environment of its own, build/venv-jax, made from python/requirements-jax.txt
+# (pip, from the machine's package index): `make jax`.  The handler links no
+# libmxop and no Python (mxop.jax loads it with ctypes and hands it libmxop's
+# functions).  bench/jax/ holds the benchmark's in-process FFI relu.
+# `make wheel` builds the pip package (pyproject.toml at the top: see
+# scripts/build-wheel.py); check-jax and check-wheel are part of `make check`.
+JAX_VENV   := build/venv-jax
+JAX_PYTHON ?= $(JAX_VENV)/bin/python3
+JAX_FFI_INCLUDE = $(shell $(JAX_PYTHON) -c 'import jax.ffi; print(jax.ffi.include_dir())' 2>/dev/null)
+JAXFFI     := $(B)/python/_jaxffi.so
+JAX_RELU   := $(B)/bench/libjax_inproc_relu.so
+
+.PHONY: jax check-jax bench-jax wheel check-wheel wheel-parts
+
+$(JAX_VENV)/.ok: python/requirements-jax.txt
+	@$(if $(Q),echo "  VENV    $(JAX_VENV)")
+	$(Q)rm -rf $(JAX_VENV) && python3 -m venv $(JAX_VENV) && \
+	    $(JAX_VENV)/bin/pip install -q --disable-pip-version-check -r $< && touch $@
+
+$(JAXFFI): python/mxop/_jaxffi.c include/mxop/client.h include/mxop/types.h $(JAX_VENV)/.ok
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  JAXFFI  $@")
+	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude -isystem $(JAX_FFI_INCLUDE) \
+	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
+
+$(JAX_RELU): bench/jax/inproc_relu.c $(JAX_VENV)/.ok
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  JAXFFI  $@")
+	$(Q)$(CC) $(CFLAGS) -O3 -std=c11 -isystem $(JAX_FFI_INCLUDE) $(WARN) -Werror -shared -fPIC \
+	    $< -o $@
+
+jax: $(JAXFFI) $(JAX_RELU)
+
+# The JAX tests, in the JAX environment.  MXOP_NO_FASTCALL: build/python's
+# _fastcall.so is built for $(PYTHON)'s NumPy, not this environment's.
+check-jax: all jax
+	$(Q)MXOP_BUILD_DIR=$(abspath $(B)) PYTHONPATH=$(CURDIR)/python MXOP_NO_FASTCALL=1 \
+	    $(JAX_PYTHON) -m pytest -q -p no:cacheprovider python/tests/test_jax.py
+
+# What the pip package carries from the build (setup.py's build_py runs this),
+# and a variable's value for it (make print-B).
+wheel-parts: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(PLUGINS)
+print-%:
+	@echo '$($*)'
+
+# A wheel in $(B)/dist, built by `python -m build` in a fresh environment with
+# jax and torch (so that its _jaxffi.so and _torchops.so are built), then
+# installed into another fresh environment where the README's quick start
+# and the binding tests run from outside the checkout (scripts/test-wheel.sh).
+wheel check-wheel: all
+	$(Q)sh scripts/test-wheel.sh $(abspath $(B)) $(if $(filter wheel,$@),build-only)
+
+# The JAX rows of `make bench` alone.
+bench-jax: all jax
+	$(Q)sh bench/jax/run.sh $(abspath $(B)) $(JAX_PYTHON)
+
 # Benchmarks share the helpers of bench/lib/ (not programs of their own).
 $(B)/bin/%: $(B)/obj/bench/%.o $(patsubst %.c,$(B)/obj/%.o,$(wildcard bench/lib/*.c)) $(LIB_A)
 	@mkdir -p $(@D)
@@ -423,7 +482,7 @@ fuzz-seeds: $(COMMON_O)
 demo: all
 	$(Q)sh scripts/demo.sh $(abspath $(B))
 
-check: fuzz-smoke check-c check-python check-packages check-cluster
+check: fuzz-smoke check-c check-python check-packages check-cluster check-jax check-wheel
 test: check
 
 check-c: all
@@ -436,7 +495,7 @@ check-cluster: all
 check-python: all
 	$(Q)if [ -d python/tests ]; then sh scripts/run-python-tests.sh $(abspath $(B)) $(PYTHON); fi
 
-bench: all
+bench: all jax
 	$(Q)sh scripts/bench.sh $(abspath $(B))
 
 # The packages: install/uninstall into a temporary root, the exported symbols,

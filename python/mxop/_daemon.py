@@ -41,7 +41,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 def find_serverd():
-    """$MXOP_SERVERD, the build tree's bin/mxop-serverd, or mxop-serverd on PATH."""
+    """$MXOP_SERVERD, else bin/mxop-serverd beside the package (a wheel carries
+    it there) or in the build tree (_lib.build_dir), else mxop-serverd on PATH."""
     env = os.environ.get("MXOP_SERVERD")
     if env:
         return env
@@ -58,8 +59,9 @@ def find_serverd():
 
 def default_plugin_sources(serverd=None):
     """The directories whose *.so the embedded daemon's plugin directory gets:
-    the build tree's plugins/, else an installed PREFIX/lib/mxop/plugins next
-    to PREFIX/bin/mxop-serverd (make install's layout)."""
+    plugins/ beside the package (a wheel's example op libraries) or the build
+    tree's, else an installed PREFIX/lib/mxop/plugins next to
+    PREFIX/bin/mxop-serverd (make install's layout)."""
     d = os.path.join(_lib.build_dir(), "plugins")
     if os.path.isdir(d) or serverd is None:
         return [d]

@@ -25,6 +25,10 @@
 #include <Python.h>
 #include <structmember.h>
 #include <numpy/arrayobject.h>
+/* NumPy 2 hides the descriptor's fields behind this function; NumPy 1 has none. */
+#if NPY_ABI_VERSION < 0x02000000
+#define PyDataType_ELSIZE(d) ((d)->elsize)
+#endif
 
 #include "mxop/client.h"
 
@@ -241,9 +245,9 @@ static int np_code(PyArrayObject *a)
     default: break;
     }
     if (PyTypeNum_ISSIGNED(d->type_num) && PyTypeNum_ISINTEGER(d->type_num)) {
-        if (d->elsize == 4)
+        if (PyDataType_ELSIZE(d) == 4)
             return 4;
-        if (d->elsize == 8)
+        if (PyDataType_ELSIZE(d) == 8)
             return 5;
     }
     return -1;

@@ -250,18 +250,26 @@ def _package_build_dir():
     return os.path.normpath(os.path.join(here, "..", "..", "build"))
 
 
+def bundled_dir():
+    """This package's own directory when it carries the programs beside itself
+    (a pip-installed wheel: bin/, lib/libmxop.so, plugins/), else None."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return here if os.path.exists(os.path.join(here, "bin", "mxop-serverd")) else None
+
+
 def build_dir():
-    """$MXOP_BUILD_DIR, else the source tree's build/ (which may not exist)."""
-    env = os.environ.get("MXOP_BUILD_DIR")
-    return env if env else _package_build_dir()
+    """Where the programs, libmxop and plugins are: beside the package (a
+    wheel), else $MXOP_BUILD_DIR, else the source tree's build/ (which may
+    not exist)."""
+    return bundled_dir() or os.environ.get("MXOP_BUILD_DIR") or _package_build_dir()
 
 
 def find_library():
-    """Path of libmxop.so: $MXOP_LIB, the build tree, then the system's."""
+    """Path of libmxop.so: $MXOP_LIB, beside the package, the build tree, then the system's."""
     env = os.environ.get("MXOP_LIB")
     if env:
         return env
-    for d in (os.environ.get("MXOP_BUILD_DIR"), _package_build_dir()):
+    for d in (bundled_dir(), os.environ.get("MXOP_BUILD_DIR"), _package_build_dir()):
         if d:
             p = os.path.join(d, "lib", "libmxop.so")
             if os.path.exists(p):

@@ -349,6 +349,8 @@ class Client:
         if not self._h or self._close_pending:
             return
         self._close_pending = True
+        for hook in close_hooks:
+            hook(self)
         if _tops is not None:
             _tops.closing(self._h)
         for st in list(_states_of(self)):
@@ -657,6 +659,8 @@ class Client:
 
 
 _clients = weakref.WeakSet()
+# Called with each Client as it closes (mxop.jax forgets its call records).
+close_hooks = []
 
 # Why a client inherited through os.fork() refuses calls, and the remedy.
 _FORKED_MSG = ("this client (socket %s) was made before os.fork(); a forked child cannot "

@@ -22,7 +22,10 @@ PYTHON = os.environ.get("PYTHON") or sys.executable
 
 
 def plugin_sources():
-    return [os.path.join(BUILD, "plugins"), os.path.join(BUILD, "tests", "plugins")]
+    # A copy of the tests run against an installed wheel (scripts/test-wheel.sh)
+    # has the fixture libraries beside itself, in plugins/.
+    return [os.path.join(BUILD, "plugins"), os.path.join(BUILD, "tests", "plugins"),
+            os.path.join(HERE, "plugins")]
 
 
 @pytest.fixture(scope="module")
