@@ -25,7 +25,13 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 PYTHON_VER := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYTHON_VER)/dist-packages)
 DESTDIR    ?=
-PYTHON     ?= /usr/bin/python3
+# The Python tests and the bindings' C/C++ extensions use one interpreter: by
+# default the virtual environment $(VENV), made on demand (python/requirements.txt:
+# torch 2.13, numpy, pytest) with $(VENV_PYTHON) and no system site-packages.
+# PYTHON=/usr/bin/python3 builds and tests against Debian's numpy and torch 1.13.
+VENV       ?= build/venv
+VENV_PYTHON ?= python3
+PYTHON     ?= $(VENV)/bin/python3
 
 CC       ?= cc
 CFLAGS   ?= -O2 -g
@@ -161,21 +167,37 @@ PCS      := $(B)/mxop.pc $(B)/mxop-plugin.pc
 # PKG_CONFIG_PATH=build works from the build tree before make install.
 PCS_UNINST := $(B)/mxop-uninstalled.pc $(B)/mxop-plugin-uninstalled.pc
 DEPS_OK  := $(B)/.deps-ok
-# The Python bindings' C call path (see its rule below); empty without Python.h.
-PY_INCLUDE := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
-NP_INCLUDE := $(shell $(PYTHON) -c 'import numpy; print(numpy.get_include())' 2>/dev/null)
-FASTCALL := $(if $(and $(wildcard $(PY_INCLUDE)/Python.h),$(NP_INCLUDE)),$(B)/python/_fastcall.so)
-# torch.ops.mxop's C++ kernels (see its rule below); empty without libtorch-dev.
-TORCH_HDR  ?= /usr/include/torch/library.h
-TORCHOPS := $(if $(wildcard $(TORCH_HDR)),$(B)/python/_torchops.so)
+# The Python bindings' C call path and torch.ops.mxop's C++ kernels, built
+# against $(PYTHON)'s headers, NumPy and torch (see their rules below); with
+# the default interpreter, after its virtual environment is made.
+PYEXT_DEP := $(if $(filter $(VENV)/bin/python3,$(PYTHON)),$(VENV)/.ok)
+FASTCALL := $(B)/python/_fastcall.so
+TORCHOPS := $(B)/python/_torchops.so
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
-        format format-check deb check-packages
+        format format-check deb check-packages python venv
 .DEFAULT_GOAL := all
 
 all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
-     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST) $(FASTCALL) $(TORCHOPS)
-	$(if $(TORCHOPS),,@echo "mxop: $(TORCH_HDR) absent (libtorch-dev): torch.ops.mxop kernels stay in Python")
+     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST)
+
+# The Python side: its interpreter (the virtual environment) and the C/C++
+# extensions built against it.  Not part of `all`: the environment holds
+# torch, which the C build does not need.
+python: $(FASTCALL) $(TORCHOPS)
+venv: $(PYEXT_DEP)
+
+# The virtual environment of the Python tests, remade when the requirements
+# change.  Made in a temporary directory and renamed, so that an interrupted
+# install never leaves a half environment that looks made.
+$(VENV)/.ok: python/requirements.txt
+	@$(if $(Q),echo "  VENV    $(VENV) (torch, numpy, pytest: python/requirements.txt)")
+	$(Q)rm -rf $(VENV) $(VENV).tmp
+	$(Q)$(VENV_PYTHON) -m venv $(VENV).tmp
+	$(Q)$(VENV).tmp/bin/python3 -m pip install -q --disable-pip-version-check \
+	    -r python/requirements.txt
+	$(Q)mv $(VENV).tmp $(VENV)
+	$(Q)touch $@
 
 # Installs the Debian packages the build needs, once per build tree.
 deps: $(DEPS_OK)
@@ -313,20 +335,34 @@ $(B)/bin/%: $(B)/obj/demo/%.o $(LIB_A)
 # links no libmxop: the package hands it libmxop's functions from the copy
 # ctypes loaded, so one libmxop serves both paths.  Without Python.h it is
 # left out, and the bindings take their ctypes path (as with MXOP_NO_FASTCALL=1).
-$(B)/python/_fastcall.so: python/mxop/_fastcall.c include/mxop/client.h include/mxop/types.h | $(DEPS_OK)
+$(B)/python/_fastcall.so: python/mxop/_fastcall.c include/mxop/client.h include/mxop/types.h \
+                          $(PYEXT_DEP) | $(DEPS_OK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  PYEXT   $@")
-	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude -I$(PY_INCLUDE) -I$(NP_INCLUDE) \
+	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude \
+	    -I"$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+	    -I"$$($(PYTHON) -c 'import numpy; print(numpy.get_include())')" \
 	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
 
 # torch.ops.mxop's CPU and Autograd kernels in C++ (python/mxop/_torchops.cpp,
 # issue 12), against Debian's libtorch-dev.  Like _fastcall.so it links no
 # libmxop (it is handed libmxop's functions); without the headers it is left
 # out, and the Python kernels serve (the package says so once).
-$(B)/python/_torchops.so: python/mxop/_torchops.cpp include/mxop/client.h include/mxop/types.h | $(DEPS_OK)
+# torch's include directories and lib/ come from the interpreter's torch
+# (torch.utils.cpp_extension), and its C++ ABI flag with them; the library
+# finds torch's libraries where torch itself loaded them (no rpath needed:
+# torch is imported before it).
+TORCH_FLAGS_PY := import torch, torch.utils.cpp_extension as e; \
+    print(" ".join(["-isystem" + p for p in e.include_paths()] + \
+    ["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI), \
+     "-L" + e.library_paths()[0]]))
+$(B)/python/_torchops.so: python/mxop/_torchops.cpp include/mxop/client.h include/mxop/types.h \
+                          $(PYEXT_DEP) | $(DEPS_OK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
-	$(Q)$(CXX) -std=c++17 -O2 -D_GNU_SOURCE -Iinclude -Wall -Wextra -Werror -shared -fPIC \
+	$(Q)flags=$$($(PYTHON) -c '$(TORCH_FLAGS_PY)') || \
+	    { echo "mxop: $(PYTHON) has no torch: make venv, or PYTHON= an interpreter with torch" >&2; exit 1; }; \
+	$(CXX) -std=c++20 -O2 -D_GNU_SOURCE -Iinclude $$flags -Wall -Wextra -Werror -shared -fPIC \
 	    $< -o $@ -ltorch -ltorch_cpu -lc10
 
 # Benchmarks share the helpers of bench/lib/ (not programs of their own).
@@ -420,16 +456,16 @@ test: check
 check-c: all
 	$(Q)sh scripts/run-c-tests.sh $(abspath $(B))
 
-check-python: all
-	$(Q)if [ -d python/tests ]; then sh scripts/run-python-tests.sh $(abspath $(B)) $(PYTHON); fi
+check-python: all python
+	$(Q)if [ -d python/tests ]; then sh scripts/run-python-tests.sh $(abspath $(B)) $(abspath $(PYTHON)); fi
 
-bench: all
-	$(Q)sh scripts/bench.sh $(abspath $(B))
+bench: all python
+	$(Q)PYTHON=$(abspath $(PYTHON)) sh scripts/bench.sh $(abspath $(B))
 
 # The packages: install/uninstall into a temporary root, the exported symbols,
 # the .pc files, and `make deb`'s packages unpacked and run (scripts/test-packages.sh).
-check-packages: all
-	$(Q)sh scripts/test-packages.sh $(abspath $(B)) $(PYTHON)
+check-packages: all python
+	$(Q)sh scripts/test-packages.sh $(abspath $(B)) $(abspath $(PYTHON))
 
 # scripts/install.sh records what it installs in $(DATADIR)/mxop/install-manifest;
 # uninstall removes exactly that.

@@ -241,9 +241,9 @@ static int np_code(PyArrayObject *a)
     default: break;
     }
     if (PyTypeNum_ISSIGNED(d->type_num) && PyTypeNum_ISINTEGER(d->type_num)) {
-        if (d->elsize == 4)
+        if (PyArray_ITEMSIZE(a) == 4)
             return 4;
-        if (d->elsize == 8)
+        if (PyArray_ITEMSIZE(a) == 8)
             return 5;
     }
     return -1;

@@ -31,6 +31,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <unistd.h>
 
@@ -46,6 +47,21 @@
 
 namespace
 {
+
+/* torch 2 holds autograd nodes in intrusive pointers, torch 1.13 in shared ones. */
+#if TORCH_VERSION_MAJOR >= 2
+template <class T, class... A> c10::intrusive_ptr<T> make_node(A &&...a)
+{
+    return c10::make_intrusive<T>(std::forward<A>(a)...);
+}
+#define NODE_SELF() getptr()
+#else
+template <class T, class... A> std::shared_ptr<T> make_node(A &&...a)
+{
+    return std::make_shared<T>(std::forward<A>(a)...);
+}
+#define NODE_SELF() shared_from_this()
+#endif
 
 using call_fn = int (*)(mxop_client_t *, const mxop_op_t *, const mxop_call_t *,
                         const mxop_array_t *, int, mxop_array_t *, int);
@@ -432,7 +448,7 @@ struct Backward : torch::autograd::Node {
     }
     torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override
     {
-        auto self = shared_from_this();
+        auto self = NODE_SELF();
         std::vector<at::Tensor> ins, outs, gs;
         for (auto &v : inputs)
             ins.push_back(v.unpack());
@@ -491,7 +507,7 @@ struct Backward : torch::autograd::Node {
             raise_rc(op_name, rc);
         }
         if (c10::GradMode::is_enabled()) {
-            auto err = std::make_shared<torch::autograd::Error>(
+            auto err = make_node<torch::autograd::Error>(
                 "mxop op '" + op_name +
                     "' is once-differentiable: its backward runs in the worker and cannot "
                     "itself be differentiated (double backward, e.g. a gradient penalty or "
@@ -557,7 +573,7 @@ struct AutogradKernel : c10::OperatorKernel {
             if (call_here(name, n_args, s, true, &used)) {
                 /* The call's outputs are on the stack: into the graph, with a
                  * node that runs the op's backward here too. */
-                auto node = std::make_shared<Backward>();
+                auto node = make_node<Backward>();
                 node->op_name = name;
                 node->op = used;
                 node->set_next_edges(torch::autograd::collect_next_edges(ins));
