@@ -555,6 +555,14 @@ struct AutogradKernel : c10::OperatorKernel {
     {
         size_t n_args = op.schema().arguments().size();
         bool grad = false;
+        /* An input with a forward-mode tangent: the Python kernel refuses it
+         * by name (mxop ops have no jvp; a result without a tangent would be
+         * silently wrong). */
+        for (const auto &v : torch::jit::last(*s, n_args))
+            if (v.isTensor() && v.toTensor().defined() && v.toTensor()._fw_grad(0).defined()) {
+                shadow.callBoxed(s);
+                return;
+            }
         if (c10::GradMode::is_enabled()) {
             for (const auto &v : torch::jit::last(*s, n_args)) {
                 if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad())

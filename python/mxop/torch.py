@@ -41,6 +41,7 @@ import os
 
 import numpy as np
 import torch
+from torch.autograd import forward_ad as _fwad
 
 from . import _interrupt
 from . import _lib
@@ -162,38 +163,55 @@ def _copy_to_shm(c, t, code, keep):
     b = c._alloc(code, spec.ndim, spec.caddr)
     dst = _tensor_view(b, spec)
     dst.copy_(t)
+    dst._mxop_copy_of = t  # for an input the op writes: its write is copied back
     keep.append(dst)
     c.staged_copies += 1
     c.staged_copy_bytes += spec.nbytes
     return b
 
 
-def _pack_tensor(c, buf, i, t, keep, devs=None):
-    """Writes input record i for tensor `t`; returns (dtype, shape).  A CUDA
-    tensor's device is appended to `devs`."""
+def _refuse(name, i, t):
+    """The error for tensor `t`, input i of op `name`, that mxop cannot pass
+    (None when it can): it names the op, the input and what is wrong."""
+    what = "mxop op '%s': input %d" % (name, i)
+    if t.is_quantized:
+        return NotSupported(-1023, "%s is a quantized tensor (%s); mxop ops take plain "
+                            "tensors: call .dequantize() first" % (what, t.dtype))
+    if t.layout is not _strided:
+        return NotSupported(-1023, "%s is a sparse or other non-dense tensor (%s); mxop ops "
+                            "take dense (strided) tensors: call .to_dense() first"
+                            % (what, t.layout))
+    if _MX_OF_TORCH.get(t.dtype) is None:
+        return DtypeMismatch(-1017, "%s has dtype %s, which mxop cannot pass (it passes %s)"
+                             % (what, t.dtype, ", ".join(sorted(
+                                 str(d).replace("torch.", "") for d in _MX_OF_TORCH))))
+    if t.dim() > _lib.MAX_DIMS:
+        return ShapeMismatch(-1016, "%s has %d dimensions; mxop allows at most %d"
+                             % (what, t.dim(), _lib.MAX_DIMS))
+    return None
+
+
+def _pack_tensor(c, buf, i, t, keep, devs=None, name="?"):
+    """Writes input record i for tensor `t` (an input of op `name`); returns
+    (dtype, shape).  A CUDA tensor's device is appended to `devs`."""
     if type(t) is not _Tensor and not isinstance(t, _Tensor):
         if isinstance(t, np.ndarray):
             return c._pack_np(buf, i, t, keep)
         t = torch.as_tensor(t)
         keep.append(t)
-    if t.layout is not _strided:
-        raise NotSupported(-1023, "mxop: input %d is a %s tensor; mxop ops take dense "
-                           "(strided) tensors: call .to_dense() first" % (i, t.layout))
+    if t.layout is not _strided or t.is_quantized or t.dim() > _lib.MAX_DIMS:
+        raise _refuse(name, i, t)
     if t.device.type != "cpu":
         if t.device.type != "cuda" or devs is None:
-            raise NotSupported(-1023, "input %d is on %s; mxop passes CPU and CUDA tensors only"
-                               % (i, t.device))
+            raise NotSupported(-1023, "op '%s': input %d is on %s; mxop passes CPU and CUDA "
+                               "tensors only" % (name, i, t.device))
         devs.append(t.device)
         return _pack_cuda(c, buf, i, t, keep, 0)
     code = _MX_OF_TORCH.get(t.dtype)
     if code is None:
-        raise InvalidArgument(-1001, "input %d: torch dtype %s has no mxop equivalent"
-                              % (i, t.dtype))
+        raise _refuse(name, i, t)
     shape = tuple(t.shape)
     ndim = len(shape)
-    if ndim > _lib.MAX_DIMS:
-        raise InvalidArgument(-1001, "input %d has %d dimensions; mxop allows at most %d"
-                              % (i, ndim, _lib.MAX_DIMS))
     nbytes = t.numel() * t.element_size()
     if not t.is_contiguous():
         b = _copy_to_shm(c, t, code, keep)
@@ -373,6 +391,13 @@ def _backward_cuda(c, h, op, ent, bufs, n_all, sig, off, needs, devs, keep):
     return tuple([g if needs[i] else None for i, g in enumerate(outs)])
 
 
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def _tensor_view(b, spec):
     """A tensor viewing block `b` (holds it alive through the NumPy base)."""
     if spec.npdtype is not None:
@@ -384,7 +409,7 @@ def _tensor_view(b, spec):
 
 def _forward(op, ent, tensors):
     fc = _cl._fc
-    if fc:
+    if fc and op._fast:
         # The whole call in C (_fastcall.c); NotImplemented: a case for the
         # code below (non-contiguous, CUDA, storages to register, bf16...).
         r = fc.call(op.client, op, ent, tensors, 1, None, 0)
@@ -399,7 +424,17 @@ def _forward(op, ent, tensors):
     devs = []
     try:
         ib = bufs[0]
-        sig = tuple([_pack_tensor(c, ib, i, t, keep, devs) for i, t in enumerate(tensors)])
+        name = op.name
+        sig = tuple([_pack_tensor(c, ib, i, t, keep, devs, name)
+                     for i, t in enumerate(tensors)])
+        # Inputs written in place that went as a copy (non-contiguous): the
+        # op's write is copied back into them after the call.
+        back = ()
+        mut = op.mutated_inputs
+        if mut and keep:
+            back = tuple((t, k) for i, t in enumerate(tensors) for k in keep
+                         if mut >> i & 1 and isinstance(t, _Tensor) and k is not t and
+                         isinstance(k, _Tensor) and getattr(k, "_mxop_copy_of", None) is t)
         specs = op._specs(ent, sig)
         if devs:
             return _forward_cuda(c, h, op, ent, bufs, n_in, specs, devs, keep)
@@ -421,6 +456,16 @@ def _forward(op, ent, tensors):
             _inflight[0] = 0
         if rc < 0 or not d.get("_wpid"):
             _settle(c, rc)
+        if back:
+            with torch.no_grad():
+                for t, k in back:
+                    t.copy_(k)
+        if op.dynamic_outputs:
+            # A dynamic output's real shape, written into its record by the
+            # call: a view of the front of the block its largest shape took.
+            real = op._real_specs(specs, ob_addr)
+            return tuple([_tensor_view(b, s).reshape(-1)[:_numel(r.shape)].view(r.shape)
+                          for b, s, r in zip(blocks, specs, real)])
         return tuple([_tensor_view(b, s) for b, s in zip(blocks, specs)])
     finally:
         c._give(bufs)
@@ -442,7 +487,7 @@ def _backward(op, ent, grads, inputs, outputs, needs):
     devs = []
     try:
         ib = bufs[0]
-        sig = [_pack_tensor(c, ib, i, t, keep, devs) for i, t in enumerate(allin)]
+        sig = [_pack_tensor(c, ib, i, t, keep, devs, op.name) for i, t in enumerate(allin)]
         off = len(grads)
         if devs:
             return _backward_cuda(c, h, op, ent, bufs, len(allin), sig, off, needs, devs, keep)
@@ -636,7 +681,8 @@ def _forward_out(op, ent, tensors, out):
     keep = []
     try:
         ib = bufs[0]
-        sig = tuple([_pack_tensor(c, ib, i, t, keep) for i, t in enumerate(tensors)])
+        sig = tuple([_pack_tensor(c, ib, i, t, keep, None, op.name)
+                     for i, t in enumerate(tensors)])
         specs = op._specs(ent, sig)
         for i, (o, s) in enumerate(zip(outs, specs)):
             if not isinstance(o, _Tensor) or o.device.type != "cpu" \
@@ -649,7 +695,7 @@ def _forward_out(op, ent, tensors, out):
             if tuple(o.shape) != s.shape:
                 raise ShapeMismatch(-1016, "op '%s': out[%d] has shape %s; the op gives %s"
                                     % (op.name, i, tuple(o.shape), s.shape))
-            _pack_tensor(c, bufs[2], i, o, keep)
+            _pack_tensor(c, bufs[2], i, o, keep, None, op.name)
         _call(c, _lib_.mxop_forward, h, op._p, ent.addr, bufs[1], n_in, bufs[3], n_out)
     finally:
         c._give(bufs)
@@ -712,6 +758,8 @@ class _Target:
 
     def run(self, tensors, attrs, timeout, seed, grad):
         t = self.top
+        if grad and _fwad._current_level >= 0:
+            _no_tangents(t.op.name, tensors)
         plain = not attrs and timeout is None and seed is None
         if grad and plain and t.op.client._h and _needs_graph(tensors) and \
                 not tensors[0].is_meta:
@@ -725,7 +773,7 @@ class _Target:
             return r
         if plain:
             fc = _cl._fc
-            if fc:
+            if fc and t.op._fast:
                 # The whole call in C when it needs no graph (else NotImplemented).
                 op = t.op
                 r = fc.call(op.client, op, t._ent, tensors, 3, None, 0)
@@ -819,6 +867,20 @@ def _mode(tensors):
     return m
 
 
+def _no_tangents(name, tensors):
+    """Refuses inputs carrying a forward-mode AD tangent (dual tensors): an
+    mxop op declares no jvp, and the output would otherwise have no tangent,
+    silently.  A cheap test first: no dual level is open in most programs."""
+    if _fwad._current_level < 0:
+        return
+    for i, t in enumerate(tensors):
+        if isinstance(t, _Tensor) and _fwad.unpack_dual(t).tangent is not None:
+            raise NotSupported(-1023, "op '%s': input %d carries a forward-mode AD tangent "
+                               "(torch.autograd.forward_ad), and mxop ops have no forward-mode "
+                               "derivative (jvp); use reverse mode (backward) for this op"
+                               % (name, i))
+
+
 class TorchOp:
     """An mxop op on tensors, with autograd through the op's backward.
 
@@ -869,9 +931,11 @@ class TorchOp:
 
     def __call__(self, *tensors, out=None, timeout=None, seed=None, **attrs):
         op = self.op
+        if _fwad._current_level >= 0:
+            _no_tangents(op.name, tensors)
         if out is None and timeout is None and seed is None and not attrs:
             fc = _cl._fc
-            if fc:
+            if fc and op._fast:
                 # The whole call in C when no autograd graph or tracing is
                 # involved (NotImplemented otherwise: the code below).
                 r = fc.call(op.client, op, self._ent, tensors, 3, None, 0)
@@ -931,6 +995,9 @@ class _StateOp:
         self.mutated_inputs = op.mutated_inputs
         self.name = op.name
         self._specs = op._specs
+        self._real_specs = op._real_specs
+        self.dynamic_outputs = op.dynamic_outputs
+        self._fast = op._fast
         self.gen = 0
 
 
@@ -1058,7 +1125,11 @@ def to_shared(t, client=None):
 # ---- modules ----------------------------------------------------------------
 
 class OpModule(torch.nn.Module):
-    """Any TorchOp as a module: forward(*inputs) = op(*inputs)."""
+    """Any TorchOp as a module: forward(*inputs) = op(*inputs).
+
+    torch.jit.script(module) scripts it as a module whose forward has the
+    op's inputs (x0, x1, ...) and calls torch.ops.mxop.<op> with the
+    module's attributes (see _scriptable)."""
 
     def __init__(self, op_, **attrs):
         super().__init__()
@@ -1069,8 +1140,54 @@ class OpModule(torch.nn.Module):
     def forward(self, *inputs):
         return self.op(*inputs)
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script cannot compile forward(*inputs): it scripts this
+        # module's fixed-arity twin instead.
+        return _scriptable(self.op)
+
     def extra_repr(self):
         return "%s, %r" % (self.op.op.name, self.op.attrs)
+
+
+_SCRIPTED = {}  # (op name, inputs, outputs, attributes) -> the twin's class
+
+
+def _scriptable(top):
+    """A module TorchScript can compile that calls TorchOp `top` as
+    torch.ops.mxop.<op>(x0, ..., attributes): its class is written for
+    the op's arity and attributes, its source kept in linecache (where
+    TorchScript reads it; nothing is written to disk)."""
+    import linecache
+
+    op = top.op
+    if not top.registered:
+        raise NotSupported(-1023, "op '%s' cannot be scripted: it is not torch.ops.mxop.%s "
+                           "(a stateful op, or a name or attribute the schema language cannot "
+                           "take)" % (op.name, op.name))
+    if op.num_inputs < 0:
+        raise NotSupported(-1023, "op '%s' takes a variable number of inputs; script a "
+                           "function calling torch.ops.mxop.%s(list_of_tensors) instead"
+                           % (op.name, op.name))
+    args, kw = _tl.call_args(op.name, ["x%d" % i for i in range(op.num_inputs)],
+                             dict(top.attrs), None, None)
+    key = (op.name, op.num_inputs, op.num_outputs, tuple(sorted(kw.items())))
+    cls = _SCRIPTED.get(key)
+    if cls is None:
+        params = "".join(", %s: torch.Tensor" % a for a in args)
+        call = ", ".join(list(args) + ["%s=%r" % kv for kv in kw.items()])
+        ret = "torch.Tensor" if op.num_outputs == 1 else \
+            "Tuple[%s]" % ", ".join(["torch.Tensor"] * op.num_outputs)
+        name = "_MxopScripted%d" % len(_SCRIPTED)
+        src = ("class %s(torch.nn.Module):\n"
+               "    def forward(self%s) -> %s:\n"
+               "        return torch.ops.mxop.%s(%s)\n" % (name, params, ret, op.name, call))
+        fname = "<mxop.torch scripted %s #%d>" % (op.name, len(_SCRIPTED))
+        linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+        from typing import Tuple
+        ns = {"torch": torch, "Tuple": Tuple, "__name__": __name__}
+        exec(compile(src, fname, "exec"), ns)
+        cls = _SCRIPTED[key] = ns[name]
+    return cls()
 
 
 class Linear(torch.nn.Module):
