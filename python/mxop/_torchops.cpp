@@ -228,10 +228,29 @@ bool shared_storage(const at::Tensor &t)
            at::RefcountedMapAllocator::fromDataPtr(d) != nullptr;
 }
 
+/* A tensor with real memory and integer sizes: not a fake, functional or
+ * other Python-dispatched tensor (torch.compile, torch.export and opcheck
+ * trace with those), nor one with symbolic sizes, which have no data to
+ * send and whose sizes cannot even be read here. */
+bool plain_tensor(const at::Tensor &t)
+{
+    if (!t.defined())
+        return false;
+#if TORCH_VERSION_MAJOR >= 2
+    const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+    if (impl->has_symbolic_sizes_strides() || impl->is_python_dispatch() ||
+        t.key_set().has(c10::DispatchKey::Functionalize) || !t.has_storage())
+        return false;
+#endif
+    return !t.is_meta();
+}
+
 /* The record of CPU tensor t (its region in c's table, else the heap:
  * libmxop stages it); false for one the Python path must take. */
 bool pack(const Client &c, const at::Tensor &t, mxop_array_t *r)
 {
+    if (!plain_tensor(t))
+        return false;
     int code = code_of(t.scalar_type());
     if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || code < 0 ||
         t.dim() > MXOP_MAX_DIMS || t.numel() == 0 || !t.is_contiguous())
@@ -386,6 +405,8 @@ void learn(const std::string &name, const std::string &key, size_t n_ret, torch:
         if (!v.isTensor())
             return;
         const at::Tensor &t = v.toTensor();
+        if (!plain_tensor(t))
+            return;
         int code = code_of(t.scalar_type());
         if (!t.device().is_cpu() || code < 0 || t.dim() > MXOP_MAX_DIMS || t.numel() == 0)
             return;
@@ -414,8 +435,10 @@ std::string plain_key(size_t n_in, size_t n_args, const torch::jit::Stack &s)
         if (!args[i].isTensor())
             return "";
         const at::Tensor &t = args[i].toTensor();
+        if (!plain_tensor(t))
+            return "";
         int32_t code = code_of(t.scalar_type()), nd = static_cast<int32_t>(t.dim());
-        if (!t.defined() || !t.device().is_cpu() || code < 0 || nd > MXOP_MAX_DIMS)
+        if (!t.device().is_cpu() || code < 0 || nd > MXOP_MAX_DIMS)
             return "";
         key.append(reinterpret_cast<const char *>(&code), sizeof code);
         key.append(reinterpret_cast<const char *>(&nd), sizeof nd);

@@ -821,6 +821,139 @@ class _Target:
         sig = tuple((dtype_code(x.dtype), tuple(x.shape)) for x in tensors)
         return [(_TORCH_OF[s.dtype], s.shape) for s in op._specs(ent, sig)]
 
+    def fake(self, tensors, attrs):
+        """The outputs as fake tensors (torch.library.register_fake): the
+        op's shape and type inference, in the worker; see _fake_shapes for
+        symbolic sizes.  A data-dependent output (dynamic_outputs) gets an
+        unbacked first dimension (the worker gives its real shape only
+        when the op runs), the rest of its inferred shape."""
+        t = self.top
+        op = t.op if t.op.client._h else t._revive()
+        for i, x in enumerate(tensors):
+            e = _refuse(op.name, i, x)
+            if e is not None:
+                raise e
+        ent = t._entry(attrs)
+        dts, shapes = _fake_shapes(op, ent, tensors)
+        dyn = op.dynamic_outputs
+        outs = []
+        dev = tensors[0].device if tensors else torch.device("cpu")
+        for j, (dt, shape) in enumerate(zip(dts, shapes)):
+            if j < 64 and dyn >> j & 1:
+                if not shape:
+                    raise NotSupported(-1023, "op '%s': data-dependent output %d has no "
+                                       "dimensions" % (op.name, j))
+                shape = (torch.library.get_ctx().new_dynamic_size(),) + tuple(shape[1:])
+            outs.append(torch.empty(shape, dtype=dt, device=dev))
+        return outs
+
+    def backward(self, grads, inputs, outputs, attrs, timeout, seed):
+        """mxop_bwd::<op>'s kernel: every floating-point input's gradient
+        (zeros for the others: a Tensor[] has no None)."""
+        t = self.top
+        op = t.op if t.op.client._h else t._revive()
+        ent = t._entry(attrs, timeout, seed)
+        needs = tuple(x.is_floating_point() for x in inputs)
+        res = _backward(op, ent, tuple(grads), tuple(inputs), tuple(outputs), needs)
+        return [r if r is not None else torch.zeros_like(x) for r, x in zip(res, inputs)]
+
+    def no_tangents(self, tensors):
+        _no_tangents(self.top.op.name, tensors)
+
+    def once(self, res, deps):
+        """Gradients computed with create_graph=True, linked to what they
+        depend on through a node that raises when differentiated."""
+        return list(_no_double_backward(self.top.op.name, tuple(res), tuple(deps)))
+
+
+# Stand-in sizes for the symbolic sizes of an input, when the fake kernel
+# probes the op's shape inference (see _fake_shapes): distinct, and unlike
+# the sizes of real programs.
+_PROBE0 = 7919
+
+
+def _fake_shapes(op, ent, tensors):
+    """(dtypes, shapes) of the op's outputs for fake inputs whose sizes may
+    be symbolic (torch.compile with dynamic shapes, torch.export).
+
+    The worker's inference takes integers, so it runs with each symbol's
+    hint (its value in the example inputs), then once per symbol with that
+    symbol alone given a stand-in value.  An output size that moves with
+    exactly one symbol, as that symbol, is that symbol; one that moves with
+    none is a constant.  A symbol the inference refuses to move (gemm's
+    inner size, tied to a weight's) is specialised to its hint, with a
+    guard (torch recompiles when it changes), as torch does for its own
+    ops.  Any other output size (2*n, n+m) cannot be said with the symbols
+    and is refused with an error naming the op, never guessed."""
+    from torch.fx.experimental.symbolic_shapes import guard_int
+
+    syms = {}  # expression -> [SymInt, base value, stand-in]
+    where = []  # per input: per dim, its symbol's key or None
+    for x in tensors:
+        keys = []
+        for d in x.shape:
+            if isinstance(d, int):
+                keys.append(None)
+                continue
+            node = d.node
+            key = str(node.expr)
+            if key not in syms:
+                base = node.hint if node.has_hint() else None
+                syms[key] = [d, base, _PROBE0 + 104729 * len(syms)]
+            keys.append(key)
+        where.append(keys)
+
+    def sig(moved=None, fixed=()):
+        out = []
+        for x, keys in zip(tensors, where):
+            dims = []
+            for d, k in zip(x.shape, keys):
+                if k is None:
+                    dims.append(d)
+                elif k == moved:
+                    dims.append(syms[k][2])
+                elif syms[k][1] is not None:
+                    dims.append(syms[k][1])
+                else:  # unbacked (a data-dependent size): any stand-in will do
+                    dims.append(syms[k][2] + 1)
+            out.append((dtype_code(x.dtype), tuple(dims)))
+        return tuple(out)
+
+    specs = op._specs(ent, sig())
+    dts = [_TORCH_OF[s.dtype] for s in specs]
+    if not syms:
+        return dts, [s.shape for s in specs]
+    base = [list(s.shape) for s in specs]
+    shapes = [list(s.shape) for s in specs]
+    owner = [[None] * len(s.shape) for s in specs]
+    for key, (d, hint, probe) in syms.items():
+        try:
+            moved = op._specs(ent, sig(key))
+        except Exception as e:
+            if hint is None:
+                raise NotSupported(-1023, "op '%s' cannot be traced: its shape inference "
+                                   "refused a stand-in for the data-dependent size %s (%s)"
+                                   % (op.name, key, e)) from None
+            guard_int(d)  # the op needs this size as it is: specialised, with a guard
+            continue
+        for j, (m, b) in enumerate(zip(moved, base)):
+            if len(m.shape) != len(b) or m.dtype != specs[j].dtype:
+                raise NotSupported(-1023, "op '%s': output %d's rank or dtype depends on "
+                                   "input sizes; it cannot be traced with symbolic sizes"
+                                   % (op.name, j))
+            for k, (u, v) in enumerate(zip(m.shape, b)):
+                if u == v:
+                    continue
+                if u != probe or owner[j][k] is not None:
+                    raise NotSupported(-1023, "op '%s': size %d of output %d is a function "
+                                       "of symbolic input sizes that mxop cannot express "
+                                       "(only constants and input sizes are); compile with "
+                                       "dynamic=False or mark these sizes static"
+                                       % (op.name, k, j))
+                owner[j][k] = key
+                shapes[j][k] = d
+    return dts, [tuple(s) for s in shapes]
+
 
 def _register(op):
     """Makes `op` torch.ops.mxop.<name> (stateful ops stay mxop.torch only:
@@ -848,6 +981,8 @@ _tracing_state = torch._C._get_tracing_state  # not None under torch.jit.trace
 
 
 _Proxy = torch.fx.Proxy
+# True while torch.compile (dynamo) or torch.export traces; torch 1.13 has neither.
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 _grad_enabled = torch.is_grad_enabled
 
 
@@ -933,6 +1068,11 @@ class TorchOp:
         op = self.op
         if _fwad._current_level >= 0:
             _no_tangents(op.name, tensors)
+        if _compiling() and self.registered and out is None:
+            # torch.compile / torch.export trace the dispatcher op (its fake
+            # kernel, its autograd of dispatcher ops), not this Python code.
+            args, kw = _tl.call_args(op.name, tensors, {**self.attrs, **attrs}, timeout, seed)
+            return _tl.op(op.name)(*args, **kw)
         if out is None and timeout is None and seed is None and not attrs:
             fc = _cl._fc
             if fc and op._fast:
