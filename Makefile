@@ -173,6 +173,7 @@ DEPS_OK  := $(B)/.deps-ok
 PYEXT_DEP := $(if $(filter $(VENV)/bin/python3,$(PYTHON)),$(VENV)/.ok)
 FASTCALL := $(B)/python/_fastcall.so
 TORCHOPS := $(B)/python/_torchops.so
+TORCH_BENCH_OP := $(B)/bench/torch_relu_op.so
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
         format format-check deb check-packages python venv
@@ -184,7 +185,7 @@ all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLU
 # The Python side: its interpreter (the virtual environment) and the C/C++
 # extensions built against it.  Not part of `all`: the environment holds
 # torch, which the C build does not need.
-python: $(FASTCALL) $(TORCHOPS)
+python: $(FASTCALL) $(TORCHOPS) $(TORCH_BENCH_OP)
 venv: $(PYEXT_DEP)
 
 # The virtual environment of the Python tests, remade when the requirements
@@ -363,6 +364,15 @@ $(B)/python/_torchops.so: python/mxop/_torchops.cpp include/mxop/client.h includ
 	$(Q)flags=$$($(PYTHON) -c '$(TORCH_FLAGS_PY)') || \
 	    { echo "mxop: $(PYTHON) has no torch: make venv, or PYTHON= an interpreter with torch" >&2; exit 1; }; \
 	$(CXX) -std=c++20 -O2 -D_GNU_SOURCE -Iinclude $$flags -Wall -Wextra -Werror -shared -fPIC \
+	    $< -o $@ -ltorch -ltorch_cpu -lc10
+
+# The bench's in-process C++ custom op (bench/torch/relu_op.cpp), the
+# yardstick of torch.ops.mxop.relu's cost (python -m mxop.bench --torch-call).
+$(TORCH_BENCH_OP): bench/torch/relu_op.cpp $(PYEXT_DEP) | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $@")
+	$(Q)flags=$$($(PYTHON) -c '$(TORCH_FLAGS_PY)') || exit 1; \
+	$(CXX) -std=c++20 -O2 $$flags -Wall -Wextra -Werror -shared -fPIC \
 	    $< -o $@ -ltorch -ltorch_cpu -lc10
 
 # Benchmarks share the helpers of bench/lib/ (not programs of their own).
