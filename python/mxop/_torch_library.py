@@ -1,19 +1,27 @@
-"""mxop ops registered with PyTorch's dispatcher (torch.library, torch 1.13).
+"""mxop ops registered with PyTorch's dispatcher (torch.library; torch 2,
+and torch 1.13 without the torch 2 parts).
 
-Every op that mxop.torch loads becomes torch.ops.mxop.<op>, so that
-torch.jit.trace records it as a call (not a constant), torch.jit.script
-can call it, and torch.fx traces it.  Per op, one schema and three kernels:
+Every op that mxop.torch loads becomes torch.ops.mxop.<op>, a custom op
+that torch.jit.trace records as a call (not a constant), torch.jit.script
+can call, torch.fx traces, and (torch 2) torch.compile, torch.export and
+torch.library.opcheck take.  Per op:
 
   - the schema: its inputs (Tensor x0, Tensor x1, ... or Tensor[] inputs
-    for a variadic op), its outputs (Tensor or a tuple), then keywords:
-    the declared attributes, typed, each optional (None: the op's own
-    default); without declarations `str? attrs`, "name=value" pairs joined
-    by ";" (one string: jit.trace cannot record a list of strings);
-    always `float? timeout` and `int? seed`;
+    for a variadic op; Tensor(a!) for one it writes), its outputs (Tensor
+    or a tuple), then keywords: the declared attributes, typed, each
+    optional (None: the op's own default); without declarations `str?
+    attrs`, "name=value" pairs joined by ";" (one string: jit.trace cannot
+    record a list of strings); always `float? timeout` and `int? seed`;
   - CPU and CUDA: the call itself (mxop.torch's forward);
-  - Autograd: the call as an autograd Function (the op's backward);
-  - Meta: outputs from the op's shape and type inference (run in the
-    worker once per signature, then cached).
+  - Autograd: a graph-building call is _Call, an autograd.Function made of
+    dispatcher ops (mxop::<op> below autograd, and for backward
+    mxop_bwd::<op>(grads, inputs, outputs, keywords), the op's backward as
+    a custom op with its own fake kernel), so that AOTAutograd traces it;
+    an op that writes its inputs keeps mxop.torch's Function (eager only);
+  - fake (torch 2: register_fake) or Meta (torch 1.13): outputs from the
+    op's shape and type inference, run in the worker once per signature,
+    then cached (mxop.torch's _Target.fake: symbolic and data-dependent
+    sizes).
 
 This module knows nothing of mxop.torch's internals: the caller hands in
 the callables (no import cycle).  One registration per op name per
@@ -74,7 +82,7 @@ def cpp():
     path = _find_cpp()
     why = None
     if path is None:
-        why = "_torchops.so not found (built by make where libtorch-dev is installed)"
+        why = "_torchops.so not found (built by make python, against the interpreter's torch)"
     else:
         try:
             d = ctypes.CDLL(path)

@@ -313,7 +313,9 @@ def _pack_cuda(c, buf, i, t, keep, req):
         raise InvalidArgument(-1001, "tensor %d: torch dtype %s has no mxop equivalent"
                               % (i, t.dtype))
     if not t.is_contiguous():
+        src = t
         t = t.contiguous()
+        t._mxop_copy_of = src  # for an input the op writes: its write is copied back
         keep.append(t)
     shape = tuple(t.shape)
     ndim = len(shape)
@@ -437,7 +439,11 @@ def _forward(op, ent, tensors):
                          isinstance(k, _Tensor) and getattr(k, "_mxop_copy_of", None) is t)
         specs = op._specs(ent, sig)
         if devs:
-            return _forward_cuda(c, h, op, ent, bufs, n_in, specs, devs, keep)
+            outs = _forward_cuda(c, h, op, ent, bufs, n_in, specs, devs, keep)
+            with torch.no_grad():
+                for t, k in back:
+                    t.copy_(k)
+            return outs
         ob_addr = bufs[3]
         blocks = []
         for i, s in enumerate(specs):

@@ -68,6 +68,9 @@ def test_forward_mode_ad_raises_naming_the_op(T):
                 f(dual)
 
 
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
+                    reason="torch 1.13's TorchScript drops the text of an error raised by "
+                           "a Python kernel (torch 1.13 is no longer tested)")
 def test_torchscript_shows_the_whole_mxop_message(T):
     a, b = torch.randn(3, 4), torch.randn(5, 6)
 
@@ -134,3 +137,16 @@ def test_bad_tensors_are_refused_naming_the_op(T, make, what):
         with pytest.raises(RuntimeError) as e:
             f(x)
         assert "relu" in str(e.value) and what in str(e.value).lower(), str(e.value)
+
+
+def test_wrong_rank_and_wrong_keyword_name_the_op(T):
+    a, b = torch.randn(2, 3, 4), torch.randn(4, 5)
+    for f in (T.gemm, torch.ops.mxop.gemm):
+        with pytest.raises(RuntimeError, match="gemm") as e:
+            f(a, b)
+        assert "2-d" in str(e.value) and "[2,3,4]" in str(e.value), str(e.value)
+    for call in (lambda: T.gemm(b.T, b, transpose=True),
+                 lambda: torch.ops.mxop.gemm(b.T, b, transpose=True)):
+        with pytest.raises(Exception, match="gemm") as e:
+            call()
+        assert "transpose" in str(e.value), str(e.value)
