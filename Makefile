@@ -191,7 +191,7 @@ venv: $(PYEXT_DEP)
 # The virtual environment of the Python tests, remade when the requirements
 # change.  Made in a temporary directory and renamed, so that an interrupted
 # install never leaves a half environment that looks made.
-$(VENV)/.ok: python/requirements.txt
+$(VENV)/.ok: python/requirements.txt | $(DEPS_OK)
 	@$(if $(Q),echo "  VENV    $(VENV) (torch, numpy, pytest: python/requirements.txt)")
 	$(Q)rm -rf $(VENV) $(VENV).tmp
 	$(Q)$(VENV_PYTHON) -m venv $(VENV).tmp

@@ -12,14 +12,15 @@ pytestmark = pytest.mark.skipif(not tl.TORCH2, reason="torch 2.4 or later")
 
 @pytest.fixture
 def T(ops):
-    for lib in ("masked_select.so", "leaky_relu.so", "opkit_inplace.so"):
+    for lib in ("masked_select.so", "leaky_relu.so", "opkit_inplace.so", "flaw_none.so",
+                "opkit_strided.so"):
         ops.load(lib)
 
     class NS:
         pass
     ns = NS()
     for name in ("relu", "gemm", "softmax", "sum_n", "masked_select", "leaky_relu", "clamp",
-                 "identity", "double_inplace"):
+                 "identity", "double_inplace", "flaw_none", "strided_scale", "dense_scale"):
         setattr(ns, name, mt.op(name, ops))
     ns.client = ops
     return ns
@@ -157,6 +158,11 @@ def _cases(T):
         ("clamp", (torch.randn(6),), {"lo": -0.5, "hi": 0.5}),  # no backward
         ("identity", (f(2, 2),), {}),                             # crash.so's fixture op
         ("double_inplace", (torch.randn(5),), {}),                # writes its input
+        ("flaw_none", (d(3, 2),), {}),                            # mxop verify's correct op
+        ("strided_scale", (torch.randn(4, 6, dtype=torch.float64)[:, ::2],), {}),  # strided
+        ("dense_scale", (torch.randn(3, 3, dtype=torch.float64),), {}),
+        # (attrs_echo of opkit_attrs.so is left out: its output counts the
+        # calls of its worker, so no two runs agree, as opcheck requires.)
     ]
 
 
