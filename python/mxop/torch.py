@@ -626,12 +626,17 @@ class _Fn(torch.autograd.Function):
         return (None, None) + res
 
 
+# Under inference_mode() no graph is built even where enable_grad() turned
+# grad mode back on (as for torch's own ops): its tensors cannot be saved.
+_inference_mode = getattr(torch, "is_inference_mode_enabled", lambda: False)
+
+
 def _needs_graph(tensors):
     if not torch.is_grad_enabled():
         return False
     for t in tensors:
         if isinstance(t, _Tensor) and t.requires_grad:
-            return True
+            return not _inference_mode()
     return False
 
 
@@ -1005,6 +1010,8 @@ def _mode(tensors):
                 continue
         if g and t.requires_grad:
             m = 1
+    if m == 1 and _inference_mode():
+        return 0
     return m
 
 

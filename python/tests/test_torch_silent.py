@@ -88,12 +88,16 @@ def test_torchscript_shows_the_whole_mxop_message(T):
 
 
 def test_inference_mode_with_enable_grad_inside(T):
-    x = torch.randn(5)
+    w = torch.randn(5, requires_grad=True)  # a parameter, made outside
     with torch.inference_mode():
-        t = x * 1
+        t = w * 1
         with torch.enable_grad():
-            for f in (T.relu, torch.ops.mxop.relu):
-                torch.testing.assert_close(f(t), torch.relu(t))
+            for x in (w, t):
+                for f in (T.relu, torch.ops.mxop.relu):
+                    y = f(x)
+                    # As torch.relu's: no graph, an inference tensor.
+                    assert not y.requires_grad and torch.is_inference(y)
+                    torch.testing.assert_close(y, torch.relu(x.detach()))
 
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.int16])
