@@ -192,3 +192,52 @@ def test_export_runs_the_ops(T):
     for n in (5, 17):
         x = torch.randn(n, 4)
         torch.testing.assert_close(ep.module()(x), model(x))
+
+
+LOADER = r"""
+import sys, torch
+import mxop, mxop.torch as mt
+scripted, exported, load_first = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+if load_first:  # what python/README.md says to do before loading a saved model
+    c = mxop.connect(sys.argv[4])
+    mt.load(c, "gemm.so"); mt.load(c, "relu.so")
+x = torch.ones(3, 4)
+try:
+    m = torch.jit.load(scripted)
+    print("jit", m(x).sum().item())
+    ep = torch.export.load(exported)
+    print("export", ep.module()(x).sum().item())
+except Exception as e:
+    print("error", " ".join(str(e).split())[:400])
+"""
+
+
+def test_saved_models_load_after_the_libraries(T, daemon, tmp_path):
+    import os
+    import subprocess
+
+    from conftest import PYTHON, SOURCE, BUILD
+
+    w = torch.ones(2, 4)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.mxop.relu(torch.ops.mxop.gemm(x, w, transpose_b=True))
+
+    m = M()
+    x = torch.ones(3, 4)
+    torch.jit.save(torch.jit.trace(m, x), str(tmp_path / "m.pt"))
+    torch.export.save(torch.export.export(m, (x,)), str(tmp_path / "m.pt2"))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MXOP_SOCKET", "MXOP_PLUGIN_DIR", "MXOP_EMBEDDED_SOCKET")}
+    env.update(PYTHONPATH=os.path.join(SOURCE, "python"), MXOP_BUILD_DIR=BUILD,
+               TMPDIR=str(tmp_path))
+    out = {}
+    for first in ("1", "0"):
+        p = subprocess.run([PYTHON, "-c", LOADER, str(tmp_path / "m.pt"),
+                            str(tmp_path / "m.pt2"), first, daemon.socket],
+                           env=env, capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stderr
+        out[first] = p.stdout.split("\n")
+    assert out["1"][:2] == ["jit 24.0", "export 24.0"], out
+    assert out["0"][0].startswith("error") and "mxop" in out["0"][0], out

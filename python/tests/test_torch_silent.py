@@ -1,5 +1,7 @@
 """Never silently wrong (issue 28): each case here once gave a wrong result
 or lost information with no error, through mxop.torch or torch.ops.mxop."""
+import io
+
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -128,6 +130,11 @@ def test_op_module_scripts(T):
     g = torch.jit.script(mt.OpModule(T.gemm, transpose_b=True))
     a, b = torch.randn(2, 3), torch.randn(4, 3)
     torch.testing.assert_close(g(a, b), a @ b.T)
+    # Saved and loaded again (torch.ops.mxop.gemm is registered in this process).
+    buf = io.BytesIO()
+    torch.jit.save(g, buf)
+    buf.seek(0)
+    torch.testing.assert_close(torch.jit.load(buf)(a, b), a @ b.T)
 
 
 @pytest.mark.parametrize("make, what", [
