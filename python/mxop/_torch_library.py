@@ -197,7 +197,7 @@ def _shadow_library():
 
 
 class _Entry:
-    __slots__ = ("name", "variadic", "n_out", "decl", "target", "cpp", "mutated", "bwd")
+    __slots__ = ("name", "variadic", "n_out", "decl", "target", "cpp", "mutated")
 
 
 _bwd_lib = None
@@ -412,7 +412,7 @@ def register(name, n_in, n_out, decl, target, mutated=0):
     else:
         lib.impl(name, meta, "Meta")
     if not mutated:
-        _define_backward(e, n_in, n_out)
+        _define_backward(e)
     _ops[name] = e
     _bind(e)
     return True
@@ -424,7 +424,7 @@ def _backward_schema(name, decl):
         name, kw)
 
 
-def _define_backward(e, n_in, n_out):
+def _define_backward(e):
     """mxop_bwd::<op>(grads, inputs, outputs, keywords) -> the inputs'
     gradients: the op's backward as a dispatcher op (with a fake kernel:
     the gradients have the inputs' shapes), so that compiled and exported
