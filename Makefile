@@ -189,15 +189,15 @@ python: $(FASTCALL) $(TORCHOPS) $(TORCH_BENCH_OP)
 venv: $(PYEXT_DEP)
 
 # The virtual environment of the Python tests, remade when the requirements
-# change.  Made in a temporary directory and renamed, so that an interrupted
-# install never leaves a half environment that looks made.
+# change.  Its stamp is written last, so that an interrupted install is
+# made again from scratch (a virtual environment cannot be moved: its
+# scripts name its path).
 $(VENV)/.ok: python/requirements.txt | $(DEPS_OK)
 	@$(if $(Q),echo "  VENV    $(VENV) (torch, numpy, pytest: python/requirements.txt)")
-	$(Q)rm -rf $(VENV) $(VENV).tmp
-	$(Q)$(VENV_PYTHON) -m venv $(VENV).tmp
-	$(Q)$(VENV).tmp/bin/python3 -m pip install -q --disable-pip-version-check \
+	$(Q)rm -rf $(VENV)
+	$(Q)$(VENV_PYTHON) -m venv $(VENV)
+	$(Q)$(VENV)/bin/python3 -m pip install -q --disable-pip-version-check \
 	    -r python/requirements.txt
-	$(Q)mv $(VENV).tmp $(VENV)
 	$(Q)touch $@
 
 # Installs the Debian packages the build needs, once per build tree.
