@@ -1,6 +1,7 @@
 """Per-call cost of the Python layer, and mxop ops vs PyTorch's own.
 
-    /usr/bin/python3 -m mxop.bench [--socket PATH] [--n N] [--json] [--out FILE]
+    build/venv/bin/python3 -m mxop.bench [--socket PATH] [--n N] [--json] [--out FILE]
+                                         [--torch-call]
 
 Rows (microseconds per call, median of 5 runs of N calls):
   c_forward       mxop_forward through ctypes with every argument prebuilt:
