@@ -1276,6 +1276,32 @@ class Linear(torch.nn.Module):
         y = self.gemm(x, self.weight)
         return y + self.bias if self.bias is not None else y
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script cannot compile a call of a TorchOp: it scripts a
+        # twin that calls torch.ops.mxop.gemm on the same parameters.
+        g = self.gemm
+        if g.op.name != "gemm" or not g.registered or g.attrs != {"transpose_b": True}:
+            raise NotSupported(-1023, "mxop.torch.Linear over op '%s' %r cannot be scripted: "
+                               "its twin calls torch.ops.mxop.gemm(x, w, transpose_b=True)"
+                               % (g.op.name, g.attrs))
+        return _ScriptableLinear(self)
+
+
+class _ScriptableLinear(torch.nn.Module):
+    """Linear's twin for torch.jit.script (the same parameters)."""
+
+    def __init__(self, lin):
+        super().__init__()
+        self.weight = lin.weight
+        self.bias = lin.bias
+
+    def forward(self, x):
+        y = torch.ops.mxop.gemm(x, self.weight, transpose_b=True)
+        b = self.bias
+        if b is not None:
+            y = y + b
+        return y
+
     def extra_repr(self):
         return "in_features=%d, out_features=%d, bias=%s" % (
             self.in_features, self.out_features, self.bias is not None)

@@ -122,6 +122,19 @@ def test_shipped_op_refuses_an_unknown_keyword(T, via):
     assert "relu" in str(e.value) and "inplace" in str(e.value), str(e.value)
 
 
+def test_linear_scripts(T):
+    lin = mt.Linear(3, 2, T.gemm)
+    s = torch.jit.script(torch.nn.Sequential(lin, mt.OpModule(T.relu)))
+    x = torch.randn(4, 3, requires_grad=True)
+    want = torch.relu(x @ lin.weight.T + lin.bias)
+    got = s(x)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()  # into the same parameters
+    assert lin.weight.grad is not None and x.grad is not None
+    nob = mt.Linear(3, 2, T.gemm, bias=False)
+    torch.testing.assert_close(torch.jit.script(nob)(x), x @ nob.weight.T)
+
+
 def test_op_module_scripts(T):
     m = mt.OpModule(T.relu)
     s = torch.jit.script(m)
