@@ -1286,6 +1286,10 @@ class Linear(torch.nn.Module):
                                % (g.op.name, g.attrs))
         return _ScriptableLinear(self)
 
+    def extra_repr(self):
+        return "in_features=%d, out_features=%d, bias=%s" % (
+            self.in_features, self.out_features, self.bias is not None)
+
 
 class _ScriptableLinear(torch.nn.Module):
     """Linear's twin for torch.jit.script (the same parameters)."""
@@ -1301,7 +1305,3 @@ class _ScriptableLinear(torch.nn.Module):
         if b is not None:
             y = y + b
         return y
-
-    def extra_repr(self):
-        return "in_features=%d, out_features=%d, bias=%s" % (
-            self.in_features, self.out_features, self.bias is not None)
