@@ -25,7 +25,13 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 PYTHON_VER := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYTHON_VER)/dist-packages)
 DESTDIR    ?=
-PYTHON     ?= /usr/bin/python3
+# The Python tests and the bindings' C/C++ extensions use one interpreter: by
+# default the virtual environment $(VENV), made on demand (python/requirements.txt:
+# torch 2.13, numpy, pytest) with $(VENV_PYTHON) and no system site-packages.
+# PYTHON=/usr/bin/python3 builds and tests against Debian's numpy and torch 1.13.
+VENV       ?= build/venv
+VENV_PYTHON ?= python3
+PYTHON     ?= $(VENV)/bin/python3
 
 CC       ?= cc
 CFLAGS   ?= -O2 -g
@@ -161,21 +167,38 @@ PCS      := $(B)/mxop.pc $(B)/mxop-plugin.pc
 # PKG_CONFIG_PATH=build works from the build tree before make install.
 PCS_UNINST := $(B)/mxop-uninstalled.pc $(B)/mxop-plugin-uninstalled.pc
 DEPS_OK  := $(B)/.deps-ok
-# The Python bindings' C call path (see its rule below); empty without Python.h.
-PY_INCLUDE := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
-NP_INCLUDE := $(shell $(PYTHON) -c 'import numpy; print(numpy.get_include())' 2>/dev/null)
-FASTCALL := $(if $(and $(wildcard $(PY_INCLUDE)/Python.h),$(NP_INCLUDE)),$(B)/python/_fastcall.so)
-# torch.ops.mxop's C++ kernels (see its rule below); empty without libtorch-dev.
-TORCH_HDR  ?= /usr/include/torch/library.h
-TORCHOPS := $(if $(wildcard $(TORCH_HDR)),$(B)/python/_torchops.so)
+# The Python bindings' C call path and torch.ops.mxop's C++ kernels, built
+# against $(PYTHON)'s headers, NumPy and torch (see their rules below); with
+# the default interpreter, after its virtual environment is made.
+PYEXT_DEP := $(if $(filter $(VENV)/bin/python3,$(PYTHON)),$(VENV)/.ok)
+FASTCALL := $(B)/python/_fastcall.so
+TORCHOPS := $(B)/python/_torchops.so
+TORCH_BENCH_OP := $(B)/bench/torch_relu_op.so
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
-        format format-check deb check-packages check-cluster
+        format format-check deb check-packages check-cluster python venv
 .DEFAULT_GOAL := all
 
 all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
-     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST) $(FASTCALL) $(TORCHOPS)
-	$(if $(TORCHOPS),,@echo "mxop: $(TORCH_HDR) absent (libtorch-dev): torch.ops.mxop kernels stay in Python")
+     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST)
+
+# The Python side: its interpreter (the virtual environment) and the C/C++
+# extensions built against it.  Not part of `all`: the environment holds
+# torch, which the C build does not need.
+python: $(FASTCALL) $(TORCHOPS) $(TORCH_BENCH_OP)
+venv: $(PYEXT_DEP)
+
+# The virtual environment of the Python tests, remade when the requirements
+# change.  Its stamp is written last, so that an interrupted install is
+# made again from scratch (a virtual environment cannot be moved: its
+# scripts name its path).
+$(VENV)/.ok: python/requirements.txt | $(DEPS_OK)
+	@$(if $(Q),echo "  VENV    $(VENV) (torch, numpy, pytest: python/requirements.txt)")
+	$(Q)rm -rf $(VENV)
+	$(Q)$(VENV_PYTHON) -m venv $(VENV)
+	$(Q)$(VENV)/bin/python3 -m pip install -q --disable-pip-version-check \
+	    -r python/requirements.txt
+	$(Q)touch $@
 
 # Installs the Debian packages the build needs, once per build tree.
 deps: $(DEPS_OK)
@@ -313,51 +336,68 @@ $(B)/bin/%: $(B)/obj/demo/%.o $(LIB_A)
 # links no libmxop: the package hands it libmxop's functions from the copy
 # ctypes loaded, so one libmxop serves both paths.  Without Python.h it is
 # left out, and the bindings take their ctypes path (as with MXOP_NO_FASTCALL=1).
-$(B)/python/_fastcall.so: python/mxop/_fastcall.c include/mxop/client.h include/mxop/types.h | $(DEPS_OK)
+$(B)/python/_fastcall.so: python/mxop/_fastcall.c include/mxop/client.h include/mxop/types.h \
+                          $(PYEXT_DEP) | $(DEPS_OK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  PYEXT   $@")
-	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude -I$(PY_INCLUDE) -I$(NP_INCLUDE) \
+	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude \
+	    -I"$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+	    -I"$$($(PYTHON) -c 'import numpy; print(numpy.get_include())')" \
 	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
 
 # torch.ops.mxop's CPU and Autograd kernels in C++ (python/mxop/_torchops.cpp,
-# issue 12), against Debian's libtorch-dev.  Like _fastcall.so it links no
-# libmxop (it is handed libmxop's functions); without the headers it is left
-# out, and the Python kernels serve (the package says so once).
-$(B)/python/_torchops.so: python/mxop/_torchops.cpp include/mxop/client.h include/mxop/types.h | $(DEPS_OK)
+# issue 12), against $(PYTHON)'s torch.  Like _fastcall.so it links no
+# libmxop (it is handed libmxop's functions); when that interpreter has no
+# torch it is left out, and the Python kernels serve (the package says so once).
+# torch's include directories and lib/ come from the interpreter's torch
+# (torch.utils.cpp_extension), and its C++ ABI flag with them; the library
+# finds torch's libraries where torch itself loaded them (no rpath needed:
+# torch is imported before it).
+TORCH_FLAGS_PY := import torch, torch.utils.cpp_extension as e; \
+    print(" ".join(["-isystem" + p for p in e.include_paths()] + \
+    ["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI), \
+     "-L" + e.library_paths()[0]]))
+$(B)/python/_torchops.so: python/mxop/_torchops.cpp include/mxop/client.h include/mxop/types.h \
+                          $(PYEXT_DEP) | $(DEPS_OK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
-	$(Q)$(CXX) -std=c++17 -O2 -D_GNU_SOURCE -Iinclude -Wall -Wextra -Werror -shared -fPIC \
+	$(Q)flags=$$($(PYTHON) -c '$(TORCH_FLAGS_PY)' 2>/dev/null) || \
+	    { echo "mxop: $(PYTHON) has no torch: torch.ops.mxop kernels stay in Python"; exit 0; }; \
+	$(CXX) -std=c++20 -O2 -D_GNU_SOURCE -Iinclude $$flags -Wall -Wextra -Werror -shared -fPIC \
+	    $< -o $@ -ltorch -ltorch_cpu -lc10
+
+# The bench's in-process C++ custom op (bench/torch/relu_op.cpp), the
+# yardstick of torch.ops.mxop.relu's cost (python -m mxop.bench --torch-call).
+$(TORCH_BENCH_OP): bench/torch/relu_op.cpp $(PYEXT_DEP) | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $@")
+	$(Q)flags=$$($(PYTHON) -c '$(TORCH_FLAGS_PY)' 2>/dev/null) || \
+	    { echo "mxop: $(PYTHON) has no torch: no bench op"; exit 0; }; \
+	$(CXX) -std=c++20 -O2 $$flags -Wall -Wextra -Werror -shared -fPIC \
 	    $< -o $@ -ltorch -ltorch_cpu -lc10
 
 # ---- JAX and the pip package (issue 31) -----------------------------------
 # mxop.jax's XLA FFI handler (python/mxop/_jaxffi.c) is C against the FFI
-# headers jaxlib ships (jax.ffi.include_dir()), so it is built in a virtual
-# environment of its own, build/venv-jax, made from python/requirements-jax.txt
-# (pip, from the machine's package index): `make jax`.  The handler links no
-# libmxop and no Python (mxop.jax loads it with ctypes and hands it libmxop's
-# functions).  bench/jax/ holds the benchmark's in-process FFI relu.
-# `make wheel` builds the pip package (pyproject.toml at the top: see
-# scripts/build-wheel.py); check-jax and check-wheel are part of `make check`.
-JAX_VENV   := build/venv-jax
-JAX_PYTHON ?= $(JAX_VENV)/bin/python3
+# headers jaxlib ships (jax.ffi.include_dir()), built against the JAX of
+# $(PYTHON)'s environment (build/venv: python/requirements.txt): `make jax`.
+# The handler links no libmxop and no Python (mxop.jax loads it with ctypes
+# and hands it libmxop's functions).  bench/jax/ holds the benchmark's
+# in-process FFI relu.  `make wheel` builds the pip package (pyproject.toml at
+# the top); check-jax and check-wheel are part of `make check`.
+JAX_PYTHON ?= $(PYTHON)
 JAX_FFI_INCLUDE = $(shell $(JAX_PYTHON) -c 'import jax.ffi; print(jax.ffi.include_dir())' 2>/dev/null)
 JAXFFI     := $(B)/python/_jaxffi.so
 JAX_RELU   := $(B)/bench/libjax_inproc_relu.so
 
 .PHONY: jax check-jax bench-jax wheel check-wheel wheel-parts
 
-$(JAX_VENV)/.ok: python/requirements-jax.txt
-	@$(if $(Q),echo "  VENV    $(JAX_VENV)")
-	$(Q)rm -rf $(JAX_VENV) && python3 -m venv $(JAX_VENV) && \
-	    $(JAX_VENV)/bin/pip install -q --disable-pip-version-check -r $< && touch $@
-
-$(JAXFFI): python/mxop/_jaxffi.c include/mxop/client.h include/mxop/types.h $(JAX_VENV)/.ok
+$(JAXFFI): python/mxop/_jaxffi.c include/mxop/client.h include/mxop/types.h $(PYEXT_DEP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  JAXFFI  $@")
 	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude -isystem $(JAX_FFI_INCLUDE) \
 	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
 
-$(JAX_RELU): bench/jax/inproc_relu.c $(JAX_VENV)/.ok
+$(JAX_RELU): bench/jax/inproc_relu.c $(PYEXT_DEP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  JAXFFI  $@")
 	$(Q)$(CC) $(CFLAGS) -O3 -std=c11 -isystem $(JAX_FFI_INCLUDE) $(WARN) -Werror -shared -fPIC \
@@ -365,10 +405,9 @@ $(JAX_RELU): bench/jax/inproc_relu.c $(JAX_VENV)/.ok
 
 jax: $(JAXFFI) $(JAX_RELU)
 
-# The JAX tests, in the JAX environment.  MXOP_NO_FASTCALL: build/python's
-# _fastcall.so is built for $(PYTHON)'s NumPy, not this environment's.
-check-jax: all jax
-	$(Q)MXOP_BUILD_DIR=$(abspath $(B)) PYTHONPATH=$(CURDIR)/python MXOP_NO_FASTCALL=1 \
+# The JAX tests, in the environment the other Python tests use.
+check-jax: all python jax
+	$(Q)MXOP_BUILD_DIR=$(abspath $(B)) PYTHONPATH=$(CURDIR)/python \
 	    $(JAX_PYTHON) -m pytest -q -p no:cacheprovider python/tests/test_jax.py
 
 # What the pip package carries from the build (setup.py's build_py runs this),
@@ -489,19 +528,19 @@ check-c: all
 	$(Q)sh scripts/run-c-tests.sh $(abspath $(B))
 
 # Kubernetes manifests, Slurm prolog/epilog, upgrade and two-node runs (scripts/test-cluster.sh).
-check-cluster: all
-	$(Q)sh scripts/test-cluster.sh $(abspath $(B))
+check-cluster: all python
+	$(Q)PYTHON=$(abspath $(PYTHON)) sh scripts/test-cluster.sh $(abspath $(B))
 
-check-python: all
-	$(Q)if [ -d python/tests ]; then sh scripts/run-python-tests.sh $(abspath $(B)) $(PYTHON); fi
+check-python: all python
+	$(Q)if [ -d python/tests ]; then sh scripts/run-python-tests.sh $(abspath $(B)) $(abspath $(PYTHON)); fi
 
-bench: all jax
-	$(Q)sh scripts/bench.sh $(abspath $(B))
+bench: all python jax
+	$(Q)PYTHON=$(abspath $(PYTHON)) sh scripts/bench.sh $(abspath $(B))
 
 # The packages: install/uninstall into a temporary root, the exported symbols,
 # the .pc files, and `make deb`'s packages unpacked and run (scripts/test-packages.sh).
-check-packages: all
-	$(Q)sh scripts/test-packages.sh $(abspath $(B)) $(PYTHON)
+check-packages: all python
+	$(Q)sh scripts/test-packages.sh $(abspath $(B)) $(abspath $(PYTHON))
 
 # scripts/install.sh records what it installs in $(DATADIR)/mxop/install-manifest;
 # uninstall removes exactly that.

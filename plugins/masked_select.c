@@ -112,6 +112,17 @@ static int ms_backward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n
     return 0;
 }
 
+/* The op declares no attributes, and so takes any unless it refuses them
+ * here: a keyword given by mistake (masked_select(x, m, inplace=True)) is an error
+ * naming it, not silently ignored. */
+static int no_attrs(mxop_ctx_t *ctx)
+{
+    if (host->attr_count(ctx) > 0)
+        return host->set_error(ctx, MXOP_EATTR, "op 'masked_select' takes no attributes; got '%s'",
+                               host->attr_key(ctx, 0));
+    return 0;
+}
+
 MXOP_PLUGIN_INIT(ctx, h)
 {
     host = h;
@@ -120,6 +131,7 @@ MXOP_PLUGIN_INIT(ctx, h)
     mxop_op_def_t def = {
         .struct_size = sizeof(mxop_op_def_t),
         .name = "masked_select",
+        .check_attrs = no_attrs,
         .description = "y = x[mask] (1-d, its length known only after forward); f32 and f64",
         .num_inputs = 2,
         .num_outputs = 1,

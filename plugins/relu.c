@@ -119,12 +119,24 @@ static int relu_backward(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int
     return 0;
 }
 
+/* The op declares no attributes, and so takes any unless it refuses them
+ * here: a keyword given by mistake (relu(x, inplace=True)) is an error
+ * naming it, not silently ignored. */
+static int no_attrs(mxop_ctx_t *ctx)
+{
+    if (host->attr_count(ctx) > 0)
+        return host->set_error(ctx, MXOP_EATTR, "op 'relu' takes no attributes; got '%s'",
+                               host->attr_key(ctx, 0));
+    return 0;
+}
+
 MXOP_PLUGIN_INIT(ctx, h)
 {
     host = h;
     mxop_op_def_t def = {
         .struct_size = sizeof(mxop_op_def_t),
         .name = "relu",
+        .check_attrs = no_attrs,
         .description = "y = max(x, 0), elementwise; f32 and f64",
         .num_inputs = 1,
         .num_outputs = 1,

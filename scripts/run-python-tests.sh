@@ -1,10 +1,14 @@
 #!/bin/sh
-# Runs the Python package's tests with the interpreter that sees Debian's
-# numpy and torch.  Usage: run-python-tests.sh BUILD [PYTHON]
+# Runs the Python package's tests.  Usage: run-python-tests.sh BUILD [PYTHON]
+# The interpreter: PYTHON (the argument or the environment), else the virtual
+# environment the Makefile makes (build/venv: torch 2.13, numpy, pytest; make
+# builds the C extensions against it), else /usr/bin/python3.
 # Every test module starts its own mxop-serverd from BUILD (bin/, plugins/,
 # tests/plugins/); extra pytest arguments can be given in $PYTEST_ARGS.
 B=${1:?usage: run-python-tests.sh BUILD [PYTHON]}
-PY=${2:-${PYTHON:-/usr/bin/python3}}
+venv="$(pwd)/build/venv/bin/python3"
+[ -x "$venv" ] || venv=/usr/bin/python3
+PY=${2:-${PYTHON:-$venv}}
 export MXOP_BUILD_DIR="$B"
 export PYTHON="$PY"
 export PYTHONPATH="$(pwd)/python${PYTHONPATH:+:$PYTHONPATH}"

@@ -9,10 +9,9 @@
 # rank and to a reference computed with PyTorch's own ops, and that each
 # node's ranks shared one daemon.  Everything made here is removed at exit.
 #
-# It needs root (namespaces, veth) and torch 2.13: a venv at BUILD/nodes-venv,
-# made on first use with pip (torch==2.13.0 and numpy from the package
-# registry); later runs need no network.  The build's _torchops.so is built
-# against the system's torch, so the Python kernels serve (MXOP_NO_FASTCALL=1).
+# It needs root (namespaces, veth) and torch 2.13: the interpreter in $PYTHON
+# (the Makefile passes its virtual environment's, build/venv, which `make
+# python` makes; that is also the default).
 # Usage: test-multinode.sh BUILD
 set -eu
 B=${1:?usage: test-multinode.sh BUILD}
@@ -26,12 +25,8 @@ if [ "$(id -u)" != 0 ]; then
     exit 0
 fi
 command -v ip >/dev/null || fail "ip (iproute2) is missing"
-VENV=$B/nodes-venv
-if ! "$VENV/bin/python" -c 'import torch, numpy' 2>/dev/null; then
-    python3 -m venv "$VENV" || fail "cannot make $VENV"
-    "$VENV/bin/pip" install -q torch==2.13.0 numpy >/dev/null 2>&1 ||
-        fail "pip install torch==2.13.0 numpy into $VENV"
-fi
+PY=${PYTHON:-$SRC/build/venv/bin/python3}
+"$PY" -c 'import torch, numpy' 2>/dev/null || fail "$PY has no torch (make python makes build/venv)"
 
 T=$(mktemp -d /tmp/mxop-nodes-XXXXXX)
 ID=$$
@@ -88,8 +83,8 @@ for i in 0 1; do
     eval ns=\$NS$i
     eval ifname=\$IF$i
     ip netns exec "$ns" env MXOP_SOCKET="$T/node$i/mxop.sock" MXOP_BUILD_DIR="$B" \
-        MXOP_NO_FASTCALL=1 GLOO_SOCKET_IFNAME="$ifname" OMP_NUM_THREADS=1 \
-        timeout 400 "$VENV/bin/python" -m torch.distributed.run --nnodes 2 --node_rank "$i" \
+        PYTHONPATH="$SRC/python" GLOO_SOCKET_IFNAME="$ifname" OMP_NUM_THREADS=1 \
+        timeout 400 "$PY" -m torch.distributed.run --nnodes 2 --node_rank "$i" \
         --nproc_per_node 2 --master_addr 192.168.231.1 --master_port "$PORT" \
         "$SRC/tests/multinode/ddp_grads.py" >"$T/node$i.out" 2>&1 &
     RPIDS="$RPIDS $!"

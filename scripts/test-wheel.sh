@@ -23,7 +23,7 @@ PIP_Q="-q --disable-pip-version-check"
 
 echo "wheel: building in a fresh environment ($T/builder)"
 python3 -m venv "$T/builder"
-"$T/builder/bin/pip" install $PIP_Q build setuptools wheel torch==2.13.0 -r python/requirements-jax.txt
+"$T/builder/bin/pip" install $PIP_Q build setuptools wheel -r python/requirements.txt
 mkdir -p "$B/dist"
 rm -f "$B"/dist/mxop-*.whl
 "$T/builder/bin/python" -m build --wheel --no-isolation --outdir "$B/dist" "$SRC" >"$T/build.log" 2>&1 ||
@@ -46,7 +46,7 @@ PY
 
 echo "wheel: installing into a fresh environment ($T/venv)"
 python3 -m venv "$T/venv"
-"$T/venv/bin/pip" install $PIP_Q torch==2.13.0 -r python/requirements-jax.txt
+"$T/venv/bin/pip" install $PIP_Q -r python/requirements.txt
 "$T/venv/bin/pip" install $PIP_Q "$WHL"
 
 # Outside the checkout, nothing set.

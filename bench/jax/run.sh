@@ -3,7 +3,7 @@
 # environment (make jax).  Usage: run.sh BUILD [PYTHON]; results also in
 # BUILD/bench/jax.json.  MXOP_BENCH_SCALE scales the call counts.
 B=${1:?usage: run.sh BUILD [PYTHON]}
-PY=${2:-build/venv-jax/bin/python3}
+PY=${2:-build/venv/bin/python3}
 if [ ! -x "$PY" ] || [ ! -f "$B/python/_jaxffi.so" ]; then
     echo "bench: JAX rows skipped: $PY or $B/python/_jaxffi.so missing (make jax)"
     exit 0

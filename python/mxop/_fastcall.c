@@ -245,9 +245,9 @@ static int np_code(PyArrayObject *a)
     default: break;
     }
     if (PyTypeNum_ISSIGNED(d->type_num) && PyTypeNum_ISINTEGER(d->type_num)) {
-        if (PyDataType_ELSIZE(d) == 4)
+        if (PyArray_ITEMSIZE(a) == 4)
             return 4;
-        if (PyDataType_ELSIZE(d) == 8)
+        if (PyArray_ITEMSIZE(a) == 8)
             return 5;
     }
     return -1;

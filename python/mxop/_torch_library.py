@@ -1,19 +1,27 @@
-"""mxop ops registered with PyTorch's dispatcher (torch.library, torch 1.13).
+"""mxop ops registered with PyTorch's dispatcher (torch.library; torch 2,
+and torch 1.13 without the torch 2 parts).
 
-Every op that mxop.torch loads becomes torch.ops.mxop.<op>, so that
-torch.jit.trace records it as a call (not a constant), torch.jit.script
-can call it, and torch.fx traces it.  Per op, one schema and three kernels:
+Every op that mxop.torch loads becomes torch.ops.mxop.<op>, a custom op
+that torch.jit.trace records as a call (not a constant), torch.jit.script
+can call, torch.fx traces, and (torch 2) torch.compile, torch.export and
+torch.library.opcheck take.  Per op:
 
   - the schema: its inputs (Tensor x0, Tensor x1, ... or Tensor[] inputs
-    for a variadic op), its outputs (Tensor or a tuple), then keywords:
-    the declared attributes, typed, each optional (None: the op's own
-    default); without declarations `str? attrs`, "name=value" pairs joined
-    by ";" (one string: jit.trace cannot record a list of strings);
-    always `float? timeout` and `int? seed`;
+    for a variadic op; Tensor(a!) for one it writes), its outputs (Tensor
+    or a tuple), then keywords: the declared attributes, typed, each
+    optional (None: the op's own default); without declarations `str?
+    attrs`, "name=value" pairs joined by ";" (one string: jit.trace cannot
+    record a list of strings); always `float? timeout` and `int? seed`;
   - CPU and CUDA: the call itself (mxop.torch's forward);
-  - Autograd: the call as an autograd Function (the op's backward);
-  - Meta: outputs from the op's shape and type inference (run in the
-    worker once per signature, then cached).
+  - Autograd: a graph-building call is _Call, an autograd.Function made of
+    dispatcher ops (mxop::<op> below autograd, and for backward
+    mxop_bwd::<op>(grads, inputs, outputs, keywords), the op's backward as
+    a custom op with its own fake kernel), so that AOTAutograd traces it;
+    an op that writes its inputs keeps mxop.torch's Function (eager only);
+  - fake (torch 2: register_fake) or Meta (torch 1.13): outputs from the
+    op's shape and type inference, run in the worker once per signature,
+    then cached (mxop.torch's _Target.fake: symbolic and data-dependent
+    sizes).
 
 This module knows nothing of mxop.torch's internals: the caller hands in
 the callables (no import cycle).  One registration per op name per
@@ -33,6 +41,7 @@ import os
 import warnings
 
 import torch
+from torch.autograd import forward_ad as _fwad
 from torch.library import Library
 
 from . import _lib as _mxlib
@@ -40,6 +49,12 @@ from . import client as _cl
 
 NAMESPACE = "mxop"
 SHADOW = "mxop_py"
+BACKWARD = "mxop_bwd"
+
+# torch 2 (2.4 and later): fake kernels through torch.library.register_fake,
+# which gives data-dependent outputs unbacked sizes; torch 1.13: a Meta kernel.
+TORCH2 = hasattr(torch.library, "register_fake")
+_below_autograd = torch._C._AutoDispatchBelowAutograd
 
 _lib = None
 _shadow = None
@@ -67,7 +82,7 @@ def cpp():
     path = _find_cpp()
     why = None
     if path is None:
-        why = "_torchops.so not found (built by make where libtorch-dev is installed)"
+        why = "_torchops.so not found (built by make python, against the interpreter's torch)"
     else:
         try:
             d = ctypes.CDLL(path)
@@ -182,7 +197,63 @@ def _shadow_library():
 
 
 class _Entry:
-    __slots__ = ("name", "variadic", "n_out", "decl", "target", "cpp")
+    __slots__ = ("name", "variadic", "n_out", "decl", "target", "cpp", "mutated")
+
+
+_bwd_lib = None
+
+
+def _backward_library():
+    global _bwd_lib
+    if _bwd_lib is None:
+        _bwd_lib = Library(BACKWARD, "DEF")
+    return _bwd_lib
+
+
+def _needs_grad(tensors):
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            return True
+    return False
+
+
+class _Call(torch.autograd.Function):
+    """One call of mxop::<op> in the autograd graph, made of dispatcher ops
+    only, so that torch.compile (AOTAutograd) and torch.export trace it as
+    they trace torch.library's own autograd: forward is mxop::<op> called
+    below autograd, backward is mxop_bwd::<op>(grads, inputs, outputs)
+    (the op's backward in the worker).  apply(entry, keywords, *inputs)."""
+
+    @staticmethod
+    def forward(ctx, e, kw, *tensors):
+        args = (list(tensors),) if e.variadic else tensors
+        with _below_autograd():
+            out = op(e.name)(*args, **kw)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        ctx.e = e
+        ctx.kw = kw
+        ctx.n_in = len(tensors)
+        ctx.save_for_backward(*tensors, *outs)
+        nondiff = [o for o in outs if not (o.is_floating_point() or o.is_complex())]
+        if nondiff:
+            ctx.mark_non_differentiable(*nondiff)
+        return out if not isinstance(out, list) else tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        saved = ctx.saved_tensors
+        inputs, outputs = saved[:ctx.n_in], saved[ctx.n_in:]
+        needs = ctx.needs_input_grad[2:]
+        if True not in needs:
+            return (None, None) + (None,) * ctx.n_in
+        grads = [torch.zeros_like(o) if g is None else g for g, o in zip(grads, outputs)]
+        res = getattr(getattr(torch.ops, BACKWARD), ctx.e.name)(
+            grads, list(inputs), list(outputs), **ctx.kw)
+        return (None, None) + tuple(
+            r if (n and inputs[i].is_floating_point()) else None
+            for i, (r, n) in enumerate(zip(res, needs)))
 
 
 def _library():
@@ -282,15 +353,49 @@ def register(name, n_in, n_out, decl, target, mutated=0):
                      for dt, shape in e.target.meta(tensors, attrs))
         return outs[0] if e.n_out == 1 else outs
 
+    def fake(*args, **kw):
+        tensors, attrs, _, _ = _split(e, args, kw)
+        outs = e.target.fake(tensors, attrs)
+        return outs[0] if e.n_out == 1 else tuple(outs)
+
+    def autograd(*args, **kw):
+        # The graph-building call as _Call (dispatcher ops only); any
+        # other goes below autograd to the CPU, CUDA or fake kernel.
+        tensors = args[0] if e.variadic else args
+        if _fwad._current_level >= 0:
+            e.target.no_tangents(tensors)
+        if _needs_grad(tensors):
+            return _Call.apply(e, {k: v for k, v in kw.items() if v is not None}, *tensors)
+        with _below_autograd():
+            return op(e.name)(*args, **kw)
+
+    graph_inplace = run(True)
+
+    def autograd_inplace(*args, **kw):
+        # An op that writes its inputs: its graph-building call through
+        # mxop.torch's autograd.Function (eager only); any other below
+        # autograd (CPU, CUDA, fake: functionalized under torch.compile).
+        tensors = args[0] if e.variadic else args
+        if _fwad._current_level >= 0:
+            e.target.no_tangents(tensors)
+        if _needs_grad(tensors):
+            return graph_inplace(*args, **kw)
+        with _below_autograd():
+            return op(e.name)(*args, **kw)
+
     schema = _schema(name, n_in, n_out, e.decl, mutated)
     d = cpp() if not e.variadic else None
     e.cpp = False
+    e.mutated = mutated
+    # An op that writes its inputs keeps its autograd.Function of mxop.torch
+    # (in eager mode only: mark_dirty); the others go through _Call.
+    ag = run(True) if not TORCH2 else (autograd_inplace if mutated else autograd)
     lib.define(schema)
     if d is not None:
         sh = _shadow_library()
         sh.define(schema)
         sh.impl(name, run(False), "CPU")
-        sh.impl(name, run(True), "Autograd")
+        sh.impl(name, ag, "Autograd")
         sh.impl(name, run(False), "CUDA")
         sh.impl(name, meta, "Meta")
         e.cpp = d.mxop_torchops_register(name.encode(), n_in) == 0
@@ -300,12 +405,60 @@ def register(name, n_in, n_out, decl, target, mutated=0):
                           RuntimeWarning, stacklevel=2)
     if not e.cpp:
         lib.impl(name, run(False), "CPU")
-        lib.impl(name, run(True), "Autograd")
+        lib.impl(name, ag, "Autograd")
     lib.impl(name, run(False), "CUDA")
-    lib.impl(name, meta, "Meta")
+    if TORCH2:
+        torch.library.register_fake("%s::%s" % (NAMESPACE, name), fake, lib=lib)
+    else:
+        lib.impl(name, meta, "Meta")
+    if not mutated:
+        _define_backward(e)
     _ops[name] = e
     _bind(e)
     return True
+
+
+def _backward_schema(name, decl):
+    kw = _schema(name, 1, 1, decl).split("*, ", 1)[1].split(")")[0]
+    return "%s(Tensor[] grads, Tensor[] inputs, Tensor[] outputs, *, %s) -> Tensor[]" % (
+        name, kw)
+
+
+def _define_backward(e):
+    """mxop_bwd::<op>(grads, inputs, outputs, keywords) -> the inputs'
+    gradients: the op's backward as a dispatcher op (with a fake kernel:
+    the gradients have the inputs' shapes), so that compiled and exported
+    graphs carry it.  Its Autograd kernel links the gradients to what they
+    depend on through an error node: an mxop backward is once-differentiable."""
+    name = e.name
+    lib = _backward_library()
+
+    def split(kw):
+        _, attrs, timeout, seed = _split(e, ([],) if e.variadic else (), dict(kw))
+        return attrs, timeout, seed
+
+    def kernel(grads, inputs, outputs, **kw):
+        attrs, timeout, seed = split(kw)
+        return e.target.backward(grads, inputs, outputs, attrs, timeout, seed)
+
+    def fake(grads, inputs, outputs, **kw):
+        return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in inputs]
+
+    def autograd(grads, inputs, outputs, **kw):
+        with _below_autograd():
+            res = getattr(getattr(torch.ops, BACKWARD), name)(grads, inputs, outputs, **kw)
+        if _needs_grad(list(grads) + list(inputs)):
+            res = e.target.once(res, list(grads) + list(inputs))
+        return res
+
+    lib.define(_backward_schema(name, e.decl))
+    lib.impl(name, kernel, "CPU")
+    lib.impl(name, kernel, "CUDA")
+    lib.impl(name, autograd, "Autograd")
+    if TORCH2:
+        torch.library.register_fake("%s::%s" % (BACKWARD, name), fake, lib=lib)
+    else:
+        lib.impl(name, fake, "Meta")
 
 
 def call_args(name, tensors, attrs, timeout, seed):

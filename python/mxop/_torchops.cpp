@@ -31,6 +31,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <unistd.h>
 
@@ -46,6 +47,21 @@
 
 namespace
 {
+
+/* torch 2 holds autograd nodes in intrusive pointers, torch 1.13 in shared ones. */
+#if TORCH_VERSION_MAJOR >= 2
+template <class T, class... A> c10::intrusive_ptr<T> make_node(A &&...a)
+{
+    return c10::make_intrusive<T>(std::forward<A>(a)...);
+}
+#define NODE_SELF() getptr()
+#else
+template <class T, class... A> std::shared_ptr<T> make_node(A &&...a)
+{
+    return std::make_shared<T>(std::forward<A>(a)...);
+}
+#define NODE_SELF() shared_from_this()
+#endif
 
 using call_fn = int (*)(mxop_client_t *, const mxop_op_t *, const mxop_call_t *,
                         const mxop_array_t *, int, mxop_array_t *, int);
@@ -212,10 +228,29 @@ bool shared_storage(const at::Tensor &t)
            at::RefcountedMapAllocator::fromDataPtr(d) != nullptr;
 }
 
+/* A tensor with real memory and integer sizes: not a fake, functional or
+ * other Python-dispatched tensor (torch.compile, torch.export and opcheck
+ * trace with those), nor one with symbolic sizes, which have no data to
+ * send and whose sizes cannot even be read here. */
+bool plain_tensor(const at::Tensor &t)
+{
+    if (!t.defined())
+        return false;
+#if TORCH_VERSION_MAJOR >= 2
+    const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+    if (impl->has_symbolic_sizes_strides() || impl->is_python_dispatch() ||
+        t.key_set().has(c10::DispatchKey::Functionalize) || !t.has_storage())
+        return false;
+#endif
+    return !t.is_meta();
+}
+
 /* The record of CPU tensor t (its region in c's table, else the heap:
  * libmxop stages it); false for one the Python path must take. */
 bool pack(const Client &c, const at::Tensor &t, mxop_array_t *r)
 {
+    if (!plain_tensor(t))
+        return false;
     int code = code_of(t.scalar_type());
     if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || code < 0 ||
         t.dim() > MXOP_MAX_DIMS || t.numel() == 0 || !t.is_contiguous())
@@ -370,6 +405,8 @@ void learn(const std::string &name, const std::string &key, size_t n_ret, torch:
         if (!v.isTensor())
             return;
         const at::Tensor &t = v.toTensor();
+        if (!plain_tensor(t))
+            return;
         int code = code_of(t.scalar_type());
         if (!t.device().is_cpu() || code < 0 || t.dim() > MXOP_MAX_DIMS || t.numel() == 0)
             return;
@@ -398,8 +435,10 @@ std::string plain_key(size_t n_in, size_t n_args, const torch::jit::Stack &s)
         if (!args[i].isTensor())
             return "";
         const at::Tensor &t = args[i].toTensor();
+        if (!plain_tensor(t))
+            return "";
         int32_t code = code_of(t.scalar_type()), nd = static_cast<int32_t>(t.dim());
-        if (!t.defined() || !t.device().is_cpu() || code < 0 || nd > MXOP_MAX_DIMS)
+        if (!t.device().is_cpu() || code < 0 || nd > MXOP_MAX_DIMS)
             return "";
         key.append(reinterpret_cast<const char *>(&code), sizeof code);
         key.append(reinterpret_cast<const char *>(&nd), sizeof nd);
@@ -432,7 +471,7 @@ struct Backward : torch::autograd::Node {
     }
     torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override
     {
-        auto self = shared_from_this();
+        auto self = NODE_SELF();
         std::vector<at::Tensor> ins, outs, gs;
         for (auto &v : inputs)
             ins.push_back(v.unpack());
@@ -491,7 +530,7 @@ struct Backward : torch::autograd::Node {
             raise_rc(op_name, rc);
         }
         if (c10::GradMode::is_enabled()) {
-            auto err = std::make_shared<torch::autograd::Error>(
+            auto err = make_node<torch::autograd::Error>(
                 "mxop op '" + op_name +
                     "' is once-differentiable: its backward runs in the worker and cannot "
                     "itself be differentiated (double backward, e.g. a gradient penalty or "
@@ -539,6 +578,14 @@ struct AutogradKernel : c10::OperatorKernel {
     {
         size_t n_args = op.schema().arguments().size();
         bool grad = false;
+        /* An input with a forward-mode tangent: the Python kernel refuses it
+         * by name (mxop ops have no jvp; a result without a tangent would be
+         * silently wrong). */
+        for (const auto &v : torch::jit::last(*s, n_args))
+            if (v.isTensor() && v.toTensor().defined() && v.toTensor()._fw_grad(0).defined()) {
+                shadow.callBoxed(s);
+                return;
+            }
         if (c10::GradMode::is_enabled()) {
             for (const auto &v : torch::jit::last(*s, n_args)) {
                 if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad())
@@ -557,7 +604,7 @@ struct AutogradKernel : c10::OperatorKernel {
             if (call_here(name, n_args, s, true, &used)) {
                 /* The call's outputs are on the stack: into the graph, with a
                  * node that runs the op's backward here too. */
-                auto node = std::make_shared<Backward>();
+                auto node = make_node<Backward>();
                 node->op_name = name;
                 node->op = used;
                 node->set_next_edges(torch::autograd::collect_next_edges(ins));

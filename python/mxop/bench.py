@@ -1,6 +1,7 @@
 """Per-call cost of the Python layer, and mxop ops vs PyTorch's own.
 
-    /usr/bin/python3 -m mxop.bench [--socket PATH] [--n N] [--json] [--out FILE]
+    build/venv/bin/python3 -m mxop.bench [--socket PATH] [--n N] [--json] [--out FILE]
+                                         [--torch-call]
 
 Rows (microseconds per call, median of 5 runs of N calls):
   c_forward       mxop_forward through ctypes with every argument prebuilt:
@@ -33,6 +34,14 @@ Rows (microseconds per call, median of 5 runs of N calls):
   torch_relu_1MiB_mxop / _builtin / _ratio: relu of 1 MiB from PyTorch through
                   mxop vs torch.relu in process (target: ratio <= 1.2)
   gemm_mxop_NxN / gemm_torch_NxN: forward of an NxN f32 product
+  torch_call_*    the cost of one call of relu on 16 floats (no grad), in one
+                  run (--torch-call: these rows alone): torch.ops.mxop.relu,
+                  torch.relu, the same relu as an in-process Python custom op
+                  (torch.library.custom_op), as an in-process C++ op
+                  (TORCH_LIBRARY, build/bench/torch_relu_op.so); relu of 1 MiB
+                  through torch.ops.mxop and torch.relu; torch_call_mxop_vs_
+                  custom_op_ratio (target < 1: mxop costs less than a Python
+                  custom op)
 The Python layer's cost is numpy_relu - c_forward; the stub_* rows measure
 it without the IPC's noise: the same calls with mxop_forward replaced by a
 C function that returns at once (stub_ctypes_call: that function called
@@ -79,7 +88,55 @@ def _time_pair(fa, fb, n, reps=9):
     return statistics.median(ra), statistics.median(rb)
 
 
-def run(socket=None, n=20000, gemm_n=256):
+def _torch_call(relu, n):
+    """The torch_call_* rows (see the module's doc)."""
+    import torch
+    import mxop.torch as mt
+    from mxop import _lib
+
+    mt.TorchOp(relu)  # torch.ops.mxop.relu
+    torch.set_num_threads(1)
+    rows = {}
+    x = mt.to_shared(torch.linspace(-1, 1, 16))
+    fns = {"mxop_relu16": (torch.ops.mxop.relu, x), "builtin_relu16": (torch.relu, x)}
+    if hasattr(torch.library, "custom_op"):
+        @torch.library.custom_op("mxop_bench_py::relu", mutates_args=())
+        def py_relu(t: torch.Tensor) -> torch.Tensor:
+            return torch.relu(t)
+
+        @py_relu.register_fake
+        def _(t):
+            return torch.empty_like(t)
+
+        fns["custom_op_relu16"] = (torch.ops.mxop_bench_py.relu, x)
+    so = os.path.join(_lib.build_dir(), "bench", "torch_relu_op.so")
+    if os.path.exists(so):
+        torch.ops.load_library(so)
+        fns["cpp_op_relu16"] = (torch.ops.mxop_bench.relu, x)
+    big = mt.to_shared(torch.randn(1 << 18))
+    # In interleaved pairs (mxop against the Python custom op, the C++ op
+    # against torch.relu), so that a shared machine's drift hits both alike.
+    keys = list(fns)
+    for ka, kb in (("mxop_relu16", "custom_op_relu16"), ("cpp_op_relu16", "builtin_relu16")):
+        if ka in fns and kb in fns:
+            (fa, xa), (fb, xb) = fns[ka], fns[kb]
+            rows["torch_call_" + ka], rows["torch_call_" + kb] = _time_pair(
+                lambda: fa(xa), lambda: fb(xb), n // 4)
+    for k in keys:
+        if "torch_call_" + k not in rows:
+            f, a = fns[k]
+            rows["torch_call_" + k] = _time(lambda: f(a), n)
+    rows = {"torch_call_" + k: rows["torch_call_" + k] for k in keys}
+    m1 = max(50, n // 40)
+    rows["torch_call_mxop_relu_1MiB"], rows["torch_call_builtin_relu_1MiB"] = _time_pair(
+        lambda: torch.ops.mxop.relu(big), lambda: torch.relu(big), m1)
+    if "torch_call_custom_op_relu16" in rows:
+        rows["torch_call_mxop_vs_custom_op_ratio"] = (rows["torch_call_mxop_relu16"] /
+                                                      rows["torch_call_custom_op_relu16"])
+    return rows
+
+
+def run(socket=None, n=20000, gemm_n=256, torch_call=False):
     import mxop
 
     own = None
@@ -92,7 +149,10 @@ def run(socket=None, n=20000, gemm_n=256):
                                       for a in ("--trusted-library", lib_name)])
         socket = own
     try:
-        return _run(mxop.connect(socket), n, gemm_n)
+        c = mxop.connect(socket)
+        if torch_call:
+            return _torch_call(c.load("relu.so").relu, n)
+        return _run(c, n, gemm_n)
     finally:
         if own is not None:
             own.stop()
@@ -192,6 +252,7 @@ def _run(c, n, gemm_n):
         m = max(50, n // 200)
         rows["gemm_mxop_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: tg(a, b), m)
         rows["gemm_torch_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: torch.mm(a, b), m)
+        rows.update(_torch_call(relu, n))
     rows["python_layer_overhead"] = rows["numpy_relu"] - rows["c_forward"]
     rows.update(_threads(c, relu, c.load("softmax.so").softmax))
     rows.update(_python_layer_only(c, relu, x, tx if torch is not None else None, n))
@@ -354,9 +415,11 @@ def main(argv=None):
     ap.add_argument("--gemm-n", type=int, default=256)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="also write the results (JSON) here")
+    ap.add_argument("--torch-call", action="store_true",
+                    help="only the torch_call_* rows (the cost of a call from PyTorch)")
     a = ap.parse_args(argv)
     n = a.n or max(500, int(20000 * float(os.environ.get("MXOP_BENCH_SCALE", "1"))))
-    rows = run(a.socket, n, a.gemm_n)
+    rows = run(a.socket, n, a.gemm_n, a.torch_call)
     res = {k: round(v, 2) for k, v in rows.items()}
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

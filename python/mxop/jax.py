@@ -109,7 +109,7 @@ def _find_ffi():
     if os.path.exists(p):
         return p
     raise LibraryNotFound(-1009, "mxop.jax: _jaxffi.so not found beside the package nor in %s "
-                          "(make jax builds it against the jaxlib of build/venv-jax)"
+                          "(make jax builds it against the jaxlib of build/venv)"
                           % os.path.join(_lib.build_dir(), "python"))
 
 

@@ -41,9 +41,11 @@ import os
 
 import numpy as np
 import torch
+from torch.autograd import forward_ad as _fwad
 
 from . import _interrupt
 from . import _lib
+from . import _torch_fake
 from . import _torch_library as _tl
 from . import client as _cl
 from .client import Client, Op, _OutSpec, _ZPAD, _ASZ
@@ -162,38 +164,55 @@ def _copy_to_shm(c, t, code, keep):
     b = c._alloc(code, spec.ndim, spec.caddr)
     dst = _tensor_view(b, spec)
     dst.copy_(t)
+    dst._mxop_copy_of = t  # for an input the op writes: its write is copied back
     keep.append(dst)
     c.staged_copies += 1
     c.staged_copy_bytes += spec.nbytes
     return b
 
 
-def _pack_tensor(c, buf, i, t, keep, devs=None):
-    """Writes input record i for tensor `t`; returns (dtype, shape).  A CUDA
-    tensor's device is appended to `devs`."""
+def _refuse(name, i, t):
+    """The error for tensor `t`, input i of op `name`, that mxop cannot pass
+    (None when it can): it names the op, the input and what is wrong."""
+    what = "mxop op '%s': input %d" % (name, i)
+    if t.is_quantized:
+        return NotSupported(-1023, "%s is a quantized tensor (%s); mxop ops take plain "
+                            "tensors: call .dequantize() first" % (what, t.dtype))
+    if t.layout is not _strided:
+        return NotSupported(-1023, "%s is a sparse or other non-dense tensor (%s); mxop ops "
+                            "take dense (strided) tensors: call .to_dense() first"
+                            % (what, t.layout))
+    if _MX_OF_TORCH.get(t.dtype) is None:
+        return DtypeMismatch(-1017, "%s has dtype %s, which mxop cannot pass (it passes %s)"
+                             % (what, t.dtype, ", ".join(sorted(
+                                 str(d).replace("torch.", "") for d in _MX_OF_TORCH))))
+    if t.dim() > _lib.MAX_DIMS:
+        return ShapeMismatch(-1016, "%s has %d dimensions; mxop allows at most %d"
+                             % (what, t.dim(), _lib.MAX_DIMS))
+    return None
+
+
+def _pack_tensor(c, buf, i, t, keep, devs=None, name="?"):
+    """Writes input record i for tensor `t` (an input of op `name`); returns
+    (dtype, shape).  A CUDA tensor's device is appended to `devs`."""
     if type(t) is not _Tensor and not isinstance(t, _Tensor):
         if isinstance(t, np.ndarray):
             return c._pack_np(buf, i, t, keep)
         t = torch.as_tensor(t)
         keep.append(t)
-    if t.layout is not _strided:
-        raise NotSupported(-1023, "mxop: input %d is a %s tensor; mxop ops take dense "
-                           "(strided) tensors: call .to_dense() first" % (i, t.layout))
+    if t.layout is not _strided or t.is_quantized or t.dim() > _lib.MAX_DIMS:
+        raise _refuse(name, i, t)
     if t.device.type != "cpu":
         if t.device.type != "cuda" or devs is None:
-            raise NotSupported(-1023, "input %d is on %s; mxop passes CPU and CUDA tensors only"
-                               % (i, t.device))
+            raise NotSupported(-1023, "op '%s': input %d is on %s; mxop passes CPU and CUDA "
+                               "tensors only" % (name, i, t.device))
         devs.append(t.device)
         return _pack_cuda(c, buf, i, t, keep, 0)
     code = _MX_OF_TORCH.get(t.dtype)
     if code is None:
-        raise InvalidArgument(-1001, "input %d: torch dtype %s has no mxop equivalent"
-                              % (i, t.dtype))
+        raise _refuse(name, i, t)
     shape = tuple(t.shape)
     ndim = len(shape)
-    if ndim > _lib.MAX_DIMS:
-        raise InvalidArgument(-1001, "input %d has %d dimensions; mxop allows at most %d"
-                              % (i, ndim, _lib.MAX_DIMS))
     nbytes = t.numel() * t.element_size()
     if not t.is_contiguous():
         b = _copy_to_shm(c, t, code, keep)
@@ -295,7 +314,9 @@ def _pack_cuda(c, buf, i, t, keep, req):
         raise InvalidArgument(-1001, "tensor %d: torch dtype %s has no mxop equivalent"
                               % (i, t.dtype))
     if not t.is_contiguous():
+        src = t
         t = t.contiguous()
+        t._mxop_copy_of = src  # for an input the op writes: its write is copied back
         keep.append(t)
     shape = tuple(t.shape)
     ndim = len(shape)
@@ -373,6 +394,13 @@ def _backward_cuda(c, h, op, ent, bufs, n_all, sig, off, needs, devs, keep):
     return tuple([g if needs[i] else None for i, g in enumerate(outs)])
 
 
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def _tensor_view(b, spec):
     """A tensor viewing block `b` (holds it alive through the NumPy base)."""
     if spec.npdtype is not None:
@@ -384,7 +412,7 @@ def _tensor_view(b, spec):
 
 def _forward(op, ent, tensors):
     fc = _cl._fc
-    if fc:
+    if fc and op._fast:
         # The whole call in C (_fastcall.c); NotImplemented: a case for the
         # code below (non-contiguous, CUDA, storages to register, bf16...).
         r = fc.call(op.client, op, ent, tensors, 1, None, 0)
@@ -399,10 +427,24 @@ def _forward(op, ent, tensors):
     devs = []
     try:
         ib = bufs[0]
-        sig = tuple([_pack_tensor(c, ib, i, t, keep, devs) for i, t in enumerate(tensors)])
+        name = op.name
+        sig = tuple([_pack_tensor(c, ib, i, t, keep, devs, name)
+                     for i, t in enumerate(tensors)])
+        # Inputs written in place that went as a copy (non-contiguous): the
+        # op's write is copied back into them after the call.
+        back = ()
+        mut = op.mutated_inputs
+        if mut and keep:
+            back = tuple((t, k) for i, t in enumerate(tensors) for k in keep
+                         if mut >> i & 1 and isinstance(t, _Tensor) and k is not t and
+                         isinstance(k, _Tensor) and getattr(k, "_mxop_copy_of", None) is t)
         specs = op._specs(ent, sig)
         if devs:
-            return _forward_cuda(c, h, op, ent, bufs, n_in, specs, devs, keep)
+            outs = _forward_cuda(c, h, op, ent, bufs, n_in, specs, devs, keep)
+            with torch.no_grad():
+                for t, k in back:
+                    t.copy_(k)
+            return outs
         ob_addr = bufs[3]
         blocks = []
         for i, s in enumerate(specs):
@@ -421,6 +463,16 @@ def _forward(op, ent, tensors):
             _inflight[0] = 0
         if rc < 0 or not d.get("_wpid"):
             _settle(c, rc)
+        if back:
+            with torch.no_grad():
+                for t, k in back:
+                    t.copy_(k)
+        if op.dynamic_outputs:
+            # A dynamic output's real shape, written into its record by the
+            # call: a view of the front of the block its largest shape took.
+            real = op._real_specs(specs, ob_addr)
+            return tuple([_tensor_view(b, s).reshape(-1)[:_numel(r.shape)].view(r.shape)
+                          for b, s, r in zip(blocks, specs, real)])
         return tuple([_tensor_view(b, s) for b, s in zip(blocks, specs)])
     finally:
         c._give(bufs)
@@ -442,7 +494,7 @@ def _backward(op, ent, grads, inputs, outputs, needs):
     devs = []
     try:
         ib = bufs[0]
-        sig = [_pack_tensor(c, ib, i, t, keep, devs) for i, t in enumerate(allin)]
+        sig = [_pack_tensor(c, ib, i, t, keep, devs, op.name) for i, t in enumerate(allin)]
         off = len(grads)
         if devs:
             return _backward_cuda(c, h, op, ent, bufs, len(allin), sig, off, needs, devs, keep)
@@ -575,12 +627,17 @@ class _Fn(torch.autograd.Function):
         return (None, None) + res
 
 
+# Under inference_mode() no graph is built even where enable_grad() turned
+# grad mode back on (as for torch's own ops): its tensors cannot be saved.
+_inference_mode = getattr(torch, "is_inference_mode_enabled", lambda: False)
+
+
 def _needs_graph(tensors):
     if not torch.is_grad_enabled():
         return False
     for t in tensors:
         if isinstance(t, _Tensor) and t.requires_grad:
-            return True
+            return not _inference_mode()
     return False
 
 
@@ -636,7 +693,8 @@ def _forward_out(op, ent, tensors, out):
     keep = []
     try:
         ib = bufs[0]
-        sig = tuple([_pack_tensor(c, ib, i, t, keep) for i, t in enumerate(tensors)])
+        sig = tuple([_pack_tensor(c, ib, i, t, keep, None, op.name)
+                     for i, t in enumerate(tensors)])
         specs = op._specs(ent, sig)
         for i, (o, s) in enumerate(zip(outs, specs)):
             if not isinstance(o, _Tensor) or o.device.type != "cpu" \
@@ -649,7 +707,7 @@ def _forward_out(op, ent, tensors, out):
             if tuple(o.shape) != s.shape:
                 raise ShapeMismatch(-1016, "op '%s': out[%d] has shape %s; the op gives %s"
                                     % (op.name, i, tuple(o.shape), s.shape))
-            _pack_tensor(c, bufs[2], i, o, keep)
+            _pack_tensor(c, bufs[2], i, o, keep, None, op.name)
         _call(c, _lib_.mxop_forward, h, op._p, ent.addr, bufs[1], n_in, bufs[3], n_out)
     finally:
         c._give(bufs)
@@ -712,6 +770,8 @@ class _Target:
 
     def run(self, tensors, attrs, timeout, seed, grad):
         t = self.top
+        if grad and _fwad._current_level >= 0:
+            _no_tangents(t.op.name, tensors)
         plain = not attrs and timeout is None and seed is None
         if grad and plain and t.op.client._h and _needs_graph(tensors) and \
                 not tensors[0].is_meta:
@@ -725,7 +785,7 @@ class _Target:
             return r
         if plain:
             fc = _cl._fc
-            if fc:
+            if fc and t.op._fast:
                 # The whole call in C when it needs no graph (else NotImplemented).
                 op = t.op
                 r = fc.call(op.client, op, t._ent, tensors, 3, None, 0)
@@ -773,6 +833,50 @@ class _Target:
         sig = tuple((dtype_code(x.dtype), tuple(x.shape)) for x in tensors)
         return [(_TORCH_OF[s.dtype], s.shape) for s in op._specs(ent, sig)]
 
+    def fake(self, tensors, attrs):
+        """The outputs as fake tensors (torch.library.register_fake): the
+        op's shape and type inference, in the worker; see _torch_fake for
+        symbolic sizes.  A data-dependent output (dynamic_outputs) gets an
+        unbacked first dimension (the worker gives its real shape only
+        when the op runs), the rest of its inferred shape."""
+        t = self.top
+        op = t.op if t.op.client._h else t._revive()
+        for i, x in enumerate(tensors):
+            e = _refuse(op.name, i, x)
+            if e is not None:
+                raise e
+        ent = t._entry(attrs)
+        dts, shapes = _torch_fake.output_shapes(op, ent, tensors, dtype_code, _TORCH_OF)
+        dyn = op.dynamic_outputs
+        outs = []
+        dev = tensors[0].device if tensors else torch.device("cpu")
+        for j, (dt, shape) in enumerate(zip(dts, shapes)):
+            if j < 64 and dyn >> j & 1:
+                if not shape:
+                    raise NotSupported(-1023, "op '%s': data-dependent output %d has no "
+                                       "dimensions" % (op.name, j))
+                shape = (torch.library.get_ctx().new_dynamic_size(),) + tuple(shape[1:])
+            outs.append(torch.empty(shape, dtype=dt, device=dev))
+        return outs
+
+    def backward(self, grads, inputs, outputs, attrs, timeout, seed):
+        """mxop_bwd::<op>'s kernel: every floating-point input's gradient
+        (zeros for the others: a Tensor[] has no None)."""
+        t = self.top
+        op = t.op if t.op.client._h else t._revive()
+        ent = t._entry(attrs, timeout, seed)
+        needs = tuple(x.is_floating_point() for x in inputs)
+        res = _backward(op, ent, tuple(grads), tuple(inputs), tuple(outputs), needs)
+        return [r if r is not None else torch.zeros_like(x) for r, x in zip(res, inputs)]
+
+    def no_tangents(self, tensors):
+        _no_tangents(self.top.op.name, tensors)
+
+    def once(self, res, deps):
+        """Gradients computed with create_graph=True, linked to what they
+        depend on through a node that raises when differentiated."""
+        return list(_no_double_backward(self.top.op.name, tuple(res), tuple(deps)))
+
 
 def _register(op):
     """Makes `op` torch.ops.mxop.<name> (stateful ops stay mxop.torch only:
@@ -800,6 +904,8 @@ _tracing_state = torch._C._get_tracing_state  # not None under torch.jit.trace
 
 
 _Proxy = torch.fx.Proxy
+# True while torch.compile (dynamo) or torch.export traces; torch 1.13 has neither.
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 _grad_enabled = torch.is_grad_enabled
 
 
@@ -816,7 +922,23 @@ def _mode(tensors):
                 continue
         if g and t.requires_grad:
             m = 1
+    if m == 1 and _inference_mode():
+        return 0
     return m
+
+
+def _no_tangents(name, tensors):
+    """Refuses inputs carrying a forward-mode AD tangent (dual tensors): an
+    mxop op declares no jvp, and the output would otherwise have no tangent,
+    silently.  A cheap test first: no dual level is open in most programs."""
+    if _fwad._current_level < 0:
+        return
+    for i, t in enumerate(tensors):
+        if isinstance(t, _Tensor) and _fwad.unpack_dual(t).tangent is not None:
+            raise NotSupported(-1023, "op '%s': input %d carries a forward-mode AD tangent "
+                               "(torch.autograd.forward_ad), and mxop ops have no forward-mode "
+                               "derivative (jvp); use reverse mode (backward) for this op"
+                               % (name, i))
 
 
 class TorchOp:
@@ -869,9 +991,16 @@ class TorchOp:
 
     def __call__(self, *tensors, out=None, timeout=None, seed=None, **attrs):
         op = self.op
+        if _fwad._current_level >= 0:
+            _no_tangents(op.name, tensors)
+        if _compiling() and self.registered and out is None:
+            # torch.compile / torch.export trace the dispatcher op (its fake
+            # kernel, its autograd of dispatcher ops), not this Python code.
+            args, kw = _tl.call_args(op.name, tensors, {**self.attrs, **attrs}, timeout, seed)
+            return _tl.op(op.name)(*args, **kw)
         if out is None and timeout is None and seed is None and not attrs:
             fc = _cl._fc
-            if fc:
+            if fc and op._fast:
                 # The whole call in C when no autograd graph or tracing is
                 # involved (NotImplemented otherwise: the code below).
                 r = fc.call(op.client, op, self._ent, tensors, 3, None, 0)
@@ -931,6 +1060,9 @@ class _StateOp:
         self.mutated_inputs = op.mutated_inputs
         self.name = op.name
         self._specs = op._specs
+        self._real_specs = op._real_specs
+        self.dynamic_outputs = op.dynamic_outputs
+        self._fast = op._fast
         self.gen = 0
 
 
@@ -1058,7 +1190,11 @@ def to_shared(t, client=None):
 # ---- modules ----------------------------------------------------------------
 
 class OpModule(torch.nn.Module):
-    """Any TorchOp as a module: forward(*inputs) = op(*inputs)."""
+    """Any TorchOp as a module: forward(*inputs) = op(*inputs).
+
+    torch.jit.script(module) scripts it as a module whose forward has the
+    op's inputs (x0, x1, ...) and calls torch.ops.mxop.<op> with the
+    module's attributes (see _scriptable)."""
 
     def __init__(self, op_, **attrs):
         super().__init__()
@@ -1069,8 +1205,54 @@ class OpModule(torch.nn.Module):
     def forward(self, *inputs):
         return self.op(*inputs)
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script cannot compile forward(*inputs): it scripts this
+        # module's fixed-arity twin instead.
+        return _scriptable(self.op)
+
     def extra_repr(self):
         return "%s, %r" % (self.op.op.name, self.op.attrs)
+
+
+_SCRIPTED = {}  # (op name, inputs, outputs, attributes) -> the twin's class
+
+
+def _scriptable(top):
+    """A module TorchScript can compile that calls TorchOp `top` as
+    torch.ops.mxop.<op>(x0, ..., attributes): its class is written for
+    the op's arity and attributes, its source kept in linecache (where
+    TorchScript reads it; nothing is written to disk)."""
+    import linecache
+
+    op = top.op
+    if not top.registered:
+        raise NotSupported(-1023, "op '%s' cannot be scripted: it is not torch.ops.mxop.%s "
+                           "(a stateful op, or a name or attribute the schema language cannot "
+                           "take)" % (op.name, op.name))
+    if op.num_inputs < 0:
+        raise NotSupported(-1023, "op '%s' takes a variable number of inputs; script a "
+                           "function calling torch.ops.mxop.%s(list_of_tensors) instead"
+                           % (op.name, op.name))
+    args, kw = _tl.call_args(op.name, ["x%d" % i for i in range(op.num_inputs)],
+                             dict(top.attrs), None, None)
+    key = (op.name, op.num_inputs, op.num_outputs, tuple(sorted(kw.items())))
+    cls = _SCRIPTED.get(key)
+    if cls is None:
+        params = "".join(", %s: torch.Tensor" % a for a in args)
+        call = ", ".join(list(args) + ["%s=%r" % kv for kv in kw.items()])
+        ret = "torch.Tensor" if op.num_outputs == 1 else \
+            "Tuple[%s]" % ", ".join(["torch.Tensor"] * op.num_outputs)
+        name = "_MxopScripted%d" % len(_SCRIPTED)
+        src = ("class %s(torch.nn.Module):\n"
+               "    def forward(self%s) -> %s:\n"
+               "        return torch.ops.mxop.%s(%s)\n" % (name, params, ret, op.name, call))
+        fname = "<mxop.torch scripted %s #%d>" % (op.name, len(_SCRIPTED))
+        linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+        from typing import Tuple
+        ns = {"torch": torch, "Tuple": Tuple, "__name__": __name__}
+        exec(compile(src, fname, "exec"), ns)
+        cls = _SCRIPTED[key] = ns[name]
+    return cls()
 
 
 class Linear(torch.nn.Module):
@@ -1094,6 +1276,32 @@ class Linear(torch.nn.Module):
         y = self.gemm(x, self.weight)
         return y + self.bias if self.bias is not None else y
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script cannot compile a call of a TorchOp: it scripts a
+        # twin that calls torch.ops.mxop.gemm on the same parameters.
+        g = self.gemm
+        if g.op.name != "gemm" or not g.registered or g.attrs != {"transpose_b": True}:
+            raise NotSupported(-1023, "mxop.torch.Linear over op '%s' %r cannot be scripted: "
+                               "its twin calls torch.ops.mxop.gemm(x, w, transpose_b=True)"
+                               % (g.op.name, g.attrs))
+        return _ScriptableLinear(self)
+
     def extra_repr(self):
         return "in_features=%d, out_features=%d, bias=%s" % (
             self.in_features, self.out_features, self.bias is not None)
+
+
+class _ScriptableLinear(torch.nn.Module):
+    """Linear's twin for torch.jit.script (the same parameters)."""
+
+    def __init__(self, lin):
+        super().__init__()
+        self.weight = lin.weight
+        self.bias = lin.bias
+
+    def forward(self, x):
+        y = torch.ops.mxop.gemm(x, self.weight, transpose_b=True)
+        b = self.bias
+        if b is not None:
+            y = y + b
+        return y

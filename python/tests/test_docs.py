@@ -55,7 +55,7 @@ def test_documented_torchrun_command_runs(tmp_path):
     cmds = [b for b in blocks(DOCS[1], "sh") if "torch.distributed.run" in b]
     assert len(cmds) == 1
     argv = shlex.split(cmds[0].replace("\\\n", " "))
-    assert argv[0] == "/usr/bin/python3"
+    assert argv[0] == "build/venv/bin/python3"
     argv[0] = PYTHON
     argv[argv.index("--log_dir") + 1] = str(tmp_path / "logs")
     argv += ["--json"]
@@ -69,7 +69,7 @@ def test_documented_pip_install_works(tmp_path):
     cmds = [b for b in blocks(DOCS[1], "sh") if "pip install" in b]
     assert len(cmds) == 1
     argv = shlex.split(cmds[0].splitlines()[0])
-    assert argv[:4] == ["/usr/bin/python3", "-m", "pip", "install"]
+    assert argv[:4] == ["build/venv/bin/python3", "-m", "pip", "install"]
     # Built from a copy, so that the source tree gets no build directories.
     src = tmp_path / "src"
     shutil.copytree(os.path.join(SOURCE, "python"), src,
