@@ -383,7 +383,8 @@ $(TORCH_BENCH_OP): bench/torch/relu_op.cpp $(PYEXT_DEP) | $(DEPS_OK)
 # The handler links no libmxop and no Python (mxop.jax loads it with ctypes
 # and hands it libmxop's functions).  bench/jax/ holds the benchmark's
 # in-process FFI relu.  `make wheel` builds the pip package (pyproject.toml at
-# the top); check-jax and check-wheel are part of `make check`.
+# the top); check-wheel is part of `make check`, and check-python runs
+# tests/test_jax.py with the other binding tests (check-jax runs it alone).
 JAX_PYTHON ?= $(PYTHON)
 JAX_FFI_INCLUDE = $(shell $(JAX_PYTHON) -c 'import jax.ffi; print(jax.ffi.include_dir())' 2>/dev/null)
 JAXFFI     := $(B)/python/_jaxffi.so
@@ -521,7 +522,7 @@ fuzz-seeds: $(COMMON_O)
 demo: all
 	$(Q)sh scripts/demo.sh $(abspath $(B))
 
-check: fuzz-smoke check-c check-python check-packages check-cluster check-jax check-wheel
+check: fuzz-smoke check-c check-python check-packages check-cluster check-wheel
 test: check
 
 check-c: all
@@ -531,7 +532,7 @@ check-c: all
 check-cluster: all python
 	$(Q)PYTHON=$(abspath $(PYTHON)) sh scripts/test-cluster.sh $(abspath $(B))
 
-check-python: all python
+check-python: all python jax
 	$(Q)if [ -d python/tests ]; then sh scripts/run-python-tests.sh $(abspath $(B)) $(abspath $(PYTHON)); fi
 
 bench: all python jax
