@@ -270,6 +270,55 @@ Test(upgrade, a_failed_start_leaves_the_old_daemon_serving, .timeout = 120, .fin
     mxop_close(c);
 }
 
+/*
+ * A successor that stops half-way through a line on the hand-over socket
+ * (a tracer, SIGSTOP) holds nothing but its own hand-over: the old
+ * daemon's loop reads the line as it comes, so its clients are answered
+ * meanwhile, and a peer that never finishes the line is dropped.
+ */
+Test(upgrade, a_stalled_successor_does_not_stall_the_loop, .timeout = 120, .fini = fini)
+{
+    mxt_daemon_start(&old_, NULL);
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&old_, libs);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%.90s.takeover", old_.sock);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(s >= 0);
+    cr_assert_eq(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s", strerror(errno));
+    cr_assert_eq(write(s, "TAKE", 4), 4);
+    mxt_sleep_ms(200);
+    /* Each round trip stays far below the 10 s a blocking read of the line would hold. */
+    char why[512];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert(mxt_relu_calls(c, 5, 20, why, sizeof(why)) == NULL, "its session: %s", why);
+    mxop_stats_t st;
+    cr_assert_eq(mxop_stats(c, &st), 0, "%s", mxop_last_error(c));
+    cr_assert(fresh_client(old_.sock, why, sizeof(why)) == NULL, "a new client: %s", why);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    cr_assert_lt(took, 5.0, "the old daemon's clients waited %.1f s behind a half line", took);
+    /* The half line is given up on after the hand-over's line timeout (10 s). */
+    char buf[8];
+    struct timeval tv = {30, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    cr_assert_eq(read(s, buf, sizeof(buf)), 0, "the stalled peer was not dropped");
+    close(s);
+    /* The hand-over socket still works for a real successor. */
+    new_pid = start_new(NULL);
+    long now = -1;
+    for (int i = 0; i < 600 && now != (long)new_pid; i++) {
+        now = serving_pid(old_.sock);
+        if (now != (long)new_pid)
+            mxt_sleep_ms(20);
+    }
+    cr_assert_eq(now, (long)new_pid, "a take-over after the stalled one did not happen");
+    mxop_close(c);
+}
+
 /* --take-over with no daemon running: exit 1, a sentence naming the hand-over socket. */
 Test(upgrade, take_over_without_a_daemon_says_so, .timeout = 30)
 {

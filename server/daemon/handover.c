@@ -56,9 +56,14 @@ static struct {
     dev_t dev;
     ino_t ino;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    int conn_fd; /* the successor's connection, between FD and COMMIT */
+    int conn_fd; /* the successor's connection (non-blocking), until COMMIT */
     uv_poll_t conn_poll;
     bool conn_polled;
+    /* The line coming in on conn_fd, read as it arrives: the loop never waits on it. */
+    char conn_line[64];
+    size_t conn_got;
+    bool conn_asked;          /* TAKE-OVER came and FD went; COMMIT is awaited */
+    int64_t conn_deadline_ns; /* for TAKE-OVER: a peer that says nothing is dropped */
     long peer_pid;
     bool handed_over;
     /* The new daemon's side: the connection to the old one, until the commit. */
@@ -289,17 +294,66 @@ static void conn_done(void)
     ho.conn_fd = -1;
 }
 
+/*
+ * Takes what conn_fd has of the current line without waiting: 1 with a
+ * whole line in ho.conn_line (its newline dropped), 0 when more is to come,
+ * or a negative code (the peer hung up, an error, a line too long).
+ */
+static int take_line(void)
+{
+    while (ho.conn_got + 1 < sizeof(ho.conn_line)) {
+        char ch;
+        ssize_t n = recv(ho.conn_fd, &ch, 1, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n <= 0)
+            return n == 0 ? MXOP_EDISCONNECTED : MXOP_EIO;
+        if (ch == '\n') {
+            ho.conn_line[ho.conn_got] = '\0';
+            ho.conn_got = 0;
+            return 1;
+        }
+        ho.conn_line[ho.conn_got++] = ch;
+    }
+    return MXOP_EPROTOCOL;
+}
+
+/*
+ * The successor's lines, as the loop sees them come: TAKE-OVER is answered
+ * with the listening socket, COMMIT ends this daemon's accepting.  Every
+ * read is non-blocking, so a successor stopped half-way through a line
+ * (a tracer, SIGSTOP) holds nothing but its own hand-over.
+ */
 static void conn_cb(uv_poll_t *h, int status, int events)
 {
     mxop__daemon_t *d = h->data;
     (void)events;
-    char line[64] = "";
-    int rc = status < 0 ? MXOP_EIO : read_line(ho.conn_fd, line, sizeof(line), NULL);
-    if (rc != 0 || strcmp(line, "COMMIT") != 0) {
+    int rc = status < 0 ? MXOP_EIO : take_line();
+    if (rc == 0)
+        return;
+    if (!ho.conn_asked) {
+        char reply[32];
+        mxop__fmt(reply, sizeof(reply), "FD %d\n", (int)getpid());
+        if (rc < 0 || strncmp(ho.conn_line, "TAKE-OVER ", 10) != 0 ||
+            send_line(ho.conn_fd, reply, d->listen_fd) != 0) {
+            MXOP__LOGW(0, NULL, "pid %ld on the hand-over socket did not ask for a take-over",
+                       ho.peer_pid);
+            conn_done();
+            return;
+        }
+        ho.conn_asked = true;
+        MXOP__LOGI(0, NULL,
+                   "daemon %ld is taking over the socket; accepting until it has started",
+                   ho.peer_pid);
+        return;
+    }
+    if (rc < 0 || strcmp(ho.conn_line, "COMMIT") != 0) {
         MXOP__LOGW(0, NULL,
                    "daemon %ld abandoned the take-over (%s): it did not start; this "
                    "daemon goes on serving",
-                   ho.peer_pid, rc != 0 ? mxop_err_name(rc) : line);
+                   ho.peer_pid, rc < 0 ? mxop_err_name(rc) : ho.conn_line);
         conn_done();
         return;
     }
@@ -322,7 +376,7 @@ static void accept_cb(uv_poll_t *h, int status, int events)
     (void)events;
     if (status < 0)
         return;
-    int fd = accept4(ho.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    int fd = accept4(ho.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0)
         return;
     long pid = 0;
@@ -337,18 +391,11 @@ static void accept_cb(uv_poll_t *h, int status, int events)
         close(fd);
         return;
     }
-    set_timeouts(fd);
-    char line[64], reply[32];
-    mxop__fmt(reply, sizeof(reply), "FD %d\n", (int)getpid());
-    if (read_line(fd, line, sizeof(line), NULL) != 0 || strncmp(line, "TAKE-OVER ", 10) != 0 ||
-        send_line(fd, reply, d->listen_fd) != 0) {
-        MXOP__LOGW(0, NULL, "pid %ld on the hand-over socket did not ask for a take-over", pid);
-        close(fd);
-        return;
-    }
-    /* Blocking, with the timeouts: the loop reads COMMIT whole once poll says it came. */
     ho.conn_fd = fd;
     ho.peer_pid = pid;
+    ho.conn_got = 0;
+    ho.conn_asked = false;
+    ho.conn_deadline_ns = mxop__now_ns() + (int64_t)LINE_TIMEOUT_S * 1000000000LL;
     if (uv_poll_init(d->loop, &ho.conn_poll, fd) != 0) {
         close(fd);
         ho.conn_fd = -1;
@@ -357,8 +404,6 @@ static void accept_cb(uv_poll_t *h, int status, int events)
     ho.conn_poll.data = d;
     ho.conn_polled = true;
     uv_poll_start(&ho.conn_poll, UV_READABLE | UV_DISCONNECT, conn_cb);
-    MXOP__LOGI(0, NULL, "daemon %ld is taking over the socket; accepting until it has started",
-               pid);
 }
 
 int mxop__handover_listen(mxop__daemon_t *d, char *err, size_t errlen)
@@ -439,6 +484,11 @@ bool mxop__handover_done(void)
 
 void mxop__handover_tick(mxop__daemon_t *d)
 {
+    if (ho.conn_fd >= 0 && !ho.conn_asked && mxop__now_ns() > ho.conn_deadline_ns) {
+        MXOP__LOGW(0, NULL, "pid %ld on the hand-over socket asked for nothing in %d s; dropped",
+                   ho.peer_pid, LINE_TIMEOUT_S);
+        conn_done();
+    }
     if (ho.handed_over && d->n_clients == 0 && !d->draining && !d->shutting_down)
         d->shutdown_cb(d, "handed over to a new daemon and its last client left");
 }
