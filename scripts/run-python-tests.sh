@@ -15,16 +15,13 @@ export PYTHONPATH="$(pwd)/python${PYTHONPATH:+:$PYTHONPATH}"
 # The tests start their own daemons: a socket from the environment would be ignored
 # by most of them but picked up by the examples, so it is cleared.
 unset MXOP_SOCKET MXOP_PLUGIN_DIR
-# A sanitizer build of libmxop needs its runtimes loaded first into the
-# interpreter (which is not built with them); Python's own allocations at
-# exit are not ours to report, so leak detection is off for the interpreter.
-san=$(ldd "$B/lib/libmxop.so" 2>/dev/null | sed -n 's/^[[:space:]]*\(lib[a-z]*san\.so[.0-9]*\) => \([^ ]*\).*/\2/p' | tr '\n' ' ')
-if [ -n "$san" ]; then
-    export LD_PRELOAD="$san${LD_PRELOAD:+ $LD_PRELOAD}"
-    export ASAN_OPTIONS="detect_leaks=0:handle_segv=0:handle_sigbus=0:handle_abort=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+# A sanitizer build of libmxop needs its runtimes loaded first into the interpreter.
+. "$(dirname "$0")/sanitizer-env.sh"
+if [ -n "$SAN_RT" ]; then
+    export LD_PRELOAD="$SAN_RT${LD_PRELOAD:+ $LD_PRELOAD}"
     # Programs the tests link against the build's static libraries need the same flags.
-    export MXOP_SANITIZE_CFLAGS="-fsanitize=$(basename "$B" | sed 's/^sanitize-//; s/-/,/g')"
-    echo "python tests: sanitizer runtimes preloaded: $san"
+    export MXOP_SANITIZE_CFLAGS="$SANFLAGS"
+    echo "python tests: sanitizer runtimes preloaded: $SAN_RT"
 fi
 # No cache directory in the source tree.
 "$PY" -m pytest -q -p no:cacheprovider $PYTEST_ARGS python/tests

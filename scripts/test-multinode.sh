@@ -26,6 +26,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 command -v ip >/dev/null || fail "ip (iproute2) is missing"
 PY=${PYTHON:-$SRC/build/venv/bin/python3}
+# A SANITIZE= build's libmxop needs its runtimes preloaded into the ranks.
+. "$SRC/scripts/sanitizer-env.sh"
 "$PY" -c 'import torch, numpy' 2>/dev/null || fail "$PY has no torch (make python makes build/venv)"
 
 T=$(mktemp -d /tmp/mxop-nodes-XXXXXX)
@@ -83,7 +85,7 @@ for i in 0 1; do
     eval ns=\$NS$i
     eval ifname=\$IF$i
     ip netns exec "$ns" env MXOP_SOCKET="$T/node$i/mxop.sock" MXOP_BUILD_DIR="$B" \
-        PYTHONPATH="$SRC/python" GLOO_SOCKET_IFNAME="$ifname" OMP_NUM_THREADS=1 \
+        PYTHONPATH="$SRC/python" LD_PRELOAD="$SAN_RT" GLOO_SOCKET_IFNAME="$ifname" OMP_NUM_THREADS=1 \
         timeout 400 "$PY" -m torch.distributed.run --nnodes 2 --node_rank "$i" \
         --nproc_per_node 2 --master_addr 192.168.231.1 --master_port "$PORT" \
         "$SRC/tests/multinode/ddp_grads.py" >"$T/node$i.out" 2>&1 &

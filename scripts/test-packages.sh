@@ -25,14 +25,8 @@ B=${1:?usage: test-packages.sh BUILD [PYTHON]}
 PY=${2:-/usr/bin/python3}
 SRC=$(pwd)
 # A SANITIZE= build's libraries need the sanitizer's runtime: the clients built
-# here link it, and Python preloads it (as run-python-tests.sh does).
-SAN_RT=$(ldd "$B/lib/libmxop.so" 2>/dev/null |
-    sed -n 's/^[[:space:]]*\(lib[a-z]*san\.so[.0-9]*\) => \([^ ]*\).*/\2/p' | tr '\n' ' ')
-SANFLAGS=
-if [ -n "$SAN_RT" ]; then
-    SANFLAGS="-fsanitize=$(basename "$B" | sed 's/^sanitize-//; s/-/,/g')"
-    export ASAN_OPTIONS="detect_leaks=0:handle_segv=0:handle_sigbus=0:handle_abort=0"
-fi
+# here link it, and Python preloads it.
+. "$SRC/scripts/sanitizer-env.sh"
 T=$(mktemp -d /tmp/mxop-pkg-XXXXXX)
 DPID=
 cleanup() {
