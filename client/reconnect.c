@@ -353,8 +353,21 @@ static int reconnect(mxop_client_t *c)
     return 0;
 }
 
+#define OFF_NOTE " (automatic reconnection is off: opts.reconnect or MXOP_RECONNECT)"
+
+/* With reconnection off, the daemon's going away says so, for whoever wonders why it stuck. */
+static void note_off(mxop_client_t *c)
+{
+    if (c->rcn == NULL || c->rcn->on || c->ctl_dead != MXOP_EDISCONNECTED ||
+        strstr(c->ctl_dead_msg, OFF_NOTE) != NULL)
+        return;
+    size_t n = strlen(c->ctl_dead_msg);
+    mxop__fmt(c->ctl_dead_msg + n, sizeof c->ctl_dead_msg - n, "%s", OFF_NOTE);
+}
+
 int mxop__reconnect_if_gone(mxop_client_t *c)
 {
+    note_off(c);
     if (!c->ctl_dead || c->reconnecting || !mxop__reconnect_enabled(c) ||
         c->ctl_dead != MXOP_EDISCONNECTED)
         return 0;
@@ -368,6 +381,13 @@ int mxop__reconnect_after(mxop_client_t *c, int rc, const mxop_op_t *op, int rer
                           int *again)
 {
     *again = 0;
+    if (rc < 0 && c->rcn != NULL && !c->rcn->on && c->ctl_dead == MXOP_EDISCONNECTED &&
+        strstr(c->err, OFF_NOTE) == NULL) {
+        char was[MXOP__ERR_MAX];
+        memcpy(was, c->err, sizeof was);
+        note_off(c);
+        return mxop__fail(c, rc, "%s%s", was, OFF_NOTE);
+    }
     if (rc >= 0 || c->ctl_dead != MXOP_EDISCONNECTED || c->reconnecting ||
         !mxop__reconnect_enabled(c))
         return rc;

@@ -263,6 +263,8 @@ static void expect_no_reconnect(mxop_client_t *c)
         int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
         cr_assert_eq(rc, MXOP_EDISCONNECTED, "call %d got %s: %s", i, mxop_err_name(rc),
                      mxop_last_error(c));
+        cr_assert(strstr(mxop_last_error(c), "reconnection is off") != NULL, "call %d: %s", i,
+                  mxop_last_error(c));
     }
     mxop_close(c);
 }
