@@ -22,6 +22,14 @@
 #include "common/util.h"
 #include "shm/call_page.h"
 
+/*
+ * How long the call that finds its daemon gone under it tries to reconnect
+ * before it fails (the next call tries for the client's whole timeout): a
+ * hand-over's new daemon is there at once, and a call should not hang on a
+ * daemon that is merely gone.
+ */
+#define INFLIGHT_BUDGET_MS 500
+
 /* Backoff between attempts: from FIRST up to MAX, doubling. */
 #define BACKOFF_FIRST_MS 10
 #define BACKOFF_MAX_MS 500
@@ -41,6 +49,7 @@ struct mxop__reconn {
     state_rec_t *states;
     size_t nstates, capstates;
     uint32_t count; /* reconnections made */
+    int failed;     /* the last full attempt found no daemon: later ones try once */
 };
 
 int mxop__reconnect_init(mxop_client_t *c, const char *path, const char *name, int on)
@@ -294,14 +303,20 @@ static void forget_session(mxop_client_t *c)
         c->rcn->states[i].lost = 1;
 }
 
-static int reconnect(mxop_client_t *c)
+/*
+ * Reconnects, trying for budget_ms (`full`: the client's whole timeout; once
+ * such a try found no daemon, later ones try once, so that calls do not each
+ * wait out the timeout while the daemon stays away).
+ */
+static int reconnect(mxop_client_t *c, int budget_ms, int full)
 {
     struct mxop__reconn *r = c->rcn;
     char why[MXOP__ERR_MAX];
     mxop__fmt(why, sizeof why, "%s", c->ctl_dead_msg);
     forget_session(c);
-    /* Every attempt fails for good once the time is up: the session is dead as before. */
-    int64_t end = mxop__now_ns() + (int64_t)c->timeout_ms * 1000000;
+    if (full && r->failed)
+        budget_ms = 0;
+    int64_t end = mxop__now_ns() + (int64_t)budget_ms * 1000000;
     int backoff = BACKOFF_FIRST_MS;
     int rc;
     for (int attempt = 1;; attempt++) {
@@ -317,10 +332,12 @@ static int reconnect(mxop_client_t *c)
         if (left <= 0 || rc == MXOP_EDENIED || rc == MXOP_EVERSION || rc == MXOP_EINVAL) {
             char last[MXOP__ERR_MAX];
             memcpy(last, c->err, sizeof last);
+            if (full && rc != MXOP_EDENIED && rc != MXOP_EVERSION && rc != MXOP_EINVAL)
+                r->failed = 1;
             mxop__fmt(c->ctl_dead_msg, sizeof c->ctl_dead_msg,
                       "mxop-serverd went away (%s) and the client could not reconnect to %s "
-                      "within %d ms (%d attempts; last: %s)",
-                      why, r->path, (int)c->timeout_ms, attempt, last);
+                      "within %d ms (%d attempt%s; last: %s)",
+                      why, r->path, budget_ms, attempt, attempt == 1 ? "" : "s", last);
             c->ctl_dead = MXOP_EDISCONNECTED;
             return mxop__fail(c, MXOP_EDISCONNECTED, "%s", c->ctl_dead_msg);
         }
@@ -350,7 +367,16 @@ static int reconnect(mxop_client_t *c)
         return mxop__fail(c, MXOP_EDISCONNECTED, "%s", c->ctl_dead_msg);
     }
     r->count++;
+    r->failed = 0;
     return 0;
+}
+
+static int reconnect_now(mxop_client_t *c, int budget_ms, int full)
+{
+    c->reconnecting = 1;
+    int rc = reconnect(c, budget_ms, full);
+    c->reconnecting = 0;
+    return rc;
 }
 
 #define OFF_NOTE " (automatic reconnection is off: opts.reconnect or MXOP_RECONNECT)"
@@ -371,10 +397,7 @@ int mxop__reconnect_if_gone(mxop_client_t *c)
     if (!c->ctl_dead || c->reconnecting || !mxop__reconnect_enabled(c) ||
         c->ctl_dead != MXOP_EDISCONNECTED)
         return 0;
-    c->reconnecting = 1;
-    int rc = reconnect(c);
-    c->reconnecting = 0;
-    return rc;
+    return reconnect_now(c, c->timeout_ms, 1);
 }
 
 int mxop__reconnect_after(mxop_client_t *c, int rc, const mxop_op_t *op, int rerun_safe,
@@ -393,7 +416,8 @@ int mxop__reconnect_after(mxop_client_t *c, int rc, const mxop_op_t *op, int rer
         return rc;
     char was[MXOP__ERR_MAX];
     memcpy(was, c->err, sizeof was);
-    int r2 = mxop__reconnect_if_gone(c);
+    int budget = c->timeout_ms < INFLIGHT_BUDGET_MS ? c->timeout_ms : INFLIGHT_BUDGET_MS;
+    int r2 = reconnect_now(c, budget, 0);
     if (r2 < 0)
         return r2;
     if (rerun_safe) {

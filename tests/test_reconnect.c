@@ -195,23 +195,33 @@ Test(reconnect, a_restarted_daemon_serves_the_next_call, .timeout = 120, .fini =
     cr_assert(mxt_relu_calls(c, 1, 3, why, sizeof(why)) == NULL, "%s", why);
 
     mxt_daemon_kill(&d_, SIGKILL);
+    mxt_daemon_restart(&d_, NULL);
     float *xf = x.data, *yf = y.data;
     for (int i = 0; i < 16; i++) {
         xf[i] = (float)(i - 8);
         yf[i] = -1;
     }
-    /* The call starts with no daemon there and waits for the one started 300 ms later. */
+    int rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, 0, "the call after the restart: %s: %s", mxop_err_name(rc),
+                 mxop_last_error(c));
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(yf[i], i > 8 ? (float)(i - 8) : 0.0f, "element %d: %g", i, yf[i]);
+
+    /* Killed again, not back yet: the call that finds it gone fails, saying so... */
+    mxt_daemon_kill(&d_, SIGKILL);
+    rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, MXOP_EDISCONNECTED, "got %s: %s", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "could not reconnect") != NULL, "%s",
+              mxop_last_error(c));
+    /* ...and the next one waits for the daemon started 300 ms later. */
     call_t k = {.c = c, .op = op, .x = &x, .y = &y};
     pthread_t th;
     cr_assert(pthread_create(&th, NULL, call_thread, &k) == 0);
     mxt_sleep_ms(300);
     mxt_daemon_restart(&d_, NULL);
     pthread_join(th, NULL);
-    int rc = k.rc;
-    cr_assert_eq(rc, 0, "the call after the restart: %s: %s", mxop_err_name(rc),
+    cr_assert_eq(k.rc, 0, "the call waiting for the restart: %s: %s", mxop_err_name(k.rc),
                  mxop_last_error(c));
-    for (int i = 0; i < 16; i++)
-        cr_assert_eq(yf[i], i > 8 ? (float)(i - 8) : 0.0f, "element %d: %g", i, yf[i]);
     cr_assert(mxt_relu_calls(c, 2, 3, why, sizeof(why)) == NULL, "%s", why);
     cr_assert_eq(mxop_region_release(c, reg), 0, "%s", mxop_last_error(c));
     mxop_close(c);
