@@ -212,7 +212,6 @@ static int ops_remap(mxop_client_t *c, const Mxop__OpList *list)
         }
     }
     size_t slot = 0;
-    int rc = 0;
     for (size_t k = 0; k < c->nops; k++) {
         if (used[k])
             continue;
@@ -220,25 +219,33 @@ static int ops_remap(mxop_client_t *c, const Mxop__OpList *list)
             slot++;
         a[slot] = c->ops[k];
     }
-    for (size_t k = 0; k < cap; k++) {
-        if (a[k] == NULL) {
-            a[k] = calloc(1, sizeof *a[k]);
-            if (a[k] == NULL) {
-                rc = MXOP_ENOMEM;
-                continue;
-            }
-            a[k]->client = c;
-        }
-        a[k]->index = (uint32_t)k;
-        a[k]->present = 0;
-    }
     free(used);
+    /* The slots left are new entries; on failure only those are freed (c->ops is untouched). */
+    char *fresh = calloc(cap, 1);
+    int rc = fresh == NULL ? MXOP_ENOMEM : 0;
+    for (size_t k = 0; rc == 0 && k < cap; k++) {
+        if (a[k] != NULL)
+            continue;
+        a[k] = calloc(1, sizeof *a[k]);
+        if (a[k] == NULL) {
+            rc = MXOP_ENOMEM;
+            break;
+        }
+        fresh[k] = 1;
+        a[k]->client = c;
+    }
     if (rc < 0) {
-        for (size_t k = 0; k < cap; k++)
-            if (a[k] != NULL && a[k]->name == NULL && a[k]->library == NULL)
+        for (size_t k = 0; fresh != NULL && k < cap; k++)
+            if (fresh[k])
                 free(a[k]);
+        free(fresh);
         free(a);
         return mxop__fail(c, rc, "out of memory reconnecting");
+    }
+    free(fresh);
+    for (size_t k = 0; k < cap; k++) {
+        a[k]->index = (uint32_t)k;
+        a[k]->present = 0;
     }
     free(c->ops);
     c->ops = a;
