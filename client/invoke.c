@@ -201,8 +201,10 @@ static int check_op(mxop_client_t *c, const mxop_op_t *op)
     if (op->client != c)
         return mxop__fail(c, MXOP_EINVAL, "op belongs to another client");
     if (!op->present)
-        return mxop__fail(c, MXOP_EUNKNOWN_OP, "op '%s' is no longer loaded in this session",
-                          op->name != NULL ? op->name : "?");
+        return mxop__fail(c, MXOP_EUNKNOWN_OP,
+                          "op '%s' (%s) is no longer loaded in this session (its library was "
+                          "reloaded without it, or not loaded again after a reconnection)",
+                          op->name != NULL ? op->name : "?", op->library != NULL ? op->library : "?");
     return 0;
 }
 

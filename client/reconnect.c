@@ -258,6 +258,7 @@ static int reload_libraries(mxop_client_t *c)
     struct mxop__reconn *r = c->rcn;
     const Mxop__OpList *list = NULL;
     Mxop__Reply *rep;
+    int failed = 0;
     for (size_t i = 0; i < r->nlibs; i++) {
         Mxop__LoadLibrary body = MXOP__LOAD_LIBRARY__INIT;
         body.path = r->libs[i];
@@ -265,17 +266,32 @@ static int reload_libraries(mxop_client_t *c)
         req.body_case = MXOP__REQUEST__BODY_LOAD_LIBRARY;
         req.load_library = &body;
         int rc = mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &rep, NULL);
+        if (rc < 0 && c->ctl_dead)
+            return rc;
         if (rc < 0) {
-            char why[MXOP__ERR_MAX];
-            memcpy(why, c->err, sizeof why);
-            return mxop__fail(c, rc, "reloading library '%s' on the new mxop-serverd: %s",
-                              r->libs[i], why);
+            /* The library is not there any more: its ops' calls say they are gone. */
+            failed = 1;
+            continue;
         }
         if (rep->body_case != MXOP__REPLY__BODY_OPS)
             return mxop__fail(c, MXOP_EPROTOCOL,
                               "mxop-serverd answered LoadLibrary without an op list");
         if (rep->ops != NULL && rep->ops->confined)
             c->confined = 1;
+        list = rep->ops;
+        failed = 0;
+    }
+    if (failed) {
+        /* The list of the last library loaded went with the failed load's reply: asked again. */
+        Mxop__ListOps body = MXOP__LIST_OPS__INIT;
+        Mxop__Request req = MXOP__REQUEST__INIT;
+        req.body_case = MXOP__REQUEST__BODY_LIST_OPS;
+        req.list_ops = &body;
+        int rc = mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &rep, NULL);
+        if (rc < 0)
+            return rc;
+        if (rep->body_case != MXOP__REPLY__BODY_OPS)
+            return mxop__fail(c, MXOP_EPROTOCOL, "mxop-serverd answered ListOps without an op list");
         list = rep->ops;
     }
     int rc = ops_remap(c, list);

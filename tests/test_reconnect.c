@@ -257,6 +257,34 @@ Test(reconnect, a_state_is_reported_lost_then_made_again, .timeout = 120, .fini 
     mxop_close(c);
 }
 
+/*
+ * After a restart without one of the client's libraries, the others are
+ * loaded again and work; an op of the missing one fails naming itself.
+ */
+Test(reconnect, an_op_gone_after_the_restart_is_named, .timeout = 120, .fini = fini)
+{
+    mxt_daemon_start(&d_, NULL);
+    mxop_client_t *c = client_on(MXOP_RECONNECT_DEFAULT, 20000, "running_mean.so");
+    const mxop_op_t *gone = mxt_op(c, "running_mean_norm");
+    char why[512];
+    cr_assert(mxt_relu_calls(c, 1, 2, why, sizeof(why)) == NULL, "%s", why);
+    mxt_daemon_kill(&d_, SIGKILL);
+    char lib[600];
+    snprintf(lib, sizeof(lib), "%s/running_mean.so", d_.plugins);
+    cr_assert_eq(unlink(lib), 0, "%s: %s", lib, strerror(errno));
+    mxt_daemon_restart(&d_, NULL);
+    /* relu.so was loaded first, running_mean.so last: the session still has relu. */
+    cr_assert(mxt_relu_calls(c, 2, 3, why, sizeof(why)) == NULL, "%s", why);
+    int64_t shape[] = {2, 2};
+    mxop_array_t x, y;
+    mxt_array(c, MXOP_F64, 2, shape, 3, &x);
+    mxt_array(c, MXOP_F64, 2, shape, 4, &y);
+    int rc = mxop_forward(c, gone, NULL, &x, 1, &y, 1);
+    cr_assert_eq(rc, MXOP_EUNKNOWN_OP, "got %s: %s", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "running_mean_norm") != NULL, "%s", mxop_last_error(c));
+    mxop_close(c);
+}
+
 /* Reconnection off (the option, or MXOP_RECONNECT=0): MXOP_EDISCONNECTED after a restart. */
 static void expect_no_reconnect(mxop_client_t *c)
 {
