@@ -71,8 +71,8 @@ enum mxop__region_kind {
 typedef struct mxop__region {
     uint32_t id;   /* the id the engine holds */
     uint32_t wire; /* the daemon's id for it now (differs from id after a reconnection) */
-    int fd;     /* ours to close, or -1 (register_fd borrows the caller's) */
-    void *base; /* our read-write mapping, or NULL; a device region: the allocation's base */
+    int fd;        /* ours to close, or -1 (register_fd borrows the caller's) */
+    void *base;    /* our read-write mapping, or NULL; a device region: the allocation's base */
     size_t size;
     int owned; /* 1: base was mapped here and is unmapped at release */
     int kind;  /* enum mxop__region_kind */

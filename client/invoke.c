@@ -204,7 +204,8 @@ static int check_op(mxop_client_t *c, const mxop_op_t *op)
         return mxop__fail(c, MXOP_EUNKNOWN_OP,
                           "op '%s' (%s) is no longer loaded in this session (its library was "
                           "reloaded without it, or not loaded again after a reconnection)",
-                          op->name != NULL ? op->name : "?", op->library != NULL ? op->library : "?");
+                          op->name != NULL ? op->name : "?",
+                          op->library != NULL ? op->library : "?");
     return 0;
 }
 
@@ -365,8 +366,8 @@ static int scratch_path(mxop_client_t *c, const char *what, int i, const mxop_ar
     return path == PATH_DIRECT ? PATH_SCRATCH : PATH_GATHER;
 }
 
-static void fill_desc(mxop_client_t *c, Mxop__TensorDesc *d, const mxop_array_t *a,
-                      uint32_t region, uint64_t offset, int32_t req, const int64_t *strides)
+static void fill_desc(mxop_client_t *c, Mxop__TensorDesc *d, const mxop_array_t *a, uint32_t region,
+                      uint64_t offset, int32_t req, const int64_t *strides)
 {
     /* The daemon's id for the region: the engine's, unless the client reconnected. */
     d->region = mxop__region_wire(c, region);
@@ -538,7 +539,8 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
             if (out[i].req == MXOP_REQ_ADD || (out_scr[i] && out[i].req != MXOP_REQ_NULL))
                 stage_copy(c, &out[i], out_at[i], out_path[i], out_st[i], b->out_stage[i],
                            b->out_span[i], 1, out_scr[i]);
-            fill_desc(c, &b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req, NULL);
+            fill_desc(c, &b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req,
+                      NULL);
         } else {
             fill_desc(c, &b->out_desc[i], &out[i], out[i].region, out[i].offset, out[i].req,
                       out_st[i]);
@@ -653,8 +655,8 @@ static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxo
     int rc = run_invoke(c, op, backward, call, in, n_in, out, n_out);
     if (rc < 0) {
         int again;
-        rc = mxop__reconnect_after(c, rc, op,
-                                   rerun_safe(op, backward, call, in, n_in, out, n_out), &again);
+        rc = mxop__reconnect_after(c, rc, op, rerun_safe(op, backward, call, in, n_in, out, n_out),
+                                   &again);
         if (again)
             rc = run_invoke(c, op, backward, call, in, n_in, out, n_out);
     }

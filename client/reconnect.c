@@ -291,7 +291,8 @@ static int reload_libraries(mxop_client_t *c)
         if (rc < 0)
             return rc;
         if (rep->body_case != MXOP__REPLY__BODY_OPS)
-            return mxop__fail(c, MXOP_EPROTOCOL, "mxop-serverd answered ListOps without an op list");
+            return mxop__fail(c, MXOP_EPROTOCOL,
+                              "mxop-serverd answered ListOps without an op list");
         list = rep->ops;
     }
     int rc = ops_remap(c, list);
@@ -423,8 +424,7 @@ int mxop__reconnect_if_gone(mxop_client_t *c)
     return reconnect_now(c, c->timeout_ms, 1);
 }
 
-int mxop__reconnect_after(mxop_client_t *c, int rc, const mxop_op_t *op, int rerun_safe,
-                          int *again)
+int mxop__reconnect_after(mxop_client_t *c, int rc, const mxop_op_t *op, int rerun_safe, int *again)
 {
     *again = 0;
     if (rc < 0 && c->rcn != NULL && !c->rcn->on && c->ctl_dead == MXOP_EDISCONNECTED &&

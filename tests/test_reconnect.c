@@ -211,8 +211,7 @@ Test(reconnect, a_restarted_daemon_serves_the_next_call, .timeout = 120, .fini =
     mxt_daemon_kill(&d_, SIGKILL);
     rc = mxop_forward(c, op, NULL, &x, 1, &y, 1);
     cr_assert_eq(rc, MXOP_EDISCONNECTED, "got %s: %s", mxop_err_name(rc), mxop_last_error(c));
-    cr_assert(strstr(mxop_last_error(c), "could not reconnect") != NULL, "%s",
-              mxop_last_error(c));
+    cr_assert(strstr(mxop_last_error(c), "could not reconnect") != NULL, "%s", mxop_last_error(c));
     /* ...and the next one waits for the daemon started 300 ms later. */
     call_t k = {.c = c, .op = op, .x = &x, .y = &y};
     pthread_t th;
@@ -227,7 +226,8 @@ Test(reconnect, a_restarted_daemon_serves_the_next_call, .timeout = 120, .fini =
     mxop_close(c);
 }
 
-/* A stateful op's instance is lost with its daemon: MXOP_ESTATE_LOST naming it, then a new one works. */
+/* A stateful op's instance is lost with its daemon: MXOP_ESTATE_LOST naming it, then a new one
+ * works. */
 Test(reconnect, a_state_is_reported_lost_then_made_again, .timeout = 120, .fini = fini)
 {
     mxt_daemon_start(&d_, NULL);
