@@ -48,6 +48,7 @@
 #define MXOP__POOL_MAX 15
 
 struct mxop__pool;
+struct mxop__reconn;
 
 /* Defaults of mxop_connect_opts_t. */
 #define MXOP__DEFAULT_TIMEOUT_MS 30000
@@ -68,9 +69,10 @@ enum mxop__region_kind {
 };
 
 typedef struct mxop__region {
-    uint32_t id;
-    int fd;     /* ours to close, or -1 (register_fd borrows the caller's) */
-    void *base; /* our read-write mapping, or NULL; a device region: the allocation's base */
+    uint32_t id;   /* the id the engine holds */
+    uint32_t wire; /* the daemon's id for it now (differs from id after a reconnection) */
+    int fd;        /* ours to close, or -1 (register_fd borrows the caller's) */
+    void *base;    /* our read-write mapping, or NULL; a device region: the allocation's base */
     size_t size;
     int owned; /* 1: base was mapped here and is unmapped at release */
     int kind;  /* enum mxop__region_kind */
@@ -244,6 +246,10 @@ struct mxop_client {
      * both are taken; with a pool, allocations that fit and frees take it
      * alone. */
     pthread_mutex_t arena_lock;
+
+    /* Reconnection to the same socket path when the daemon goes away (reconnect.c). */
+    struct mxop__reconn *rcn;
+    int reconnecting; /* set while reconnect.c restores the session */
 };
 
 /* ---- errors (error.c) ---- */
@@ -267,6 +273,42 @@ void mxop__error_forget_sibling(void);
  */
 int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_ms,
                      mxop_client_t **out);
+
+/**
+ * Connects c (no control socket yet) to `path`, says Hello as `name`
+ * (may be NULL), opens a session and attaches its data channel.  On
+ * failure c->err says why and c->ctl_fd may be open (the caller closes it).
+ */
+int mxop__session_open(mxop_client_t *c, const char *path, const char *name);
+
+/* ---- reconnection (reconnect.c) ---- */
+
+/** Sets up what a reconnection needs (`on`: whether to reconnect). */
+int mxop__reconnect_init(mxop_client_t *c, const char *path, const char *name, int on);
+void mxop__reconnect_free(mxop_client_t *c);
+int mxop__reconnect_enabled(const mxop_client_t *c);
+/** Records a library loaded, to load again after a reconnection. */
+void mxop__reconnect_note_library(mxop_client_t *c, const char *name);
+/** Records an op state created, and forgets one destroyed (1: it was lost). */
+void mxop__reconnect_note_state(mxop_client_t *c, uint64_t id, const mxop_op_t *op);
+int mxop__reconnect_state_destroyed(mxop_client_t *c, uint64_t id);
+/** MXOP_ESTATE_LOST (naming the op) for a state of a daemon that went away, else 0. */
+int mxop__reconnect_check_state(mxop_client_t *c, uint64_t id);
+/**
+ * Before anything of a call or request is built: if the daemon went away
+ * and reconnection is on, reconnects and restores the session.  Returns 0
+ * (nothing to do, or done) or the error (c->err) that ends the attempt.
+ */
+int mxop__reconnect_if_gone(mxop_client_t *c);
+/**
+ * After a call failed with `rc`: if the daemon went away under it,
+ * reconnects; then *again is set when the call may simply run again
+ * (`rerun_safe`: it writes nothing that a half-run could have changed),
+ * else returns an error saying the daemon went away and the client
+ * reconnected.  Returns rc untouched when the daemon did not go away.
+ */
+int mxop__reconnect_after(mxop_client_t *c, int rc, const mxop_op_t *op, int rerun_safe,
+                          int *again);
 
 /* ---- control plane (control.c) ---- */
 
@@ -323,6 +365,12 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id);
 
 /** Makes room for one more region entry.  Returns 0 or MXOP_ENOMEM (reason in c->err). */
 int mxop__region_reserve(mxop_client_t *c);
+
+/** Registers every region again with a new daemon (after a reconnection). */
+int mxop__regions_reregister(mxop_client_t *c);
+
+/** The daemon's id of region `id` (the engine's), or id itself if unknown. */
+uint32_t mxop__region_wire(mxop_client_t *c, uint32_t id);
 
 /** Unmaps and closes every region (at close). */
 void mxop__regions_free(mxop_client_t *c);

@@ -173,9 +173,27 @@ static int open_session(mxop_client_t *c)
     return 0;
 }
 
+int mxop__session_open(mxop_client_t *c, const char *path, const char *name)
+{
+    int rc = connect_unix(path, c->connect_timeout_ms, &c->ctl_fd, c->err, sizeof c->err);
+    if (rc < 0)
+        return rc;
+    rc = hello(c, name);
+    if (rc < 0)
+        return rc;
+    rc = open_session(c);
+    if (rc < 0)
+        return rc;
+    /* The mailbox is set up now rather than at the first call, so that the
+     * session's path is known from here on (mxop_data_path). */
+    mxop__data_attach_now(c);
+    return 0;
+}
+
 static void client_free(mxop_client_t *c)
 {
     mxop__pool_free(c);
+    mxop__reconnect_free(c);
     if (c->ctl_fd >= 0)
         close(c->ctl_fd);
     mxop__data_drop(c);
@@ -261,6 +279,15 @@ static int env_data_path(int *path)
     return MXOP_EINVAL;
 }
 
+/* Whether the client reconnects when its daemon goes away: the option, else $MXOP_RECONNECT. */
+static int reconnect_on(int32_t opt)
+{
+    if (opt != MXOP_RECONNECT_DEFAULT)
+        return opt == MXOP_RECONNECT_ON;
+    const char *e = getenv("MXOP_RECONNECT");
+    return !(e != NULL && (strcmp(e, "0") == 0 || strcmp(e, "off") == 0 || strcmp(e, "no") == 0));
+}
+
 /* Reads a field of an options struct only when the caller's struct has it. */
 #define OPT_HAS(o, field)                                                                          \
     ((o)->struct_size >= offsetof(mxop_connect_opts_t, field) + sizeof((o)->field))
@@ -285,6 +312,7 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     const char *name = NULL;
     int data_path = MXOP_DATA_PATH_DEFAULT;
     int32_t max_sessions = 1;
+    int32_t reconnect = MXOP_RECONNECT_DEFAULT;
 
     connect_err[0] = '\0';
     if (out == NULL) {
@@ -311,6 +339,15 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
             data_path = opts->data_path;
         if (OPT_HAS(opts, max_sessions) && opts->max_sessions != 0)
             max_sessions = opts->max_sessions;
+        if (OPT_HAS(opts, reconnect))
+            reconnect = opts->reconnect;
+        if (reconnect < MXOP_RECONNECT_DEFAULT || reconnect > MXOP_RECONNECT_OFF) {
+            mxop__fmt(connect_err, sizeof connect_err,
+                      "mxop_connect: opts->reconnect is %d; use MXOP_RECONNECT_DEFAULT, _ON or "
+                      "_OFF",
+                      (int)reconnect);
+            return MXOP_EINVAL;
+        }
         if (max_sessions < 1 || max_sessions > MXOP__POOL_MAX + 1) {
             mxop__fmt(connect_err, sizeof connect_err,
                       "mxop_connect: opts->max_sessions is %d; use 0 or 1 (one session) up to %d",
@@ -350,18 +387,14 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
         return rc;
     }
 
-    rc = connect_unix(path, connect_timeout_ms, &c->ctl_fd, connect_err, sizeof connect_err);
+    rc = mxop__session_open(c, path, name);
     if (rc < 0)
+        goto err;
+    rc = mxop__reconnect_init(c, path, name, reconnect_on(reconnect));
+    if (rc < 0) {
+        mxop__fmt(connect_err, sizeof connect_err, "out of memory");
         goto err_msg_set;
-    rc = hello(c, name);
-    if (rc < 0)
-        goto err;
-    rc = open_session(c);
-    if (rc < 0)
-        goto err;
-    /* The mailbox is set up now rather than at the first call, so that the
-     * session's path is known from here on (mxop_data_path). */
-    mxop__data_attach_now(c);
+    }
     rc = mxop__pool_init(c, path, name, max_sessions, &sibling_api);
     if (rc < 0) {
         mxop__fmt(connect_err, sizeof connect_err, "out of memory setting up the session pool");

@@ -148,6 +148,7 @@ static int register_handle(mxop_client_t *c, const void *handle, int32_t device,
     mxop__region_t e;
     memset(&e, 0, sizeof(e));
     e.id = r->register_region->region;
+    e.wire = e.id;
     e.fd = -1;
     e.base = base;
     e.size = bytes;

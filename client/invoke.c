@@ -201,8 +201,11 @@ static int check_op(mxop_client_t *c, const mxop_op_t *op)
     if (op->client != c)
         return mxop__fail(c, MXOP_EINVAL, "op belongs to another client");
     if (!op->present)
-        return mxop__fail(c, MXOP_EUNKNOWN_OP, "op '%s' is no longer loaded in this session",
-                          op->name != NULL ? op->name : "?");
+        return mxop__fail(c, MXOP_EUNKNOWN_OP,
+                          "op '%s' (%s) is no longer loaded in this session (its library was "
+                          "reloaded without it, or not loaded again after a reconnection)",
+                          op->name != NULL ? op->name : "?",
+                          op->library != NULL ? op->library : "?");
     return 0;
 }
 
@@ -363,10 +366,11 @@ static int scratch_path(mxop_client_t *c, const char *what, int i, const mxop_ar
     return path == PATH_DIRECT ? PATH_SCRATCH : PATH_GATHER;
 }
 
-static void fill_desc(Mxop__TensorDesc *d, const mxop_array_t *a, uint32_t region, uint64_t offset,
-                      int32_t req, const int64_t *strides)
+static void fill_desc(mxop_client_t *c, Mxop__TensorDesc *d, const mxop_array_t *a, uint32_t region,
+                      uint64_t offset, int32_t req, const int64_t *strides)
 {
-    d->region = region;
+    /* The daemon's id for the region: the engine's, unless the client reconnected. */
+    d->region = mxop__region_wire(c, region);
     d->offset = offset;
     d->dtype = a->dtype;
     d->n_shape = (size_t)a->ndim;
@@ -412,6 +416,10 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     size_t nattrs;
     int rc;
 
+    /* A daemon that went away: reconnected before the op is checked (its index may move). */
+    rc = mxop__reconnect_if_gone(c);
+    if (rc < 0)
+        return rc;
     rc = check_op(c, op);
     if (rc < 0)
         return rc;
@@ -427,6 +435,9 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     if (n_out > 0 && out == NULL)
         return mxop__fail(c, MXOP_EINVAL, "out is NULL with n_out %d", n_out);
     rc = get_opts(c, call, &o);
+    if (rc < 0)
+        return rc;
+    rc = mxop__reconnect_check_state(c, o.state);
     if (rc < 0)
         return rc;
     rc = set_attrs(c, o.attrs, &nattrs);
@@ -513,9 +524,9 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
         case PATH_SCRATCH:
             stage_copy(c, &in[i], in_at[i], in_path[i], in_st[i], b->in_stage[i], b->in_span[i], 1,
                        in_scr[i]);
-            fill_desc(&b->in_desc[i], &in[i], c->stage_region, b->in_stage[i], 0, NULL);
+            fill_desc(c, &b->in_desc[i], &in[i], c->stage_region, b->in_stage[i], 0, NULL);
             break;
-        default: fill_desc(&b->in_desc[i], &in[i], in[i].region, in[i].offset, 0, in_st[i]);
+        default: fill_desc(c, &b->in_desc[i], &in[i], in[i].region, in[i].offset, 0, in_st[i]);
         }
     }
     for (int i = 0; i < n_out; i++) {
@@ -528,9 +539,10 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
             if (out[i].req == MXOP_REQ_ADD || (out_scr[i] && out[i].req != MXOP_REQ_NULL))
                 stage_copy(c, &out[i], out_at[i], out_path[i], out_st[i], b->out_stage[i],
                            b->out_span[i], 1, out_scr[i]);
-            fill_desc(&b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req, NULL);
+            fill_desc(c, &b->out_desc[i], &out[i], c->stage_region, b->out_stage[i], out[i].req,
+                      NULL);
         } else {
-            fill_desc(&b->out_desc[i], &out[i], out[i].region, out[i].offset, out[i].req,
+            fill_desc(c, &b->out_desc[i], &out[i], out[i].region, out[i].offset, out[i].req,
                       out_st[i]);
         }
     }
@@ -582,6 +594,44 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     return 0;
 }
 
+/* Whether two arrays' memory may overlap. */
+static int overlap(const mxop_array_t *a, const mxop_array_t *b)
+{
+    if (a->region != b->region)
+        return 0;
+    uint64_t a0 = a->region == MXOP_REGION_HEAP ? (uint64_t)(uintptr_t)a->data : a->offset;
+    uint64_t b0 = b->region == MXOP_REGION_HEAP ? (uint64_t)(uintptr_t)b->data : b->offset;
+    return a0 < b0 + b->nbytes && b0 < a0 + a->nbytes;
+}
+
+/*
+ * Whether a call cut short by its daemon going away may simply run again:
+ * it mutates no input, accumulates into no output and writes no output over
+ * an input, so a half-run left nothing it reads.  A call with a state may
+ * too: its state was lost with the daemon, so the run again stops at
+ * mxop__reconnect_check_state with MXOP_ESTATE_LOST.
+ */
+static int rerun_safe(const mxop_op_t *op, int backward, const mxop_call_t *call,
+                      const mxop_array_t *in, int n_in, const mxop_array_t *out, int n_out)
+{
+    if (op == NULL || n_in < 0 || n_out < 0 || n_in > MXOP_MAX_TENSORS ||
+        n_out > MXOP_MAX_TENSORS || (n_in > 0 && in == NULL) || (n_out > 0 && out == NULL))
+        return 0;
+    /* A state's call runs again only as far as the check that names the state lost. */
+    if (call != NULL && CALL_HAS(call, state) && call->state != 0)
+        return 1;
+    if (!backward && op->mutated_inputs != 0)
+        return 0;
+    for (int i = 0; i < n_out; i++) {
+        if (out[i].req == MXOP_REQ_ADD)
+            return 0;
+        for (int k = 0; k < n_in; k++)
+            if (overlap(&out[i], &in[k]))
+                return 0;
+    }
+    return 1;
+}
+
 static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
                   const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
 {
@@ -603,6 +653,13 @@ static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxo
     uint64_t staged0 = c->stats.staged_bytes;
     int64_t t0 = mxop__now_ns();
     int rc = run_invoke(c, op, backward, call, in, n_in, out, n_out);
+    if (rc < 0) {
+        int again;
+        rc = mxop__reconnect_after(c, rc, op, rerun_safe(op, backward, call, in, n_in, out, n_out),
+                                   &again);
+        if (again)
+            rc = run_invoke(c, op, backward, call, in, n_in, out, n_out);
+    }
     if (rc < 0)
         c->stats.errors++;
     /* The per-op counters the daemon reports (shm/call_stats.h): a few relaxed stores. */
@@ -685,7 +742,10 @@ static int run_infer(mxop_client_t *c, const mxop_op_t *op, const char *const *a
                      int32_t *out_dtypes, mxop_shape_t *out_shapes)
 {
     size_t nattrs;
-    int rc = check_op(c, op);
+    int rc = mxop__reconnect_if_gone(c);
+    if (rc < 0)
+        return rc;
+    rc = check_op(c, op);
     if (rc < 0)
         return rc;
     if (n_out != op->num_outputs)
@@ -749,6 +809,11 @@ int mxop_infer(mxop_client_t *c, const mxop_op_t *op, const char *const *attrs, 
         return MXOP_EINVAL;
     pthread_mutex_lock(&c->lock);
     int rc = run_infer(c, op, attrs, n_in, in_dtypes, in_shapes, n_out, out_dtypes, out_shapes);
+    int again;
+    /* Inferring changes nothing: one cut short runs again on the new daemon. */
+    rc = mxop__reconnect_after(c, rc, op, 1, &again);
+    if (again)
+        rc = run_infer(c, op, attrs, n_in, in_dtypes, in_shapes, n_out, out_dtypes, out_shapes);
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -758,7 +823,10 @@ static int run_state_create(mxop_client_t *c, const mxop_op_t *op, const char *c
                             uint64_t *state)
 {
     size_t nattrs;
-    int rc = check_op(c, op);
+    int rc = mxop__reconnect_if_gone(c);
+    if (rc < 0)
+        return rc;
+    rc = check_op(c, op);
     if (rc < 0)
         return rc;
     if (state == NULL)
@@ -784,6 +852,7 @@ static int run_state_create(mxop_client_t *c, const mxop_op_t *op, const char *c
         return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): the worker created state 0", op->name,
                           op->library);
     *state = r->state;
+    mxop__reconnect_note_state(c, r->state, op);
     return 0;
 }
 
@@ -794,6 +863,11 @@ int mxop_state_create(mxop_client_t *c, const mxop_op_t *op, const char *const *
         return MXOP_EINVAL;
     pthread_mutex_lock(&c->lock);
     int rc = run_state_create(c, op, attrs, n_in, in_dtypes, in_shapes, state);
+    int again;
+    /* A state made on a daemon that went away went with it: made again on the new one. */
+    rc = mxop__reconnect_after(c, rc, op, 1, &again);
+    if (again)
+        rc = run_state_create(c, op, attrs, n_in, in_dtypes, in_shapes, state);
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -803,7 +877,14 @@ int mxop_state_destroy(mxop_client_t *c, uint64_t state)
     if (c == NULL)
         return MXOP_EINVAL;
     pthread_mutex_lock(&c->lock);
-    int rc = mxop__call_ready(c);
+    /* A state lost with a daemon that went away is gone already. */
+    if (mxop__reconnect_state_destroyed(c, state)) {
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
+    int rc = mxop__reconnect_if_gone(c);
+    if (rc == 0)
+        rc = mxop__call_ready(c);
     if (rc == 0) {
         c->cb.state_destroy.state = state;
         c->cb.call.body_case = MXOP__CALL__BODY_STATE_DESTROY;

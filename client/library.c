@@ -122,6 +122,10 @@ int mxop_load_library(mxop_client_t *c, const char *name)
                         name == NULL ? "NULL" : "empty");
         goto out;
     }
+    /* A daemon that went away: reconnected (and the earlier libraries reloaded) first. */
+    rc = mxop__reconnect_if_gone(c);
+    if (rc < 0)
+        goto out;
     Mxop__LoadLibrary body = MXOP__LOAD_LIBRARY__INIT;
     body.path = (char *)name;
     Mxop__Request req = MXOP__REQUEST__INIT;
@@ -143,8 +147,10 @@ int mxop_load_library(mxop_client_t *c, const char *name)
     if (r->ops != NULL && r->ops->confined)
         c->confined = 1;
     rc = mxop__ops_update(c, r->ops);
-    if (rc == 0)
+    if (rc == 0) {
         mxop__pool_note_library(c, name);
+        mxop__reconnect_note_library(c, name);
+    }
 out:
     pthread_mutex_unlock(&c->lock);
     return rc;

@@ -24,6 +24,28 @@ mxop__region_t *mxop__region_find(mxop_client_t *c, uint32_t id)
     return NULL;
 }
 
+uint32_t mxop__region_wire(mxop_client_t *c, uint32_t id)
+{
+    const mxop__region_t *r = mxop__region_find(c, id);
+    return r != NULL ? r->wire : id;
+}
+
+/*
+ * The engine's id for a region the daemon calls `wire`: the same, unless
+ * the engine holds that id already for another region (after a
+ * reconnection the daemon counts from 1 again).
+ */
+static uint32_t public_id(mxop_client_t *c, uint32_t wire)
+{
+    if (mxop__region_find(c, wire) == NULL)
+        return wire;
+    uint32_t top = 0;
+    for (size_t i = 0; i < c->nregions; i++)
+        if (c->regions[i].id > top)
+            top = c->regions[i].id;
+    return top + 1;
+}
+
 static int table_reserve(mxop_client_t *c)
 {
     if (c->nregions < c->capregions)
@@ -63,6 +85,10 @@ static int release_id(mxop_client_t *c, uint32_t id);
 static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, size_t reserve_from,
                        uint32_t *id)
 {
+    /* A daemon that went away is reconnected first (before the mailbox is read below). */
+    int rc = mxop__reconnect_if_gone(c);
+    if (rc < 0)
+        return rc;
     Mxop__RegisterRegion body = MXOP__REGISTER_REGION__INIT;
     body.size = bytes;
     body.scratch = scratch != 0;
@@ -81,7 +107,7 @@ static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, size
         atomic_store_explicit(&sh->reserve_from, (uint64_t)reserve_from, memory_order_relaxed);
         atomic_store_explicit(&sh->reserve_ino, (uint64_t)st.st_ino, memory_order_release);
     }
-    int rc = mxop__ctl_send(c, &req, &fd, 1);
+    rc = mxop__ctl_send(c, &req, &fd, 1);
     if (rc < 0)
         return rc;
     int reserved = 0;
@@ -164,7 +190,8 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     pthread_mutex_lock(&c->regions_lock);
     mxop__region_t *e = &c->regions[c->nregions];
     memset(e, 0, sizeof(*e));
-    e->id = id;
+    e->id = public_id(c, id);
+    e->wire = id;
     e->fd = fd;
     e->base = base;
     e->size = bytes;
@@ -190,7 +217,10 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
     mxop__region_t *e = mxop__region_find(c, id);
     if (e == NULL)
         return mxop__fail(c, MXOP_EUNKNOWN_REGION, "no region %u in this session", id);
-    int rc = release_id(c, id);
+    /* A daemon that went away is reconnected first, so that the release goes to the right one. */
+    (void)mxop__reconnect_if_gone(c);
+    e = mxop__region_find(c, id);
+    int rc = release_id(c, e->wire);
     /* A daemon that is gone has dropped the region with the session. */
     if (rc < 0 && rc != MXOP_EDISCONNECTED)
         return rc;
@@ -215,6 +245,26 @@ void mxop__regions_free(mxop_client_t *c)
     c->regions = NULL;
     c->nregions = c->capregions = 0;
     pthread_mutex_unlock(&c->regions_lock);
+}
+
+int mxop__regions_reregister(mxop_client_t *c)
+{
+    for (size_t i = 0; i < c->nregions; i++) {
+        mxop__region_t *e = &c->regions[i];
+        if (e->fd < 0)
+            continue; /* a device region, or a borrowed fd not kept: calls name it unknown */
+        uint32_t wire;
+        int rc = register_fd(c, e->fd, e->size, e->kind == MXOP__REGION_STAGE, 0, &wire);
+        if (rc < 0) {
+            char why[MXOP__ERR_MAX];
+            memcpy(why, c->err, sizeof why);
+            return mxop__fail(c, rc, "registering region %u again: %s", e->id, why);
+        }
+        pthread_mutex_lock(&c->regions_lock);
+        e->wire = wire;
+        pthread_mutex_unlock(&c->regions_lock);
+    }
+    return 0;
 }
 
 int mxop_region_create(mxop_client_t *c, size_t bytes, uint32_t *region, void **base)
@@ -315,11 +365,13 @@ static int register_fd_common(mxop_client_t *c, int fd, size_t bytes, uint32_t *
 
     /* With a pool, a copy of the fd is kept (closed at release): the
      * siblings register the region from it when a call there uses it. */
-    int keep = c->pool != NULL ? dup(fd) : -1;
+    int keep = c->pool != NULL || mxop__reconnect_enabled(c) ? dup(fd) : -1;
     pthread_mutex_lock(&c->regions_lock);
     mxop__region_t *e = &c->regions[c->nregions];
     memset(e, 0, sizeof(*e));
-    e->id = id;
+    e->id = public_id(c, id);
+    e->wire = id;
+    id = e->id;
     e->fd = keep;
     e->base = map;
     e->size = bytes;

@@ -91,7 +91,30 @@ typedef struct mxop_connect_opts {
      * that made it; mxop_stats counts the siblings' calls and errors.
      */
     int32_t max_sessions;
+    /*
+     * What the client does when its daemon goes away (stopped after a
+     * hand-over to a new daemon, restarted by its service manager): with
+     * MXOP_RECONNECT_ON it connects again to the same socket path (retrying
+     * with backoff for up to timeout_ms), opens a session, reloads the
+     * libraries it had loaded and registers its regions again; op handles
+     * and region ids stay valid.  A call cut short by the daemon going away
+     * runs again when nothing of it can have stuck (no state, no mutated
+     * input, no accumulated or in-place output), else fails once with
+     * MXOP_EDISCONNECTED saying the client reconnected; op states answer
+     * MXOP_ESTATE_LOST until created again.  MXOP_RECONNECT_DEFAULT (0): on,
+     * unless the environment variable MXOP_RECONNECT is 0 (or off/no).
+     * MXOP_RECONNECT_OFF: every call after the daemon went away returns
+     * MXOP_EDISCONNECTED.
+     */
+    int32_t reconnect;
 } mxop_connect_opts_t;
+
+/* mxop_connect_opts_t.reconnect */
+enum mxop_reconnect {
+    MXOP_RECONNECT_DEFAULT = 0,
+    MXOP_RECONNECT_ON = 1,
+    MXOP_RECONNECT_OFF = 2,
+};
 
 /**
  * Connects to the daemon at `socket_path` (borrowed), or at $MXOP_SOCKET

@@ -168,6 +168,7 @@ class MxopConnectOpts(ctypes.Structure):
         ("client_name", ctypes.c_char_p),
         ("data_path", ctypes.c_int32),  # enum mxop_data_path; 0: $MXOP_DATA_PATH or shm
         ("max_sessions", ctypes.c_int32),  # sessions in flight at once; 0/1: one
+        ("reconnect", ctypes.c_int32),  # enum mxop_reconnect; 0: on unless MXOP_RECONNECT=0
     ]
 
 

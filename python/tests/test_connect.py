@@ -162,3 +162,41 @@ def test_exit_with_arrays_and_tensors_alive_is_clean():
     assert p.returncode == 0, p.stderr
     assert "Exception ignored" not in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert gone(int(p.stdout.split()[0]))
+
+
+def _serverd(sock):
+    argv = [os.path.join(BUILD, "bin", "mxop-serverd"), "--socket", sock, "--plugin-dir",
+            os.path.join(BUILD, "plugins"), "--log-level", "error"]
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    end = time.monotonic() + 20
+    while not os.path.exists(sock) and time.monotonic() < end and p.poll() is None:
+        time.sleep(0.02)
+    assert os.path.exists(sock), "mxop-serverd did not start"
+    return p
+
+
+def test_a_client_reconnects_to_a_restarted_daemon_with_its_arrays():
+    """libmxop reconnects by itself: the op and the arena arrays (their regions) carry over."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="mxop-reconnect-") as d:
+        sock = os.path.join(d, "mxop.sock")
+        p = _serverd(sock)
+        c = None
+        try:
+            c = mxop.connect(sock, timeout=20)
+            relu = c.load("relu.so").relu
+            x = c.empty((64,))
+            x[:] = np.linspace(-1.0, 1.0, 64, dtype=np.float32)
+            want = np.maximum(x, 0)
+            assert np.array_equal(relu(x), want)
+            worker = c.stats().worker_pid
+            p.kill()
+            p.wait()
+            p = _serverd(sock)
+            assert np.array_equal(relu(x), want)
+            assert c.stats().worker_pid != worker
+        finally:
+            if c is not None:
+                c.close()
+            p.terminate()
+            p.wait(timeout=20)
