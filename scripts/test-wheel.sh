@@ -56,10 +56,14 @@ sed -n '/^## Quick start/,/^## /p' python/README.md |
 cp python/tests/conftest.py python/tests/test_numpy.py python/tests/test_errors.py \
    python/tests/test_jax.py python/tests/test_torch.py "$T/run/tests/"
 cp "$B"/tests/plugins/*.so "$T/run/tests/plugins/"
+# A wheel built from a SANITIZE= tree carries sanitized programs and libmxop:
+# the interpreter then needs the runtimes preloaded (nothing else is set).
+. "$SRC/scripts/sanitizer-env.sh"
 cd "$T/run"
 run() {
     env -u MXOP_BUILD_DIR -u PYTHONPATH -u MXOP_SOCKET -u MXOP_LIB -u MXOP_SERVERD \
-        -u MXOP_PLUGIN_DIR -u MXOP_EMBEDDED_SOCKET -u MXOP_NO_FASTCALL PATH="$T/venv/bin:$PATH" "$@"
+        -u MXOP_PLUGIN_DIR -u MXOP_EMBEDDED_SOCKET -u MXOP_NO_FASTCALL PATH="$T/venv/bin:$PATH" \
+        ${SAN_RT:+LD_PRELOAD="$SAN_RT"} "$@"
 }
 run python -c 'import mxop, sys; p = mxop.__file__; print("wheel: mxop from", p); sys.exit(not p.startswith(sys.argv[1]))' "$T/venv/"
 echo "wheel: the README's quick start:"
