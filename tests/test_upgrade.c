@@ -105,6 +105,18 @@ static long serving_pid(const char *sock)
     return pid;
 }
 
+/* Waits up to 12 s for daemon `pid` to answer at `sock`; returns the pid that answers last. */
+static long take_over_done(const char *sock, pid_t pid)
+{
+    long now = -1;
+    for (int i = 0; i < 600 && now != (long)pid; i++) {
+        now = serving_pid(sock);
+        if (now != (long)pid)
+            mxt_sleep_ms(20);
+    }
+    return now;
+}
+
 /* A client that calls relu on and on from its own thread, counting, until told to stop. */
 typedef struct {
     mxop_client_t *c;
@@ -259,13 +271,8 @@ Test(upgrade, a_failed_start_leaves_the_old_daemon_serving, .timeout = 120, .fin
 
     /* The failed attempts did not wedge the hand-over socket. */
     new_pid = start_new(NULL);
-    long now = -1;
-    for (int i = 0; i < 600 && now != (long)new_pid; i++) {
-        now = serving_pid(old_.sock);
-        if (now != (long)new_pid)
-            mxt_sleep_ms(20);
-    }
-    cr_assert_eq(now, (long)new_pid, "a take-over after the failed ones did not happen");
+    cr_assert_eq(take_over_done(old_.sock, new_pid), (long)new_pid,
+                 "a take-over after the failed ones did not happen");
     cr_assert(mxt_relu_calls(c, 5, 20, why, sizeof(why)) == NULL, "the old session: %s", why);
     mxop_close(c);
 }
@@ -309,13 +316,8 @@ Test(upgrade, a_stalled_successor_does_not_stall_the_loop, .timeout = 120, .fini
     close(s);
     /* The hand-over socket still works for a real successor. */
     new_pid = start_new(NULL);
-    long now = -1;
-    for (int i = 0; i < 600 && now != (long)new_pid; i++) {
-        now = serving_pid(old_.sock);
-        if (now != (long)new_pid)
-            mxt_sleep_ms(20);
-    }
-    cr_assert_eq(now, (long)new_pid, "a take-over after the stalled one did not happen");
+    cr_assert_eq(take_over_done(old_.sock, new_pid), (long)new_pid,
+                 "a take-over after the stalled one did not happen");
     mxop_close(c);
 }
 
@@ -345,13 +347,7 @@ Test(upgrade, sigterm_after_a_hand_over_waits_for_the_clients, .timeout = 120, .
     const char *libs[] = {"relu.so", NULL};
     mxop_client_t *c = mxt_connect_with(&old_, libs);
     new_pid = start_new(NULL);
-    long now = -1;
-    for (int i = 0; i < 600 && now != (long)new_pid; i++) {
-        now = serving_pid(old_.sock);
-        if (now != (long)new_pid)
-            mxt_sleep_ms(20);
-    }
-    cr_assert_eq(now, (long)new_pid, "the take-over did not happen");
+    cr_assert_eq(take_over_done(old_.sock, new_pid), (long)new_pid, "the take-over did not happen");
     cr_assert(kill(old_.pid, SIGTERM) == 0);
     char why[512];
     for (int i = 0; i < 10; i++) {

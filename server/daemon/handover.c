@@ -344,8 +344,7 @@ static void conn_cb(uv_poll_t *h, int status, int events)
             return;
         }
         ho.conn_asked = true;
-        MXOP__LOGI(0, NULL,
-                   "daemon %ld is taking over the socket; accepting until it has started",
+        MXOP__LOGI(0, NULL, "daemon %ld is taking over the socket; accepting until it has started",
                    ho.peer_pid);
         return;
     }
