@@ -5,8 +5,8 @@
  * including empty and 0-d, and of every dtype; what inference refuses is
  * skipped, not failed) and checks the attribute declarations;
  * verify_checks.c runs each case: forward against inference and poison,
- * writes past each output (canaries), inputs, aliasing, repeatability in a warm and a fresh worker, backward
- * against central differences, req add and null, and stateful instances.
+ * writes past each output (canaries), inputs, aliasing, repeatability in a warm and a fresh worker,
+ * backward against central differences, req add and null, and stateful instances.
  */
 #ifndef MXOP_TOOLS_VERIFY_CHECKS_H
 #define MXOP_TOOLS_VERIFY_CHECKS_H
