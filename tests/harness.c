@@ -593,6 +593,17 @@ static void relu_fill(float *p, size_t n, unsigned who, unsigned call)
 }
 
 /* Checked relu calls (harness.h). */
+void *mxt_relu_caller(void *arg)
+{
+    mxt_relu_caller_t *k = arg;
+    while (!k->stop) {
+        if (mxt_relu_calls(k->c, k->who, k->calls, k->why, sizeof(k->why)) != NULL)
+            return NULL;
+        k->rounds++;
+    }
+    return NULL;
+}
+
 const char *mxt_relu_calls(mxop_client_t *c, unsigned who, int calls, char *why, size_t len)
 {
     const mxop_op_t *op = NULL;

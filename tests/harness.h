@@ -37,6 +37,21 @@ const char *mxt_build_dir(void);
  * children and threads.
  */
 const char *mxt_relu_calls(mxop_client_t *c, unsigned who, int calls, char *why, size_t len);
+/*
+ * A client calling relu on and on from a thread of its own (mxt_relu_caller
+ * is the thread's function): rounds of mxt_relu_calls(c, who, calls) until
+ * `stop` is set or a round fails (its reason in why, rounds counting the
+ * good ones).
+ */
+typedef struct {
+    mxop_client_t *c;
+    unsigned who;
+    int calls;
+    volatile int stop;
+    volatile int rounds;
+    char why[512];
+} mxt_relu_caller_t;
+void *mxt_relu_caller(void *arg);
 int mxt_daemon_exit_status(const char *dir, const char *plugins, const char *const *extra,
                            char *err, size_t errlen);
 

@@ -87,24 +87,6 @@ static pid_t start_new(void)
     return pid;
 }
 
-typedef struct {
-    mxop_client_t *c;
-    volatile int stop;
-    volatile int rounds;
-    char why[512];
-} caller_t;
-
-static void *caller(void *arg)
-{
-    caller_t *k = arg;
-    while (!k->stop) {
-        if (mxt_relu_calls(k->c, 5, 10, k->why, sizeof(k->why)) != NULL)
-            return NULL;
-        k->rounds++;
-    }
-    return NULL;
-}
-
 static int old_gone(void *arg)
 {
     (void)arg;
@@ -121,10 +103,11 @@ Test(reconnect, a_loop_runs_through_take_over_and_stop_of_the_old_daemon, .timeo
 {
     const char *extra[] = {"--drain-timeout-ms", "300", NULL};
     mxt_daemon_start(&d_, extra);
-    caller_t k = {.c = client_on(MXOP_RECONNECT_DEFAULT, 20000, NULL)};
+    mxt_relu_caller_t k = {
+        .c = client_on(MXOP_RECONNECT_DEFAULT, 20000, NULL), .who = 5, .calls = 10};
     pid_t old_worker = mxt_worker_pid(k.c);
     pthread_t th;
-    cr_assert(pthread_create(&th, NULL, caller, &k) == 0);
+    cr_assert(pthread_create(&th, NULL, mxt_relu_caller, &k) == 0);
 
     new_pid = start_new();
     /* The new daemon holds the socket once a fresh client lands on one of its workers. */

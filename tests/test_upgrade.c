@@ -117,25 +117,6 @@ static long take_over_done(const char *sock, pid_t pid)
     return now;
 }
 
-/* A client that calls relu on and on from its own thread, counting, until told to stop. */
-typedef struct {
-    mxop_client_t *c;
-    volatile int stop;
-    int rounds;
-    char why[512];
-} caller_t;
-
-static void *caller(void *arg)
-{
-    caller_t *k = arg;
-    while (!k->stop) {
-        if (mxt_relu_calls(k->c, 7, 20, k->why, sizeof(k->why)) != NULL)
-            return NULL;
-        k->rounds++;
-    }
-    return NULL;
-}
-
 /* One fresh client: connect, relu, close; NULL or what failed. */
 static const char *fresh_client(const char *sock, char *why, size_t len)
 {
@@ -167,9 +148,9 @@ Test(upgrade, take_over_keeps_sessions_and_refuses_no_one, .timeout = 120, .fini
 {
     mxt_daemon_start(&old_, NULL);
     const char *libs[] = {"relu.so", NULL};
-    caller_t k = {.c = mxt_connect_with(&old_, libs)};
+    mxt_relu_caller_t k = {.c = mxt_connect_with(&old_, libs), .who = 7, .calls = 20};
     pthread_t th;
-    cr_assert(pthread_create(&th, NULL, caller, &k) == 0);
+    cr_assert(pthread_create(&th, NULL, mxt_relu_caller, &k) == 0);
 
     new_pid = start_new(NULL);
     char why[512];
