@@ -337,7 +337,7 @@ static void stop_private(void)
 }
 
 /* At exit (or when the library is unloaded): the session, then the private daemon. */
-static void shutdown_proxy(void)
+void mxop__px_client_stop(void)
 {
     pthread_mutex_lock(&lock);
     mxop_client_t *c = client;
@@ -345,7 +345,6 @@ static void shutdown_proxy(void)
     if (c != NULL)
         mxop_close(c);
     stop_private();
-    mxop__px_ops_free();
     for (int i = 0; i < cfg.n_libs; i++)
         free(cfg.libs[i]);
     memset(&cfg, 0, sizeof(cfg));
@@ -389,12 +388,10 @@ mxop_client_t *mxop__px_client_start(void)
             goto fail;
         }
     }
-    if (mxop__px_ops_build(c) != 0)
-        goto fail;
     client = c;
     static int registered;
     if (!registered++)
-        atexit(shutdown_proxy);
+        atexit(mxop__px_client_stop);
     pthread_mutex_unlock(&lock);
     return c;
 fail:

@@ -31,7 +31,18 @@ EXPORT int initialize(int version)
     if (version < 10900)
         return mxop__px_fail("mxop proxy: MXNet %d is older than 1.9, the first with lib_api 11",
                              version);
-    return mxop__px_client_start() != NULL ? MXOP__PX_OK : MXOP__PX_FAIL;
+    if (mxop__px_client_start() == NULL)
+        return MXOP__PX_FAIL;
+    mxop_client_t *c = mxop__px_client_lock();
+    if (c == NULL)
+        return MXOP__PX_FAIL;
+    int rc = mxop__px_ops_build(c);
+    mxop__px_client_unlock();
+    if (rc != 0) {
+        mxop__px_client_stop();
+        return MXOP__PX_FAIL;
+    }
+    return MXOP__PX_OK;
 }
 
 EXPORT int _msgSize(void)

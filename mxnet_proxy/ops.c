@@ -46,7 +46,8 @@ int mxop__px_ops_count(void)
     return n_ops;
 }
 
-void mxop__px_ops_free(void)
+/* At exit: MXNet has no op of the proxy's left to call. */
+static void ops_free(void)
 {
     free(ops);
     ops = NULL;
@@ -79,6 +80,8 @@ mxop__px_op_t *mxop__px_op_of(mxop__px_fn fn, enum mxop__px_kind kind)
 
 int mxop__px_ops_build(mxop_client_t *c)
 {
+    if (ops != NULL)
+        return 0;
     int n = mxop_op_count(c);
     mxop__px_op_t *t = calloc((size_t)(n > 0 ? n : 1), sizeof(*t));
     if (t == NULL)
@@ -114,6 +117,9 @@ int mxop__px_ops_build(mxop_client_t *c)
     }
     ops = t;
     n_ops = n;
+    static int registered;
+    if (!registered++)
+        atexit(ops_free);
     return 0;
 }
 

@@ -4,11 +4,13 @@
  * it is configured with becomes an MXNet op whose calls run in mxop's
  * sandboxed worker.
  *
- * The parts: daemon.c (configuration, the daemon: $MXOP_SOCKET's or a
- * private one, the client), ops.c (the op table and each op callback
- * translated into libmxop calls), msgs.c (the per-thread messages MXNet
- * reads back after a failed callback), entry.c (the C entry points MXNet
- * looks up by name), seed.cc (a seed drawn from MXNet's random states).
+ * The parts, each calling only the ones after it: entry.c (the C entry
+ * points MXNet looks up by name), ops.c (the op table and each op callback
+ * translated into libmxop calls), shared.c (MXNet's cpu_shared arrays as
+ * regions), daemon.c (configuration, the daemon: $MXOP_SOCKET's or a
+ * private one, the client and its lock), msgs.c (the per-thread messages
+ * MXNet reads back after a failed callback), seed.cc (a seed drawn from
+ * MXNet's random states).
  */
 #ifndef MXOP_MXNET_PROXY_PROXY_H
 #define MXOP_MXNET_PROXY_PROXY_H
@@ -63,6 +65,9 @@ typedef struct mxop__px_op {
  */
 mxop_client_t *mxop__px_client_start(void);
 
+/** Closes the session and stops the private daemon (also run at exit); idempotent. */
+void mxop__px_client_stop(void);
+
 /** $MXOP_MXNET_PREFIX or the config file's prefix ("" by default). */
 const char *mxop__px_config_prefix(void);
 
@@ -72,12 +77,14 @@ void mxop__px_client_unlock(void);
 
 /* ---- ops.c ---- */
 
-/** Builds the op table from the client's ops; 0 or -1 with a message recorded. */
+/**
+ * Builds the op table from the client's ops (the caller holds the client
+ * lock); 0 or -1 with a message recorded.  Idempotent: MXNet keeps the
+ * callbacks of the first table.  The table is freed at exit.
+ */
 int mxop__px_ops_build(mxop_client_t *c);
 int mxop__px_ops_count(void);
 
-/** Frees the op table (at unload: MXNet has no op of the proxy's left to call). */
-void mxop__px_ops_free(void);
 mxop__px_op_t *mxop__px_op_at(int i);
 
 /** The op whose callback of kind `kind` is `fn`, or NULL (a message is recorded). */
