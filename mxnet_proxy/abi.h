@@ -3,7 +3,8 @@
  * (lib_api version 11, MXNet 1.9.x and 2.0), as far as the proxy needs it.
  *
  * Written here from the ABI's facts (docs/mxnet.md, shared notes), no
- * MXNet code.  MXNet looks every entry point up by name and calls it with
+ * MXNet code; the numbers both sides of mxop's MXNet support need are in
+ * common/mxnet_abi.h.  MXNet looks every entry point up by name and calls it with
  * these argument lists; the "function pointers" _opRegGet hands out
  * (parse, infer, forward, ...) are never called by MXNet, only passed back
  * to the library's _opCall* entry points, so the proxy hands out pointers
@@ -15,24 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* MX_LIBRARY_VERSION: MXNet aborts unless it is exactly its own. */
-#define MXOP__PX_LIB_VERSION 11
-
-/* MXReturnValue. */
-#define MXOP__PX_FAIL 0
-#define MXOP__PX_OK 1
-
-/* MXNet's dtype numbers (MXDType) and storage types. */
-enum {
-    MXOP__PX_F32 = 0,
-    MXOP__PX_F64 = 1,
-    MXOP__PX_F16 = 2,
-    MXOP__PX_U8 = 3,
-    MXOP__PX_I32 = 4,
-    MXOP__PX_I8 = 5,
-    MXOP__PX_I64 = 6
-};
-enum { MXOP__PX_DENSE = 0, MXOP__PX_ROW_SPARSE = 1, MXOP__PX_CSR = 2 };
+#include "common/mxnet_abi.h"
 
 /* An opaque callback handed to MXNet and passed back (fcomp_t, parseAttrs_t, ...). */
 typedef void (*mxop__px_fn)(void);

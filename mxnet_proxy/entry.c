@@ -21,7 +21,7 @@ static const char *cpu_ctx[1] = {"cpu"};
 
 EXPORT int _opVersion(void)
 {
-    return MXOP__PX_LIB_VERSION;
+    return MXOP__MX_LIB_VERSION;
 }
 
 EXPORT int initialize(int version)
@@ -32,17 +32,17 @@ EXPORT int initialize(int version)
         return mxop__px_fail("mxop proxy: MXNet %d is older than 1.9, the first with lib_api 11",
                              version);
     if (mxop__px_client_start() == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     mxop_client_t *c = mxop__px_client_lock();
     if (c == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     int rc = mxop__px_ops_build(c);
     mxop__px_client_unlock();
     if (rc != 0) {
         mxop__px_client_stop();
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     }
-    return MXOP__PX_OK;
+    return MXOP__MX_OK;
 }
 
 EXPORT int _msgSize(void)
@@ -153,7 +153,7 @@ EXPORT int _opCallFCompute(mxop__px_fn fcomp, const char *const *keys, const cha
         backward = 1;
     }
     if (o == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     return mxop__px_compute(o, backward, keys, vals, num, inshapes, indims, indata, intypes,
                             indev_type, instypes, num_in, outshapes, outdims, outdata, outtypes,
                             outdev_type, outstypes, num_out, rng_cpu_states);
@@ -210,7 +210,7 @@ EXPORT int _partCallSupportedOps(mxop__px_fn supported_ops, const char *json, in
                                  const char *const *opt_keys, const char *const *opt_vals,
                                  int num_opts)
 {
-    return MXOP__PX_FAIL;
+    return MXOP__MX_FAIL;
 }
 
 EXPORT int _partCallCreateSelector(mxop__px_fn create_selector, const char *json, void **selector,
@@ -218,7 +218,7 @@ EXPORT int _partCallCreateSelector(mxop__px_fn create_selector, const char *json
                                    int num_opts)
 {
     *selector = NULL;
-    return MXOP__PX_FAIL;
+    return MXOP__MX_FAIL;
 }
 
 EXPORT void _partCallSelect(void *sel_inst, int node_id, int *selected)
@@ -251,7 +251,7 @@ EXPORT void _partCallReset(void *sel_inst)
 EXPORT int _partCallReviewSubgraph(mxop__px_fn review_subgraph, const char *json, int subgraph_id,
                                    int *accept)
 {
-    return MXOP__PX_FAIL;
+    return MXOP__MX_FAIL;
 }
 
 EXPORT int _passRegSize(void)
@@ -267,5 +267,5 @@ EXPORT void _passRegGet(int pass_idx, mxop__px_fn *graph_pass, const char **pass
 
 EXPORT int _passCallGraphPass(mxop__px_fn graph_pass, const char *in_graph, char **out_graph)
 {
-    return MXOP__PX_FAIL;
+    return MXOP__MX_FAIL;
 }

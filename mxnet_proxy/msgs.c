@@ -32,7 +32,7 @@ int mxop__px_fail(const char *fmt, ...)
         va_end(ap);
         n_msgs++;
     }
-    return MXOP__PX_FAIL;
+    return MXOP__MX_FAIL;
 }
 
 int mxop__px_msgs_count(void)

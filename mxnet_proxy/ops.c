@@ -22,25 +22,6 @@
 static mxop__px_op_t *ops;
 static int n_ops;
 
-/* MXNet's dtype numbers to mxop's and back (lib_api has no bf16 or bool). */
-static const int32_t of_mx[7] = {MXOP_F32, MXOP_F64, MXOP_F16, MXOP_U8,
-                                 MXOP_I32, MXOP_I8,  MXOP_I64};
-
-static int to_mx(int32_t dt)
-{
-    for (int i = 0; i < 7; i++)
-        if (of_mx[i] == dt)
-            return i;
-    return -1;
-}
-
-static const char *mx_dtype_name(int t)
-{
-    static const char *names[] = {"float32", "float64", "float16", "uint8",
-                                  "int32",   "int8",    "int64"};
-    return t >= 0 && t < 7 ? names[t] : "a dtype mxop does not have";
-}
-
 int mxop__px_ops_count(void)
 {
     return n_ops;
@@ -167,7 +148,7 @@ static int inputs_of(const mxop__px_op_t *o, const char *const *keys, const char
     return o->min_in;
 }
 
-/* Records "op 'x' (lib): <libmxop's detail> [CODE]" and returns MXOP__PX_FAIL. */
+/* Records "op 'x' (lib): <libmxop's detail> [CODE]" and returns MXOP__MX_FAIL. */
 static int fail_call(mxop_client_t *c, const mxop__px_op_t *o, const char *what, int rc)
 {
     return mxop__px_fail("mxop op '%s' (%s) %s failed: %s [%s]", o->name, o->library, what,
@@ -179,10 +160,10 @@ int mxop__px_parse_attrs(mxop__px_fn fn, const char *const *keys, const char *co
 {
     mxop__px_op_t *o = mxop__px_op_of(fn, MXOP__PX_PARSE);
     if (o == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     *num_in = inputs_of(o, keys, vals, num);
     *num_out = o->num_out;
-    return MXOP__PX_OK;
+    return MXOP__MX_OK;
 }
 
 int mxop__px_mutate_inputs(mxop__px_fn fn, int **indices, int *size)
@@ -192,27 +173,27 @@ int mxop__px_mutate_inputs(mxop__px_fn fn, int **indices, int *size)
     *indices = malloc(sizeof(int) * 64);
     *size = 0;
     if (o == NULL || *indices == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     for (int i = 0; i < 64; i++)
         if (o->mutated & (1ull << i))
             (*indices)[(*size)++] = i;
-    return MXOP__PX_OK;
+    return MXOP__MX_OK;
 }
 
 int mxop__px_infer_stype(mxop__px_fn fn, int *instypes, int num_in, int *outstypes, int num_out)
 {
     mxop__px_op_t *o = mxop__px_op_of(fn, MXOP__PX_STYPE);
     if (o == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     for (int i = 0; i < num_in; i++)
-        if (instypes[i] != MXOP__PX_DENSE)
+        if (instypes[i] != MXOP__MX_DENSE)
             return mxop__px_fail(
                 "mxop op '%s': input %d has %s storage; mxop ops take dense tensors "
                 "only",
-                o->name, i, instypes[i] == MXOP__PX_CSR ? "CSR" : "row_sparse");
+                o->name, i, instypes[i] == MXOP__MX_CSR ? "CSR" : "row_sparse");
     for (int j = 0; j < num_out; j++)
-        outstypes[j] = MXOP__PX_DENSE;
-    return MXOP__PX_OK;
+        outstypes[j] = MXOP__MX_DENSE;
+    return MXOP__MX_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -238,7 +219,7 @@ int mxop__px_infer_type(mxop__px_fn fn, const char *const *keys, const char *con
 {
     mxop__px_op_t *o = mxop__px_op_of(fn, MXOP__PX_TYPE);
     if (o == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     if (num_in > MXOP_MAX_TENSORS || num_out != o->num_out)
         return mxop__px_fail("mxop op '%s': %d inputs and %d outputs, the op has %d outputs",
                              o->name, num_in, num_out, o->num_out);
@@ -250,37 +231,37 @@ int mxop__px_infer_type(mxop__px_fn fn, const char *const *keys, const char *con
     int32_t dt[MXOP_MAX_TENSORS];
     for (int i = 0; i < num_in; i++) {
         if (intypes[i] < 0)
-            intypes[i] = known >= 0 ? known : MXOP__PX_F32;
-        if (intypes[i] > MXOP__PX_I64)
+            intypes[i] = known >= 0 ? known : MXOP__MX_F32;
+        if (intypes[i] > MXOP__MX_I64)
             return mxop__px_fail(
                 "mxop op '%s': input %d has MXNet dtype %d, which lib_api and mxop "
                 "ops cannot take",
                 o->name, i, intypes[i]);
-        dt[i] = of_mx[intypes[i]];
+        dt[i] = mxop__mx_to_dtype(intypes[i]);
     }
     /* Without the shapes of the last InferShape of this op, outputs take input 0's type. */
     if (!o->have_shapes || o->cache_n != num_in) {
         for (int j = 0; j < num_out; j++)
-            outtypes[j] = num_in > 0 ? intypes[0] : MXOP__PX_F32;
+            outtypes[j] = num_in > 0 ? intypes[0] : MXOP__MX_F32;
         memcpy(o->cache_dtypes, dt, sizeof(dt[0]) * (size_t)num_in);
         o->cache_n = num_in;
         o->have_dtypes = 1;
         o->have_shapes = 0;
-        return MXOP__PX_OK;
+        return MXOP__MX_OK;
     }
     attrs_t a;
     if (attrs_make(&a, keys, vals, num) != 0)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     int32_t odt[MXOP_MAX_TENSORS];
     mxop_shape_t osh[MXOP_MAX_TENSORS];
     mxop_client_t *c;
     int rc = infer(o, &a, num_in, dt, o->cache_shapes, odt, osh, &c);
     attrs_free(&a);
     if (rc == MXOP_EDTYPE || rc == MXOP_EATTR || rc == MXOP_EDISCONNECTED)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     mxop__px_msgs_clear();
     for (int j = 0; j < num_out; j++) {
-        int t = rc == 0 ? to_mx(odt[j]) : (num_in > 0 ? intypes[0] : MXOP__PX_F32);
+        int t = rc == 0 ? mxop__mx_of_dtype(odt[j]) : (num_in > 0 ? intypes[0] : MXOP__MX_F32);
         if (t < 0)
             return mxop__px_fail("mxop op '%s': output %d would be a dtype MXNet's lib_api lacks",
                                  o->name, j);
@@ -288,7 +269,7 @@ int mxop__px_infer_type(mxop__px_fn fn, const char *const *keys, const char *con
     }
     memcpy(o->cache_dtypes, dt, sizeof(dt[0]) * (size_t)num_in);
     o->have_dtypes = 1;
-    return MXOP__PX_OK;
+    return MXOP__MX_OK;
 }
 
 /* The dtypes tried for a shape inference with no known types: mxop checks both at once. */
@@ -302,7 +283,7 @@ int mxop__px_infer_shape(mxop__px_fn fn, const char *const *keys, const char *co
 {
     mxop__px_op_t *o = mxop__px_op_of(fn, MXOP__PX_SHAPE);
     if (o == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     if (num_in > MXOP_MAX_TENSORS || num_out != o->num_out)
         return mxop__px_fail("mxop op '%s': %d inputs and %d outputs, the op has %d outputs",
                              o->name, num_in, num_out, o->num_out);
@@ -318,7 +299,7 @@ int mxop__px_infer_shape(mxop__px_fn fn, const char *const *keys, const char *co
     }
     attrs_t a;
     if (attrs_make(&a, keys, vals, num) != 0)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     int32_t dt[MXOP_MAX_TENSORS], odt[MXOP_MAX_TENSORS];
     mxop_shape_t osh[MXOP_MAX_TENSORS];
     int have = o->have_dtypes && o->cache_n == num_in;
@@ -334,7 +315,7 @@ int mxop__px_infer_shape(mxop__px_fn fn, const char *const *keys, const char *co
     }
     attrs_free(&a);
     if (rc != 0)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     mxop__px_msgs_clear();
     memcpy(o->cache_shapes, sh, sizeof(sh[0]) * (size_t)num_in);
     memcpy(o->cache_dtypes, dt, sizeof(dt[0]) * (size_t)num_in);
@@ -369,7 +350,7 @@ int mxop__px_infer_shape(mxop__px_fn fn, const char *const *keys, const char *co
             (*outshapes)[j][d] = (unsigned int)osh[j].dims[d];
         }
     }
-    return MXOP__PX_OK;
+    return MXOP__MX_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -387,11 +368,11 @@ static int arrays(const mxop__px_op_t *o, const char *what, int n, const int64_t
         if (dev[i] == NULL || strcmp(dev[i], "cpu") != 0)
             return mxop__px_fail("mxop op '%s': %s %d is on %s; the proxy takes cpu tensors only",
                                  o->name, what, i, dev[i] != NULL ? dev[i] : "?");
-        if (stypes[i] != MXOP__PX_DENSE)
+        if (stypes[i] != MXOP__MX_DENSE)
             return mxop__px_fail("mxop op '%s': %s %d has sparse storage; mxop ops take dense "
                                  "tensors only",
                                  o->name, what, i);
-        if (types[i] < 0 || types[i] > MXOP__PX_I64)
+        if (types[i] < 0 || types[i] > MXOP__MX_I64)
             return mxop__px_fail(
                 "mxop op '%s': %s %d has MXNet dtype %d, which mxop ops cannot take", o->name, what,
                 i, types[i]);
@@ -401,7 +382,7 @@ static int arrays(const mxop__px_op_t *o, const char *what, int n, const int64_t
         mxop_array_t *a = &out[i];
         memset(a, 0, sizeof(*a));
         a->data = data[i];
-        a->dtype = of_mx[types[i]];
+        a->dtype = mxop__mx_to_dtype(types[i]);
         a->ndim = dims[i];
         a->region = MXOP_REGION_HEAP;
         size_t elems = 1;
@@ -422,7 +403,7 @@ static int run(mxop__px_op_t *o, int backward, uint64_t *state, const char *cons
 {
     mxop_client_t *c = mxop__px_client_lock();
     if (c == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     mxop_call_t call;
     memset(&call, 0, sizeof(call));
     call.struct_size = sizeof(call);
@@ -445,7 +426,7 @@ static int run(mxop__px_op_t *o, int backward, uint64_t *state, const char *cons
     if (rc != 0)
         fail_call(c, o, backward ? "backward" : "forward", rc);
     mxop__px_client_unlock();
-    return rc == 0 ? MXOP__PX_OK : MXOP__PX_FAIL;
+    return rc == 0 ? MXOP__MX_OK : MXOP__MX_FAIL;
 }
 
 int mxop__px_compute(mxop__px_op_t *o, int backward, const char *const *keys,
@@ -458,10 +439,10 @@ int mxop__px_compute(mxop__px_op_t *o, int backward, const char *const *keys,
     if (arrays(o, "input", num_in, inshapes, indims, indata, intypes, indev, instypes, in) != 0 ||
         arrays(o, "output", num_out, outshapes, outdims, outdata, outtypes, outdev, outstypes,
                out) != 0)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     attrs_t a;
     if (attrs_make(&a, keys, vals, num) != 0)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     int rc = run(o, backward, NULL, a.kv, in, num_in, out, num_out, mxop__px_seed_from(rng_cpu),
                  NULL, NULL);
     attrs_free(&a);
@@ -515,7 +496,7 @@ int mxop__px_state_create(mxop__px_fn fn, const char *const *keys, const char *c
     *state_op = NULL;
     mxop__px_op_t *o = mxop__px_op_of(fn, MXOP__PX_CREATE);
     if (o == NULL)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     if (dev_type == NULL || strcmp(dev_type, "cpu") != 0)
         return mxop__px_fail("mxop op '%s': a state for %s; the proxy makes cpu states only",
                              o->name, dev_type != NULL ? dev_type : "?");
@@ -530,13 +511,13 @@ int mxop__px_state_create(mxop__px_fn fn, const char *const *keys, const char *c
     s->op = o;
     s->n_in = num_in;
     for (int i = 0; i < num_in; i++) {
-        if (intypes[i] < 0 || intypes[i] > MXOP__PX_I64 || indims[i] < 0 ||
+        if (intypes[i] < 0 || intypes[i] > MXOP__MX_I64 || indims[i] < 0 ||
             indims[i] > MXOP_MAX_DIMS) {
             state_free(s);
             return mxop__px_fail("mxop op '%s': input %d (%s, %d dimensions) cannot make a state",
-                                 o->name, i, mx_dtype_name(intypes[i]), indims[i]);
+                                 o->name, i, mxop__mx_dtype_name(intypes[i]), indims[i]);
         }
-        s->dtypes[i] = of_mx[intypes[i]];
+        s->dtypes[i] = mxop__mx_to_dtype(intypes[i]);
         s->shapes[i].ndim = indims[i];
         for (int d = 0; d < indims[i]; d++)
             s->shapes[i].dims[d] = inshapes[i][d];
@@ -564,10 +545,10 @@ int mxop__px_state_create(mxop__px_fn fn, const char *const *keys, const char *c
         mxop__px_client_unlock();
     if (rc != 0) {
         state_free(s);
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     }
     *state_op = s;
-    return MXOP__PX_OK;
+    return MXOP__MX_OK;
 }
 
 int mxop__px_state_compute(int is_forward, void *state_op, const int64_t **inshapes, int *indims,
@@ -584,7 +565,7 @@ int mxop__px_state_compute(int is_forward, void *state_op, const int64_t **insha
             0 ||
         arrays(s->op, "output", num_out, outshapes, outdims, outdata, outtypes, outdev, outstypes,
                out) != 0)
-        return MXOP__PX_FAIL;
+        return MXOP__MX_FAIL;
     return run(s->op, !is_forward, &s->id, (const char *const *)s->kv, in, num_in, out, num_out,
                mxop__px_seed_from(rng_cpu), state_remake, s);
 }

@@ -136,7 +136,7 @@ void mxop__px_shared_map(mxop_client_t *c, mxop_array_t *a, int n);
 /** Forgets this thread's messages (at the start of each callback). */
 void mxop__px_msgs_clear(void);
 
-/** Records a message for this thread; returns MXOP__PX_FAIL. */
+/** Records a message for this thread; returns MXOP__MX_FAIL. */
 int mxop__px_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 int mxop__px_msgs_count(void);
