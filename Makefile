@@ -115,7 +115,7 @@ endif
 PROTOS    := $(wildcard proto/*.proto)
 GEN_C     := $(patsubst proto/%.proto,$(B)/gen/%.pb-c.c,$(PROTOS))
 GEN_H     := $(GEN_C:.c=.h)
-COMMON_C  := $(wildcard common/*.c) $(wildcard proto/*.c) $(wildcard shm/*.c)
+COMMON_C  := $(wildcard common/*.c) $(wildcard wire/*.c) $(wildcard shm/*.c)
 DAEMON_C  := $(wildcard server/daemon/*.c)
 # inproc.c is the worker's op runtime for other processes (libmxop-inproc.a), not the worker's.
 WORKER_C  := $(filter-out server/worker/inproc.c,$(wildcard server/worker/*.c)) \

@@ -209,7 +209,7 @@ static int socket_frames(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxo
 }
 
 /*
- * One look of the busy-poll before the blocking recv (shm/sockspin.h):
+ * One look of the busy-poll before the blocking recv (wire/sockspin.h):
  * whatever the socket has, without waiting.  An end of stream or an error
  * ends the spin as "block now" (-1), so that the blocking recv meets it
  * again and reports it (a dead worker, a hang-up); "ready" there would

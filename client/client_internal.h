@@ -15,10 +15,10 @@
 
 #include "client/lease.h"
 #include "mxop/client.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 #include "shm/mailbox.h"
-#include "shm/rxbuf.h"
-#include "shm/sockspin.h"
+#include "wire/rxbuf.h"
+#include "wire/sockspin.h"
 
 #include "common.pb-c.h"
 #include "control.pb-c.h"
@@ -152,7 +152,7 @@ struct mxop_client {
     mxop__framebuf_t data_fb; /* calls on the way out */
     mxop__rxbuf_t data_rx;    /* results coming in on the data socket */
     int64_t rcvtimeo_ms;      /* SO_RCVTIMEO set on data_fd, 0: not yet */
-    /* The socket path's busy-poll before a blocking recv (shm/sockspin.h). */
+    /* The socket path's busy-poll before a blocking recv (wire/sockspin.h). */
     mxop__sockspin_t data_spin;
     mxop__pbarena_t pba;
 

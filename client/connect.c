@@ -16,7 +16,7 @@
 #include "client/client_internal.h"
 #include "shm/call_page.h"
 #include "common/util.h"
-#include "shm/fdpass.h"
+#include "wire/fdpass.h"
 
 /* The detail of the last failed mxop_connect, per thread: there is no
  * client yet to hold it. */

@@ -14,7 +14,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 #include "shm/region.h"
 
 _Static_assert(MXOP__FRAME_HDR == 12, "mxop__mbox_fits assumes a 12-byte frame header");

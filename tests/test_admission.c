@@ -18,7 +18,7 @@
 #include "control.pb-c.h"
 #include "harness.h"
 #include "mxop/errors.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 
 static mxt_daemon_t daemon_;
 

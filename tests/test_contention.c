@@ -25,7 +25,7 @@
 #include "common/util.h"
 #include "data.pb-c.h"
 #include "harness.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 #include "client/spincap.h"
 #include "shm/mailbox.h"
 

@@ -12,7 +12,7 @@
 
 #include "control.pb-c.h"
 #include "harness.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 
 static mxt_daemon_t daemon_;
 static mxop_client_t *client;

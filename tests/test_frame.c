@@ -9,7 +9,7 @@
 
 #include "data.pb-c.h"
 #include "mxop/client.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 #include "shm/desc.h"
 #include "shm/region.h"
 

@@ -1,6 +1,6 @@
 /*
  * tests/test_sockspin.c - the socket data path's busy-poll before a
- * blocking wait (shm/sockspin.c): the policy itself (it stops spinning
+ * blocking wait (wire/sockspin.c): the policy itself (it stops spinning
  * when spins do not pay, spins again when they do, never with
  * MXOP_SOCKET_SPIN=0, and stops at an error), and through the daemon on
  * the socket path: more client processes than CPUs all finish, idle
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "shm/sockspin.h"
+#include "wire/sockspin.h"
 
 /* ---- the policy, with a look function standing for the socket ---- */
 

@@ -50,7 +50,7 @@ static int poll_recv(int fd, unsigned char *buf, size_t len)
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 10000) <= 0)
             return -1;
-        /* With room for descriptors, as shm/fdpass.c reads every frame. */
+        /* With room for descriptors, as wire/fdpass.c reads every frame. */
         union {
             char buf[CMSG_SPACE(sizeof(int) * 8)];
             struct cmsghdr align;

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "server/status_page.h"
+#include "shm/status_page.h"
 
 /**
  * Moves the just-started worker `pid` into a cgroup of its own, limited to

@@ -25,7 +25,7 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/daemon.h"
-#include "shm/fdpass.h"
+#include "wire/fdpass.h"
 
 struct mxop__wq {
     mxop__wq_t *next;

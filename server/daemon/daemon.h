@@ -36,10 +36,10 @@
 
 #include "common.pb-c.h"
 #include "control.pb-c.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 #include "server/daemon/lease_pages.h"
 #include "server/daemon/spawn.h"
-#include "server/status_page.h"
+#include "shm/status_page.h"
 #include "supervisor.pb-c.h"
 
 /* The control protocol versions this daemon speaks. */

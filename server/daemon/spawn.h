@@ -10,9 +10,9 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "server/status_page.h"
+#include "shm/status_page.h"
 
-/* pid 1 of a namespace says which signal ended it by its exit status (server/status_page.h). */
+/* pid 1 of a namespace says which signal ended it by its exit status (shm/status_page.h). */
 #define MXOP__SPAWN_EXIT_SIGNAL MXOP__W_EXIT_SIGNAL
 
 /* The most descriptors a child is given (fds 0..MXOP__SPAWN_FDS_MAX-1). */

@@ -24,16 +24,16 @@
 
 #include "common/util.h"
 #include "mxop/client.h"
-#include "proto/frame.h"
-#include "server/status_page.h"
+#include "wire/frame.h"
+#include "shm/status_page.h"
 #include "server/worker/blas.h"
 #include "server/worker/pid1.h"
 #include "server/worker/prefill.h"
 #include "server/worker/worker.h"
 #include "shm/mailbox.h"
 #include "shm/placement.h"
-#include "shm/rxbuf.h"
-#include "shm/sockspin.h"
+#include "wire/rxbuf.h"
+#include "wire/sockspin.h"
 
 /*
  * Once a call has begun to arrive on the socket, the rest must follow
@@ -303,7 +303,7 @@ static int look_once(void *arg)
 
 /*
  * Without a mailbox, the next call comes on the socket: poll without
- * blocking for a short while first (shm/sockspin.h: a blocked worker's
+ * blocking for a short while first (wire/sockspin.h: a blocked worker's
  * idle CPU costs a wake-up of tens of microseconds here).  Returns what
  * poll() returned with pfd filled in, or 0 when the caller should block.
  */

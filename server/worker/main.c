@@ -26,7 +26,7 @@
 #include "common/test_stop.h"
 #include "common/util.h"
 #include "mxop/client.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 #include "server/worker/pid1.h"
 #include "server/worker/worker.h"
 #include "server/worker/sandbox.h"

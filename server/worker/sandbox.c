@@ -534,7 +534,7 @@ static int protect_channels(scmp_filter_ctx f, char *err, size_t errlen)
     }
     /*
      * Sends: the worker's own are sendmsg(fd, msg, MSG_NOSIGNAL), nothing
-     * else (shm/fdpass.c, for both data paths); send(2) is sendto, so an op
+     * else (wire/fdpass.c, for both data paths); send(2) is sendto, so an op
      * that sends on a stale descriptor number with send, sendto, sendmmsg,
      * sendfile, splice or a sendmsg with other flags is refused.  A library
      * that copies the worker's exact sendmsg still gets through: what it

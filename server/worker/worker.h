@@ -17,7 +17,7 @@
 #include <sys/types.h>
 
 #include "mxop/op.h"
-#include "server/status_page.h"
+#include "shm/status_page.h"
 
 #include "common.pb-c.h"
 #include "data.pb-c.h"

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "data.pb-c.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 #include "server/worker/worker.h"
 
 #ifndef MXOP_FUZZ_PLUGINS

@@ -47,7 +47,7 @@
 
 #include "client/client_internal.h"
 #include "control.pb-c.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

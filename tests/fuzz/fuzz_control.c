@@ -16,7 +16,7 @@
 #include "control.pb-c.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 #include "server/daemon/session.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

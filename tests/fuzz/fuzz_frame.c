@@ -3,7 +3,7 @@
  *
  * The input is a byte stream as a peer would send it on any mxop channel.
  * It is cut into frames exactly as the daemon and the worker cut theirs
- * (shm/rxbuf.c: header checks, length bound, buffering), and each frame's
+ * (wire/rxbuf.c: header checks, length bound, buffering), and each frame's
  * payload is unpacked as the message its kind names, through the same
  * bump arena the daemon uses.  Whatever the bytes, decoding must end in a
  * frame, a "need more" or a named header error: never a crash, an
@@ -15,8 +15,8 @@
 
 #include "control.pb-c.h"
 #include "data.pb-c.h"
-#include "proto/frame.h"
-#include "shm/rxbuf.h"
+#include "wire/frame.h"
+#include "wire/rxbuf.h"
 #include "supervisor.pb-c.h"
 
 /* The daemon's per-connection arena size (server/daemon/daemon.h). */

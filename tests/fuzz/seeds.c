@@ -19,7 +19,7 @@
 
 #include "control.pb-c.h"
 #include "data.pb-c.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 #include "supervisor.pb-c.h"
 
 static const char *root;

@@ -27,7 +27,7 @@
 
 #include "mxop/errors.h"
 #include "mxop/op.h"
-#include "../../server/status_page.h" /* the layout any op of the worker can see */
+#include "../../shm/status_page.h" /* the layout any op of the worker can see */
 
 MXOP_PLUGIN("forge_note", "1.0");
 

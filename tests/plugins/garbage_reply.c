@@ -86,7 +86,7 @@ static size_t put_varint(uint8_t *p, uint64_t v)
 
 static void put_hdr(uint8_t *p, uint32_t len)
 {
-    const uint32_t magic = 0x504F584Du; /* "MXOP", proto/frame.h */
+    const uint32_t magic = 0x504F584Du; /* "MXOP", wire/frame.h */
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(magic >> (8 * i));
     p[4] = 1; /* frame version */

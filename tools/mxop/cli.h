@@ -11,7 +11,7 @@
 
 #include "common.pb-c.h"
 #include "control.pb-c.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 
 /* A control connection to mxop-serverd, after Hello. */
 typedef struct mxop__cli_conn {

@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "control.pb-c.h"
-#include "proto/frame.h"
+#include "wire/frame.h"
 
 typedef struct mxop__rconn {
     int fd;

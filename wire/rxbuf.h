@@ -1,5 +1,5 @@
 /*
- * shm/rxbuf.h - buffered reception of frames from a stream socket.
+ * wire/rxbuf.h - buffered reception of frames from a stream socket.
  *
  * The data channel's hot path reads a whole frame (header and payload) with
  * one recv() when it is there, instead of one recv() for the header and
@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "proto/frame.h"
+#include "wire/frame.h"
 
 typedef struct mxop__rxbuf {
     uint8_t *data;

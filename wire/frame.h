@@ -1,5 +1,5 @@
 /*
- * proto/frame.h - the frame format shared by every mxop channel.
+ * wire/frame.h - the frame format shared by every mxop channel.
  *
  * A frame is a 12-byte header followed by one packed protobuf-c message:
  *

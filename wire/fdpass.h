@@ -1,5 +1,5 @@
 /*
- * shm/fdpass.h - sending and receiving file descriptors over Unix sockets.
+ * wire/fdpass.h - sending and receiving file descriptors over Unix sockets.
  *
  * Regions (memfds) and data channels (socketpair ends) move between the
  * client, the daemon and workers as SCM_RIGHTS ancillary data.  Received

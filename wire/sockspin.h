@@ -1,5 +1,5 @@
 /*
- * shm/sockspin.h - the socket data path's short, adaptive busy-poll before
+ * wire/sockspin.h - the socket data path's short, adaptive busy-poll before
  * a blocking wait (client waiting for a result, worker waiting for the
  * next call).
  *

@@ -1,7 +1,7 @@
 /*
- * proto/frame.c - the frame header codec and blocking frame I/O.
+ * wire/frame.c - the frame header codec and blocking frame I/O.
  */
-#include "proto/frame.h"
+#include "wire/frame.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -11,7 +11,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "shm/fdpass.h"
+#include "wire/fdpass.h"
 
 static void put_u16(uint8_t *p, uint16_t v)
 {

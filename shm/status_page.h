@@ -1,5 +1,5 @@
 /*
- * server/status_page.h - the page a worker shares with the daemon.
+ * shm/status_page.h - the page a worker shares with the daemon.
  *
  * The worker publishes the call it is running (id, op, start, deadline);
  * the daemon's watchdog reads it to enforce deadlines even when the client

@@ -1,14 +1,14 @@
 /*
- * shm/fdpass.c - SCM_RIGHTS send and receive.
+ * wire/fdpass.c - SCM_RIGHTS send and receive.
  */
-#include "shm/fdpass.h"
+#include "wire/fdpass.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "proto/frame.h"
+#include "wire/frame.h"
 
 ssize_t mxop__send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {

@@ -1,8 +1,8 @@
 /*
- * shm/sockspin.c - the socket data path's adaptive busy-poll (see
+ * wire/sockspin.c - the socket data path's adaptive busy-poll (see
  * sockspin.h for why).
  */
-#include "shm/sockspin.h"
+#include "wire/sockspin.h"
 
 #include <stdlib.h>
 #include <string.h>

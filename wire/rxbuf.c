@@ -1,7 +1,7 @@
 /*
- * shm/rxbuf.c - buffered frame reception (see rxbuf.h).
+ * wire/rxbuf.c - buffered frame reception (see rxbuf.h).
  */
-#include "shm/rxbuf.h"
+#include "wire/rxbuf.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "mxop/errors.h"
-#include "shm/fdpass.h"
+#include "wire/fdpass.h"
 
 int mxop__rxbuf_init(mxop__rxbuf_t *b, size_t cap)
 {

@@ -1,11 +1,11 @@
 /*
- * proto/pbarena.c - a bump allocator for protobuf-c unpacking.
+ * wire/pbarena.c - a bump allocator for protobuf-c unpacking.
  *
  * protobuf-c allocates every unpacked submessage and repeated field
  * separately; with malloc that is a dozen allocations per invoke.  Here
  * they come from one buffer that is reset before the next unpack.
  */
-#include "proto/frame.h"
+#include "wire/frame.h"
 
 #include <stdlib.h>
 #include <string.h>
