@@ -3,7 +3,7 @@
  * neither a socket nor a session.
  *
  * They run in two steps.  Before decoding, the wire form is walked once
- * with the message descriptors: the number of fields (known or not) and
+ * with the message descriptors (wire/pbwalk.c): the number of fields (known or not) and
  * the nesting are bounded, so that one frame cannot make the decoder
  * build hundreds of thousands of unknown-field records while other
  * clients wait.  After decoding, what the decoded strings hide is looked
@@ -20,6 +20,7 @@
 #include "mxop/client.h"
 #include "mxop/errors.h"
 #include "server/daemon/session.h"
+#include "wire/pbwalk.h"
 
 const char *mxop__ctl_body_name(int body_case)
 {
@@ -41,103 +42,62 @@ const char *mxop__ctl_body_name(int body_case)
     }
 }
 
-static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    uint64_t x = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = x;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* What the walk found; `code` stays 0 while everything is acceptable. */
+/* What the walk of a request's wire form counts and reports. */
 typedef struct walk {
     const mxop__limits_t *lim;
     bool check_strings;
     uint32_t fields;
-    int code;
     char *msg;
     size_t msglen;
 } walk_t;
 
-/*
- * Walks one message of type `desc` (NULL: unknown, fields only counted).
- * `path` names it for messages ("Request.load_library").
- */
-static void walk_msg(walk_t *w, const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
-                     size_t len, uint32_t depth, const char *path)
+static int count_field(void *ctx, const mxop__pbwalk_at_t *at)
 {
-    if (depth > w->lim->max_depth) {
-        w->code = MXOP_ELIMIT;
+    (void)at;
+    walk_t *w = ctx;
+    if (++w->fields <= w->lim->max_fields)
+        return 0;
+    mxop__fmt(w->msg, w->msglen,
+              "the request has more than %u fields (known or not), the limit for one request",
+              (unsigned)w->lim->max_fields);
+    return MXOP_ELIMIT;
+}
+
+static int refuse_nul(void *ctx, const mxop__pbwalk_at_t *at, const uint8_t *s, size_t len)
+{
+    walk_t *w = ctx;
+    const uint8_t *nul = w->check_strings ? memchr(s, '\0', len) : NULL;
+    if (nul == NULL)
+        return 0;
+    mxop__fmt(w->msg, w->msglen,
+              "string field %s.%s holds a NUL byte (at byte %zu of %zu); strings may not contain "
+              "NUL",
+              at->path, at->field->name, (size_t)(nul - s), len);
+    return MXOP_EINVAL;
+}
+
+/* The request's wire form within the limits, its strings free of NUL. */
+static int walk_request(walk_t *w, const uint8_t *payload, size_t len)
+{
+    mxop__pbwalk_t pw = {
+        .max_depth = w->lim->max_depth, .on_field = count_field, .on_string = refuse_nul, .ctx = w};
+    int rc = mxop__pbwalk(&pw, &mxop__request__descriptor, "Request", payload, len);
+    switch (rc) {
+    case MXOP__PBWALK_OK: return 0;
+    case MXOP__PBWALK_TOO_DEEP:
         mxop__fmt(w->msg, w->msglen,
                   "the request nests messages %u deep at %s, more than the limit of %u",
-                  (unsigned)depth, path, (unsigned)w->lim->max_depth);
-        return;
-    }
-    const uint8_t *p = buf;
-    const uint8_t *end = buf + len;
-    while (p < end && w->code == 0) {
-        uint64_t key;
-        uint64_t v;
-        if (!read_varint(&p, end, &key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff) {
-            w->code = MXOP_EPROTOCOL;
-            mxop__fmt(w->msg, w->msglen, "the request is malformed inside %s (bad field key)",
-                      path);
-            return;
-        }
-        if (++w->fields > w->lim->max_fields) {
-            w->code = MXOP_ELIMIT;
-            mxop__fmt(w->msg, w->msglen,
-                      "the request has more than %u fields (known or not), the limit for one "
-                      "request",
-                      (unsigned)w->lim->max_fields);
-            return;
-        }
-        uint32_t number = (uint32_t)(key >> 3);
-        const ProtobufCFieldDescriptor *f =
-            desc != NULL ? protobuf_c_message_descriptor_get_field(desc, number) : NULL;
-        bool ok = true;
-        switch (key & 7) {
-        case 0: ok = read_varint(&p, end, &v); break;
-        case 1:
-            ok = end - p >= 8;
-            p += ok ? 8 : 0;
-            break;
-        case 5:
-            ok = end - p >= 4;
-            p += ok ? 4 : 0;
-            break;
-        case 2:
-            ok = read_varint(&p, end, &v) && v <= (uint64_t)(end - p);
-            if (!ok)
-                break;
-            if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                char sub[128];
-                mxop__fmt(sub, sizeof(sub), "%s.%s", path, f->name);
-                walk_msg(w, f->descriptor, p, (size_t)v, depth + 1, sub);
-            } else if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && w->check_strings &&
-                       memchr(p, '\0', (size_t)v) != NULL) {
-                w->code = MXOP_EINVAL;
-                mxop__fmt(w->msg, w->msglen,
-                          "string field %s.%s holds a NUL byte (at byte %zu of %zu); strings "
-                          "may not contain NUL",
-                          path, f->name, (size_t)((const uint8_t *)memchr(p, '\0', v) - p),
-                          (size_t)v);
-            }
-            p += v;
-            break;
-        default: ok = false; break;
-        }
-        if (!ok && w->code == 0) {
-            w->code = MXOP_EPROTOCOL;
-            mxop__fmt(w->msg, w->msglen, "the request is malformed inside %s (field %u)", path,
-                      (unsigned)number);
-        }
+                  (unsigned)pw.where_depth, pw.where, (unsigned)w->lim->max_depth);
+        return MXOP_ELIMIT;
+    case MXOP__PBWALK_BAD_KEY:
+        mxop__fmt(w->msg, w->msglen, "the request is malformed inside %s (bad field key)",
+                  pw.where);
+        return MXOP_EPROTOCOL;
+    case MXOP__PBWALK_BAD_FIELD:
+        mxop__fmt(w->msg, w->msglen, "the request is malformed inside %s (field %u)", pw.where,
+                  (unsigned)pw.where_number);
+        return MXOP_EPROTOCOL;
+    default: return rc; /* a callback's code, its message written */
     }
 }
 
@@ -207,9 +167,9 @@ int mxop__ctl_validate(const uint8_t *payload, size_t len, const mxop__limits_t 
                 .msglen = msglen};
     if (msglen > 0)
         msg[0] = '\0';
-    walk_msg(&w, &mxop__request__descriptor, payload, len, 1, "Request");
-    if (w.code != 0 || req == NULL)
-        return w.code;
+    int rc = walk_request(&w, payload, len);
+    if (rc != 0 || req == NULL)
+        return rc;
     if (req->id == 0) {
         mxop__fmt(msg, msglen, "request id 0 is reserved for events; ids must be non-zero");
         return MXOP_EPROTOCOL;

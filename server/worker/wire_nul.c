@@ -14,87 +14,29 @@
 
 #include "common/util.h"
 #include "server/worker/worker.h"
+#include "wire/pbwalk.h"
 
-static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+/* The first string holding a NUL stops the walk (a code no walk returns of
+ * itself: they are positive): where it is goes to ctx. */
+enum { FOUND = -1 };
+
+static int find_nul(void *ctx, const mxop__pbwalk_at_t *at, const uint8_t *s, size_t len)
 {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if ((b & 0x80) == 0) {
-            *out = v;
-            return true;
+    mxop__wire_nul_t *where = ctx;
+    const uint8_t *nul = memchr(s, '\0', len);
+    if (nul == NULL)
+        return 0;
+    where->field = at->field->name;
+    where->offset = (size_t)(nul - s);
+    where->length = len;
+    /* The repeated field of the call's body that holds it (Invoke.attrs), and which of them. */
+    for (const mxop__pbwalk_at_t *a = at->parent; a != NULL; a = a->parent) {
+        if (a->depth == 2 && a->field != NULL) {
+            where->parent = a->field->name;
+            where->index = a->index;
         }
     }
-    return false;
-}
-
-/* Walks one message; true when a NUL was found (then *where is filled). */
-static bool walk(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len, int depth,
-                 mxop__wire_nul_t *where)
-{
-    const uint8_t *p = buf;
-    const uint8_t *end = buf + len;
-    /* Occurrences of each repeated message field seen so far, for the index in messages. */
-    uint32_t seen_num[8] = {0};
-    size_t seen_cnt[8] = {0};
-    while (p < end) {
-        uint64_t key, v;
-        if (!read_varint(&p, end, &key))
-            return false; /* malformed: the decoder has already refused it */
-        const ProtobufCFieldDescriptor *f =
-            protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
-        switch (key & 7) {
-        case 0:
-            if (!read_varint(&p, end, &v))
-                return false;
-            break;
-        case 1:
-            if (end - p < 8)
-                return false;
-            p += 8;
-            break;
-        case 5:
-            if (end - p < 4)
-                return false;
-            p += 4;
-            break;
-        case 2: {
-            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p))
-                return false;
-            if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8) {
-                size_t index = 0;
-                for (int k = 0; k < 8; k++) {
-                    if (seen_num[k] == f->id || seen_num[k] == 0) {
-                        seen_num[k] = f->id;
-                        index = seen_cnt[k]++;
-                        break;
-                    }
-                }
-                if (walk(f->descriptor, p, (size_t)v, depth + 1, where)) {
-                    if (depth == 1) {
-                        /* The body's field (Invoke.attrs): say which of them. */
-                        where->parent = f->name;
-                        where->index = index;
-                    }
-                    return true;
-                }
-            } else if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING) {
-                const uint8_t *nul = memchr(p, '\0', (size_t)v);
-                if (nul != NULL) {
-                    where->field = f->name;
-                    where->offset = (size_t)(nul - p);
-                    where->length = (size_t)v;
-                    return true;
-                }
-            }
-            p += v;
-            break;
-        }
-        default: return false;
-        }
-    }
-    return false;
+    return FOUND;
 }
 
 bool mxop__wire_find_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
@@ -102,7 +44,9 @@ bool mxop__wire_find_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *
 {
     memset(where, 0, sizeof(*where));
     where->parent = "";
-    return walk(desc, buf, len, 0, where);
+    /* A malformed call stops the walk too: the decoder has refused it already. */
+    mxop__pbwalk_t w = {.max_depth = 8, .on_string = find_nul, .ctx = where};
+    return mxop__pbwalk(&w, desc, "Call", buf, len) == FOUND;
 }
 
 /* The attributes of a call's body (Invoke, Infer, StateCreate), with its op. */
