@@ -336,18 +336,25 @@ static void stop_private(void)
     remove_private_dir();
 }
 
-/* At exit (or when the library is unloaded): the session, then the private daemon. */
-void mxop__px_client_stop(void)
+/* Closes session c (if any), then stops the private daemon and forgets the
+ * configuration; the caller holds the lock. */
+static void teardown(mxop_client_t *c)
 {
-    pthread_mutex_lock(&lock);
-    mxop_client_t *c = client;
-    client = NULL;
     if (c != NULL)
         mxop_close(c);
     stop_private();
     for (int i = 0; i < cfg.n_libs; i++)
         free(cfg.libs[i]);
     memset(&cfg, 0, sizeof(cfg));
+}
+
+/* At exit (or when the library is unloaded): the session, then the private daemon. */
+void mxop__px_client_stop(void)
+{
+    pthread_mutex_lock(&lock);
+    mxop_client_t *c = client;
+    client = NULL;
+    teardown(c);
     pthread_mutex_unlock(&lock);
 }
 
@@ -395,12 +402,7 @@ mxop_client_t *mxop__px_client_start(void)
     pthread_mutex_unlock(&lock);
     return c;
 fail:
-    if (c != NULL)
-        mxop_close(c);
-    stop_private();
-    for (int i = 0; i < cfg.n_libs; i++)
-        free(cfg.libs[i]);
-    memset(&cfg, 0, sizeof(cfg));
+    teardown(c);
     pthread_mutex_unlock(&lock);
     return NULL;
 }
