@@ -117,9 +117,7 @@ GEN_C     := $(patsubst proto/%.proto,$(B)/gen/%.pb-c.c,$(PROTOS))
 GEN_H     := $(GEN_C:.c=.h)
 COMMON_C  := $(wildcard common/*.c) $(wildcard wire/*.c) $(wildcard shm/*.c)
 DAEMON_C  := $(wildcard server/daemon/*.c)
-# inproc.c is the worker's op runtime for other processes (libmxop-inproc.a), not the worker's.
-WORKER_C  := $(filter-out server/worker/inproc.c,$(wildcard server/worker/*.c)) \
-             $(wildcard server/worker/mxnet/*.c)
+WORKER_C  := $(wildcard server/worker/*.c) $(wildcard server/worker/mxnet/*.c)
 # The MXNet compatibility layer's one C++ file (MXNet's random states are C++ objects).
 WORKER_CC := $(wildcard server/worker/mxnet/*.cc)
 CLIENT_C  := $(wildcard client/*.c)
@@ -307,9 +305,10 @@ $(B)/obj/server/worker/namespaces.o: MX_CFLAGS += -DMXOP_CUDA_HOME='"$(CUDA_HOME
 
 TESTLIB_O := $(call obj,$(TESTLIB_C))
 $(B)/obj/tests/%.o: MX_CFLAGS += -DMXOP_TEST_BUILD_DIR='"$(abspath $(B))"' -DMXOP_TEST_SOURCE_DIR='"$(CURDIR)"'
-# The worker's objects but main, for running op libraries in another process.
+# The worker's objects but main, driven by inproc/ instead of the data
+# channel: the op runtime for running op libraries in another process.
 $(INPROC_A): $(filter-out $(B)/obj/server/worker/main.o,$(WORKER_O)) \
-             $(B)/obj/server/worker/inproc.o $(COMMON_O)
+             $(B)/obj/inproc/inproc.o $(COMMON_O)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^

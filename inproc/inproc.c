@@ -1,5 +1,5 @@
 /*
- * server/worker/inproc.c - the worker's op runtime inside another process
+ * inproc/inproc.c - the worker's op runtime inside another process
  * (include/mxop/inproc.h), for debugging an op library under gdb or a
  * sanitizer.
  *
