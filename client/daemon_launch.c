@@ -359,12 +359,36 @@ static void child_signals(const sigset_t *mask)
     sigprocmask(SIG_SETMASK, mask, NULL);
 }
 
-static int spawn(mxop__launch_t *d, const mxop__launch_opts_t *o, char *err, size_t errlen)
+/* A program named without a '/' is looked for on $PATH, as a shell would. */
+static int find_program(const char *name, char *out, size_t len)
 {
-    if (access(o->serverd, X_OK) != 0) {
-        mxop__fmt(err, errlen, "%s: %s", o->serverd, strerror(errno));
+    if (strchr(name, '/') != NULL) {
+        mxop__fmt(out, len, "%s", name);
+        return access(out, X_OK);
+    }
+    const char *path = getenv("PATH");
+    while (path != NULL && *path != '\0') {
+        size_t n = strcspn(path, ":");
+        mxop__fmt(out, len, "%.*s/%s", (int)n, path, name);
+        if (n > 0 && access(out, X_OK) == 0)
+            return 0;
+        path += n + (path[n] == ':');
+    }
+    mxop__fmt(out, len, "%s", name);
+    errno = ENOENT;
+    return -1;
+}
+
+static int spawn(mxop__launch_t *d, const mxop__launch_opts_t *opts, char *err, size_t errlen)
+{
+    char program[1024];
+    if (find_program(opts->serverd, program, sizeof(program)) != 0) {
+        mxop__fmt(err, errlen, "%s: %s", opts->serverd, strerror(errno));
         return MXOP_EIO;
     }
+    mxop__launch_opts_t found = *opts;
+    found.serverd = program;
+    const mxop__launch_opts_t *o = &found;
     char **argv = NULL, **envp = NULL;
     if (build_argv(d, o, &argv, &envp) != 0) {
         mxop__fmt(err, errlen, "out of memory for mxop-serverd's command line");
@@ -389,6 +413,11 @@ static int spawn(mxop__launch_t *d, const mxop__launch_opts_t *o, char *err, siz
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent)
             _exit(1);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0 && nul != 0) {
+            dup2(nul, 0);
+            close(nul);
+        }
         if (d->log[0] != '\0') {
             int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
             if (fd >= 0) {
@@ -396,6 +425,14 @@ static int spawn(mxop__launch_t *d, const mxop__launch_opts_t *o, char *err, siz
                 close(fd);
             }
         }
+        /*
+         * Nothing of the owner's but stdout and stderr: a descriptor the
+         * daemon inherited would keep what it names alive as long as the
+         * daemon runs (MXNet keeps one open per cpu_shared array).
+         */
+        if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
+            for (int fd = 3; fd < 65536; fd++)
+                close(fd);
         execve(o->serverd, argv, envp);
         _exit(127);
     }

@@ -3,12 +3,14 @@
  * process starts for itself, in a temporary directory of its own, and that
  * ends with that process.
  *
- * The tests (tests/harness.c), the benchmarks (bench/lib/daemon.c) and the
- * `mxop` command's `run` and `verify` (tools/mxop/run_session.c) each need
+ * The tests (tests/harness.c), the benchmarks (bench/lib/daemon.c), the
+ * `mxop` command's `run` and `verify` (tools/mxop/run_session.c) and the
+ * MXNet proxy without MXOP_SOCKET (mxnet_proxy/daemon.c) each need
  * a daemon nobody else reaches: a directory (mode 0700) holding its control
  * socket and a plugin directory with copies of the op libraries (copies,
  * not links: the daemon refuses a library whose real path leaves its plugin
- * directory).  The daemon is told to die with its parent (PR_SET_PDEATHSIG,
+ * directory).  It gets no descriptor of its owner's but stdout and stderr
+ * (stdin is /dev/null).  It is told to die with its parent (PR_SET_PDEATHSIG,
  * SIGTERM), so a process that dies however it dies leaves nothing running;
  * the daemon ends its workers itself.  A daemon still running when its
  * owner exits is stopped and its directory removed by an atexit handler;
@@ -30,7 +32,7 @@
 
 /* How to start the daemon.  Every pointer is borrowed for the call only. */
 typedef struct mxop__launch_opts {
-    const char *serverd; /* the program to run */
+    const char *serverd; /* the program to run: a path, or a name looked for on $PATH */
     const char *tmp_dir; /* where the private directory is made */
     const char *prefix;  /* the private directory's name: PREFIX-XXXXXX */
     /*

@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,4 +237,35 @@ Test(launch, exit_without_stop_ends_the_daemon)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "0x%x", st);
     cr_assert(process_gone(daemon));
     cr_assert_eq(entries(base), 0, "the private directory is gone");
+}
+
+/* The daemon holds none of its owner's descriptors (stdin is /dev/null), and a bare name is
+ * looked for on $PATH. */
+Test(launch, daemon_gets_no_descriptor_of_its_owner_and_a_bare_name_is_found_on_path)
+{
+    int keep = open("/dev/null", O_RDONLY); /* no O_CLOEXEC: inherited unless closed */
+    cr_assert(keep >= 3);
+    char body[256];
+    snprintf(body, sizeof(body),
+             "out=\"$(dirname \"$2\")/../fds\"; "
+             "if [ -e /proc/$$/fd/%d ]; then echo open; else echo closed; fi > \"$out\"; "
+             "readlink /proc/$$/fd/0 >> \"$out\"; exit 0",
+             keep);
+    fake_serverd(body);
+    char path[512];
+    snprintf(path, sizeof(path), "%s:%s", base, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    setenv("PATH", path, 1);
+    mxop__launch_opts_t o = {.serverd = "fake-serverd", .tmp_dir = base, .prefix = "t"};
+    mxop__launch_t d;
+    char err[512], line[128] = "", fds[128];
+    cr_assert_eq(mxop__launch_start(&d, &o, err, sizeof(err)), MXOP_EINTERNAL, "%s", err);
+    close(keep);
+    snprintf(fds, sizeof(fds), "%s/fds", base);
+    FILE *f = fopen(fds, "r");
+    cr_assert(f != NULL, "the stand-in was not run from $PATH: %s", err);
+    cr_assert(fgets(line, sizeof(line), f) != NULL);
+    cr_assert_str_eq(line, "closed\n");
+    cr_assert(fgets(line, sizeof(line), f) != NULL);
+    cr_assert_str_eq(line, "/dev/null\n");
+    fclose(f);
 }
