@@ -12,8 +12,8 @@
 # 4. runs python/tests/test_cuda.py when torch sees the GPU.
 #
 # Exits 77 with "no GPU: ..." where there is no device (nothing is built
-# then), 1 if a step failed, 0 when all passed.  The output is what goes
-# into docs/performance.md.
+# then), 1 if a step failed, 0 when all passed.  Its numbers go into
+# docs/performance.md ("GPU").
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${1:-build}

@@ -15,9 +15,10 @@
  *   MXOP_SERVERD, MXOP_WORKER  the private daemon's programs
  * The environment wins over the file.
  *
- * The private daemon is the proxy's child in a directory of its own; it is
- * started with PR_SET_PDEATHSIG, so it ends with the process however that
- * ends, and at exit it is stopped and its directory removed.
+ * The private daemon (client/daemon_launch.h) is the proxy's child in a
+ * directory of its own; it ends with the process however that ends, and at
+ * exit (or when the library is unloaded) it is stopped and its directory
+ * removed.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -36,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/daemon_launch.h"
 #include "mxnet_proxy/proxy.h"
 
 enum { MAX_LIBS = 64 };
@@ -50,8 +52,7 @@ static struct {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static mxop_client_t *client;
-static pid_t daemon_pid = -1;
-static char private_dir[64]; /* /tmp/mxop-mxnet-XXXXXX */
+static mxop__launch_t private_daemon; /* private_daemon.pid 0 when none */
 
 const char *mxop__px_config_prefix(void)
 {
@@ -165,48 +166,6 @@ static int read_config(void)
 /* ------------------------------------------------------------------------ */
 /* The private daemon */
 
-static int copy_file(const char *from, const char *to)
-{
-    int in = open(from, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
-    if (in < 0)
-        return -1;
-    out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
-    if (out < 0)
-        goto done;
-    char buf[1 << 16];
-    ssize_t n;
-    while ((n = read(in, buf, sizeof(buf))) > 0)
-        if (write(out, buf, (size_t)n) != n)
-            goto done;
-    rc = n == 0 ? 0 : -1;
-done:
-    if (out >= 0)
-        close(out);
-    close(in);
-    return rc;
-}
-
-/* Removes the private directory: its plugin copies, then the directories (the daemon removes its
- * socket). */
-static void remove_private_dir(void)
-{
-    if (private_dir[0] == '\0')
-        return;
-    char p[PATH_MAX + 300];
-    for (int i = 0; i < cfg.n_libs; i++) {
-        char tmp[PATH_MAX];
-        snprintf(tmp, sizeof(tmp), "%s", cfg.libs[i]);
-        snprintf(p, sizeof(p), "%s/plugins/%s", private_dir, basename(tmp));
-        unlink(p);
-    }
-    snprintf(p, sizeof(p), "%s/plugins", private_dir);
-    rmdir(p);
-    snprintf(p, sizeof(p), "%s/mxop.sock", private_dir);
-    unlink(p);
-    rmdir(private_dir);
-    private_dir[0] = '\0';
-}
-
 /* mxop-serverd: $MXOP_SERVERD, else beside this library (../bin/, the build tree's and PREFIX's
  * layout). */
 static void serverd_path(char *out, size_t len)
@@ -229,111 +188,52 @@ static void serverd_path(char *out, size_t len)
 
 static int start_private(void)
 {
-    snprintf(private_dir, sizeof(private_dir), "/tmp/mxop-mxnet-XXXXXX");
-    if (mkdtemp(private_dir) == NULL) {
-        private_dir[0] = '\0';
-        return mxop__px_fail("mxop proxy: cannot make a private directory in /tmp: %s",
-                             strerror(errno)),
-               -1;
-    }
-    char plugins[sizeof(private_dir) + 16];
-    snprintf(plugins, sizeof(plugins), "%s/plugins", private_dir);
-    if (mkdir(plugins, 0700) != 0)
-        return mxop__px_fail("mxop proxy: cannot make %s: %s", plugins, strerror(errno)), -1;
     /* The daemon loads from its plugin directory only: each library named is copied there. */
-    for (int i = 0; i < cfg.n_libs; i++) {
-        char tmp[PATH_MAX], to[PATH_MAX + 300];
-        snprintf(tmp, sizeof(tmp), "%s", cfg.libs[i]);
-        snprintf(to, sizeof(to), "%s/%s", plugins, basename(tmp));
-        if (copy_file(cfg.libs[i], to) != 0)
+    for (int i = 0; i < cfg.n_libs; i++)
+        if (access(cfg.libs[i], R_OK) != 0)
             return mxop__px_fail(
                        "mxop proxy: library '%s' cannot be read (%s); without MXOP_SOCKET "
                        "each library is a file path",
                        cfg.libs[i], strerror(errno)),
                    -1;
-    }
-    snprintf(cfg.socket, sizeof(cfg.socket), "%s/mxop.sock", private_dir);
     char serverd[PATH_MAX];
     serverd_path(serverd, sizeof(serverd));
     const char *level = getenv("MXOP_LOG_LEVEL");
     const char *worker = getenv("MXOP_WORKER");
-    const char *argv[12];
+    const char *args[6];
     int a = 0;
-    argv[a++] = serverd;
-    argv[a++] = "--socket";
-    argv[a++] = cfg.socket;
-    argv[a++] = "--plugin-dir";
-    argv[a++] = plugins;
-    argv[a++] = "--log-level";
-    argv[a++] = level != NULL && *level != '\0' ? level : "warn";
+    args[a++] = "--log-level";
+    args[a++] = level != NULL && *level != '\0' ? level : "warn";
     if (worker != NULL && *worker != '\0') {
-        argv[a++] = "--worker";
-        argv[a++] = worker;
+        args[a++] = "--worker";
+        args[a++] = worker;
     }
-    argv[a] = NULL;
-
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        return mxop__px_fail("mxop proxy: fork: %s", strerror(errno)), -1;
-    if (pid == 0) {
-        /* The daemon ends with this process, however it ends. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0)
-            dup2(nul, 0);
-        /*
-         * Nothing of the engine's but stdout and stderr: MXNet keeps a
-         * descriptor open per cpu_shared array, which would keep its memory
-         * alive in the daemon.
-         */
-        if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
-            for (int fd = 3; fd < 65536; fd++)
-                close(fd);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    daemon_pid = pid;
-    /* Wait for its socket (10 s), or for it to fail. */
-    for (int i = 0; i < 2000; i++) {
-        struct stat st;
-        if (stat(cfg.socket, &st) == 0)
-            return 0;
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            daemon_pid = -1;
-            return mxop__px_fail("mxop proxy: the private daemon (%s) exited at start with status "
-                                 "%d (set MXOP_SERVERD, or MXOP_SOCKET for a running daemon)",
-                                 serverd,
-                                 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)),
-                   -1;
-        }
-        struct timespec ts = {0, 5000000};
-        nanosleep(&ts, NULL);
-    }
-    return mxop__px_fail("mxop proxy: the private daemon (%s) made no socket within 10 s", serverd),
-           -1;
+    args[a] = NULL;
+    const char *sources[MAX_LIBS + 1];
+    for (int i = 0; i < cfg.n_libs; i++)
+        sources[i] = cfg.libs[i];
+    sources[cfg.n_libs] = NULL;
+    mxop__launch_opts_t o = {.serverd = serverd,
+                             .tmp_dir = "/tmp",
+                             .prefix = "mxop-mxnet",
+                             .plugins = sources,
+                             .args = args,
+                             .ready_ms = 10000};
+    char err[1024];
+    if (mxop__launch_start(&private_daemon, &o, err, sizeof(err)) != 0)
+        return mxop__px_fail("mxop proxy: the private daemon: %s (set MXOP_SERVERD, or "
+                             "MXOP_SOCKET for a running daemon)",
+                             err),
+               -1;
+    snprintf(cfg.socket, sizeof(cfg.socket), "%s", private_daemon.sock);
+    return 0;
 }
 
+/* It ends its workers first; 5 s, then it is killed. */
 static void stop_private(void)
 {
-    if (daemon_pid > 0) {
-        kill(daemon_pid, SIGTERM);
-        int status;
-        /* It ends its workers first; 5 s, then it is killed. */
-        for (int i = 0; i < 500 && waitpid(daemon_pid, &status, WNOHANG) == 0; i++) {
-            struct timespec ts = {0, 10000000};
-            nanosleep(&ts, NULL);
-        }
-        if (waitpid(daemon_pid, &status, WNOHANG) == 0) {
-            kill(daemon_pid, SIGKILL);
-            waitpid(daemon_pid, &status, 0);
-        }
-        daemon_pid = -1;
-    }
-    remove_private_dir();
+    int status;
+    mxop__launch_close(&private_daemon, 5000, &status);
 }
 
 /* Closes session c (if any), then stops the private daemon and forgets the
@@ -387,7 +287,7 @@ mxop_client_t *mxop__px_client_start(void)
     for (int i = 0; i < cfg.n_libs; i++) {
         char tmp[PATH_MAX];
         snprintf(tmp, sizeof(tmp), "%s", cfg.libs[i]);
-        const char *name = daemon_pid > 0 ? basename(tmp) : cfg.libs[i];
+        const char *name = private_daemon.pid > 0 ? basename(tmp) : cfg.libs[i];
         rc = mxop_load_library(c, name);
         if (rc != 0) {
             mxop__px_fail("mxop proxy: library '%s' did not load: %s (%s)", cfg.libs[i],

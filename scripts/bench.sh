@@ -30,6 +30,6 @@ echo "Python layer ($PY -m mxop.bench; microseconds per call):"
 MXOP_BUILD_DIR="$B" PYTHONPATH="$(pwd)/python${PYTHONPATH:+:$PYTHONPATH}" \
     "$PY" -m mxop.bench --out "$B/bench/python.json" || exit 1
 
-# JAX (issue 31): mxop.jax under jit vs an in-process jax.ffi handler and
+# JAX: mxop.jax under jit vs an in-process jax.ffi handler and
 # jax.nn.relu, in the JAX environment (bench/jax/run.sh; `make bench-jax` alone).
 sh "$(dirname "$0")/../bench/jax/run.sh" "$B" "${JAX_PYTHON:-$PY}" || exit 1

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The pip distribution (issue 31): builds a wheel with `python -m build` and
+# The pip distribution: builds a wheel with `python -m build` and
 # tests it from outside the checkout.  Usage: test-wheel.sh BUILD [build-only]
 #
 #  1. a fresh environment with the build tools, torch and jax builds the

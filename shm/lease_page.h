@@ -11,7 +11,7 @@
  * CPU pairs (the slots).  A process without a slot waits for one, asleep,
  * before it sends its call; a holder passes its slot on after a quantum
  * when others wait.  So the pairs take turns, each at the speed of one pair
- * alone, instead of all crawling (docs/performance.md, "The spin lease").
+ * alone, instead of all crawling.
  *
  * The daemon makes one page per client uid (a memfd) and gives it to every
  * session of that uid (the third fd of the OpenSession reply); it is never

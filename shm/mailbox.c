@@ -303,7 +303,7 @@ int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
      * is a read of the rseq area, no syscall).  Past half the budget, yield
      * anyway, in case the peer moved here since it last wrote.
      *
-     * Not done, as measured (docs/performance.md): yielding at each look
+     * Not done, as measured: yielding at each look
      * whenever the machine has more runnable threads than CPUs.  It helped
      * when only mxop's own pairs crowded the CPUs, but with other work on
      * the machine each yield handed a whole time slice to that work, and

@@ -39,8 +39,7 @@ int mxop__region_create_fd_sealable(const char *name, size_t size, int sealable,
  * client says how far it has come (shm/mailbox.h's reserve words) and the
  * worker follows it down, so the upper part is an eighth; without one, the
  * worker waits for the first call for the lower part, and it is half.
- * Measured on a 64 MiB region (docs/performance.md, "Reserving a region
- * in two halves", "A region's reservation followed by the worker"):
+ * Measured on a 64 MiB region (bench/diag/reserve_overlap.c):
  * reserving takes about 0.3 ms a MiB here and faulting in a view about as
  * much, and the two run on two CPUs.
  */
@@ -87,7 +86,7 @@ void mxop__region_unmap(void *base, size_t size);
  * on this VM populating both worker mappings of a fresh 64 MiB region took
  * 45-60 ms, while the first call that touched it unfaulted cost 6 ms more
  * than later calls as an input and 20-30 ms more as an output (make bench,
- * section 4 and bench_prefault; docs/performance.md).  The worker faults
+ * section 4 and bench_prefault).  The worker faults
  * the rest of a writable view in after answering, in the background and
  * under each call's outputs (server/worker/prefill.c).  Huge pages, which
  * would cut the faults 512-fold, are not there for shared memory on this

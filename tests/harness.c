@@ -37,257 +37,84 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static void copy_file(const char *src, const char *dst)
+/* The daemon's arguments before the test's own. */
+static void launch_opts(mxop__launch_opts_t *o, char *daemon, size_t len,
+                        const char *const *extra_args, const char **argv, size_t argv_max)
 {
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    cr_assert(in >= 0, "cannot open %s: %s", src, strerror(errno));
-    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
-    cr_assert(out >= 0, "cannot create %s: %s", dst, strerror(errno));
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(in, buf, sizeof(buf))) > 0)
-        cr_assert(write(out, buf, (size_t)n) == n);
-    close(in);
-    close(out);
-}
-
-/* Copies every .so of `from` into `to` (copies, not links: links out of the
- * plugin directory are refused by the daemon, which is one of the tests). */
-static void copy_plugins(const char *from, const char *to)
-{
-    DIR *dir = opendir(from);
-    if (dir == NULL)
-        return;
-    struct dirent *e;
-    while ((e = readdir(dir)) != NULL) {
-        size_t len = strlen(e->d_name);
-        if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0)
-            continue;
-        char src[512], dst[512];
-        snprintf(src, sizeof(src), "%s/%s", from, e->d_name);
-        snprintf(dst, sizeof(dst), "%s/%s", to, e->d_name);
-        copy_file(src, dst);
-    }
-    closedir(dir);
-}
-
-/* Whether something accepts connections at the socket path. */
-static int socket_answers(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    size_t n = strlen(path);
-    if (n >= sizeof(sa.sun_path)) {
-        close(fd);
-        return 1; /* too long to test this way: take the file's presence */
-    }
-    memcpy(sa.sun_path, path, n + 1);
-    int ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-    close(fd);
-    return ok;
-}
-
-static void exec_daemon(mxt_daemon_t *d, const char *const *extra_args);
-
-/*
- * Daemons still running when the test process exits: a test that ends early
- * (cr_skip_test, a failed assertion) never reaches its .fini, so its daemon
- * would outlive it and its directory would stay behind.
- */
-static mxt_daemon_t *live[16];
-static pid_t live_owner; /* forked children inherit the list, not the daemons */
-
-static void remove_tree(const char *path);
-
-static void stop_leftovers(void)
-{
-    if (getpid() != live_owner)
-        return;
-    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
-        mxt_daemon_t *d = live[i];
-        if (d == NULL)
-            continue;
-        live[i] = NULL;
-        if (d->pid > 0) {
-            kill(d->pid, SIGTERM);
-            int waited = 0;
-            while (waitpid(d->pid, NULL, WNOHANG) == 0 && waited++ < 500) {
-                struct timespec ts = {0, 10000000};
-                nanosleep(&ts, NULL);
-            }
-            if (waited > 500) {
-                kill(d->pid, SIGKILL);
-                waitpid(d->pid, NULL, 0);
-            }
-            d->pid = 0;
-        }
-        if (d->dir[0])
-            remove_tree(d->dir);
-        d->dir[0] = '\0';
-    }
-}
-
-static void track(mxt_daemon_t *d, int on)
-{
-    static int registered;
-    if (!registered) {
-        live_owner = getpid();
-        atexit(stop_leftovers);
-        registered = 1;
-    }
-    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
-        if (on && live[i] == NULL) {
-            live[i] = d;
-            return;
-        }
-        if (!on && live[i] == d) {
-            live[i] = NULL;
-            return;
-        }
-    }
+    snprintf(daemon, len, "%s/bin/mxop-serverd", mxt_build_dir());
+    size_t n = 0;
+    argv[n++] = "--log-level";
+    argv[n++] = getenv("MXOP_TEST_LOG") ? "debug" : "warn";
+    for (size_t i = 0; extra_args != NULL && extra_args[i] != NULL && n + 1 < argv_max; i++)
+        argv[n++] = extra_args[i];
+    argv[n] = NULL;
+    /*
+     * Crash fixtures must die by their signal, not by a sanitizer's report:
+     * an error ASan finds (a double free) aborts, and an allocation over the
+     * sandbox's memory limit returns NULL as it would without ASan.
+     */
+    static const char *const env[] = {
+        "ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_abort=0:detect_leaks=1:"
+        "abort_on_error=1:allocator_may_return_null=1",
+        NULL};
+    *o = (mxop__launch_opts_t){.serverd = daemon, .args = argv, .env = env, .ready_ms = 5000};
 }
 
 void mxt_daemon_start(mxt_daemon_t *d, const char *const *extra_args)
 {
-    memset(d, 0, sizeof(*d));
+    char daemon[512], err[1024], plugins[512], fixtures[512];
+    const char *argv[32];
+    mxop__launch_opts_t o;
+    launch_opts(&o, daemon, sizeof(daemon), extra_args, argv, 32);
     /* $TMPDIR when set, so that a run can be given a directory of its own and checked for
      * leftovers. */
     const char *tmp = getenv("TMPDIR");
     if (tmp == NULL || tmp[0] != '/' || strlen(tmp) > 40)
         tmp = "/tmp";
-    snprintf(d->dir, sizeof(d->dir), "%s/mxop-test-XXXXXX", tmp);
-    cr_assert(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
-    snprintf(d->sock, sizeof(d->sock), "%s/mxop.sock", d->dir);
-    snprintf(d->plugins, sizeof(d->plugins), "%s/plugins", d->dir);
-    cr_assert(mkdir(d->plugins, 0700) == 0);
-
-    char path[512];
-    snprintf(path, sizeof(path), "%s/plugins", mxt_build_dir());
-    copy_plugins(path, d->plugins);
-    snprintf(path, sizeof(path), "%s/tests/plugins", mxt_build_dir());
-    copy_plugins(path, d->plugins);
-    exec_daemon(d, extra_args);
+    snprintf(plugins, sizeof(plugins), "%s/plugins", mxt_build_dir());
+    snprintf(fixtures, sizeof(fixtures), "%s/tests/plugins", mxt_build_dir());
+    const char *sources[] = {plugins, fixtures, NULL};
+    o.tmp_dir = tmp;
+    o.prefix = "mxop-test";
+    o.plugins = sources;
+    int rc = mxop__launch_start(d, &o, err, sizeof(err));
+    cr_assert_eq(rc, 0, "starting mxop-serverd: %s", err);
 }
 
 void mxt_daemon_restart(mxt_daemon_t *d, const char *const *extra_args)
 {
     cr_assert(d->pid == 0, "mxt_daemon_restart: the daemon still runs");
     cr_assert(d->dir[0] != '\0', "mxt_daemon_restart: no directory");
-    exec_daemon(d, extra_args);
-}
-
-static void exec_daemon(mxt_daemon_t *d, const char *const *extra_args)
-{
-    char daemon[512];
-    snprintf(daemon, sizeof(daemon), "%s/bin/mxop-serverd", mxt_build_dir());
-    const char *argv[32] = {daemon,
-                            "--socket",
-                            d->sock,
-                            "--plugin-dir",
-                            d->plugins,
-                            "--log-level",
-                            getenv("MXOP_TEST_LOG") ? "debug" : "warn"};
-    int argc = 7;
-    for (int i = 0; extra_args != NULL && extra_args[i] != NULL && argc < 31; i++)
-        argv[argc++] = extra_args[i];
-    argv[argc] = NULL;
-
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        /* The daemon ends (cleanly, by SIGTERM) when the test process dies. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        /*
-         * Crash fixtures must die by their signal, not by a sanitizer's report:
-         * an error ASan finds (a double free) aborts, and an allocation over the
-         * sandbox's memory limit returns NULL as it would without ASan.
-         */
-        setenv("ASAN_OPTIONS",
-               "handle_segv=0:handle_sigbus=0:handle_abort=0:detect_leaks=1:abort_on_error=1:"
-               "allocator_may_return_null=1",
-               0);
-        execv(daemon, (char *const *)argv);
-        _exit(127);
-    }
-    d->pid = pid;
-    track(d, 1);
-    /* A restarted daemon replaces the socket a killed one left: wait for a connectable one. */
-    for (int i = 0; i < 500; i++) {
-        if (access(d->sock, F_OK) == 0 && socket_answers(d->sock))
-            return;
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            d->pid = 0;
-            cr_assert_fail("mxop-serverd exited at start (status %d)", status);
-        }
-        sleep_ms(10);
-    }
-    cr_assert_fail("mxop-serverd did not create %s within 5 s", d->sock);
-}
-
-static void remove_tree(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "harness: could not remove %s\n", path);
+    char daemon[512], err[1024];
+    const char *argv[32];
+    mxop__launch_opts_t o;
+    launch_opts(&o, daemon, sizeof(daemon), extra_args, argv, 32);
+    int rc = mxop__launch_restart(d, &o, err, sizeof(err));
+    cr_assert_eq(rc, 0, "restarting mxop-serverd: %s", err);
 }
 
 void mxt_daemon_stop(mxt_daemon_t *d)
 {
-    track(d, 0);
-    if (d->pid > 0) {
-        kill(d->pid, SIGTERM);
-        int status = 0;
-        pid_t r = 0;
-        for (int i = 0; i < 1000; i++) {
-            r = waitpid(d->pid, &status, WNOHANG);
-            if (r == d->pid)
-                break;
-            if (r < 0 && errno == ECHILD) {
-                /* Already reaped (mxt_daemon_alive reaps a daemon that exited, e.g. on a
-                 * Shutdown request); its exit was the test's to check. */
-                r = d->pid;
-                status = 0;
-                break;
-            }
-            sleep_ms(10);
-        }
-        if (r != d->pid) {
-            kill(d->pid, SIGKILL);
-            waitpid(d->pid, &status, 0);
-            d->pid = 0;
-            cr_assert_fail("mxop-serverd did not stop within 10 s of SIGTERM");
-        }
-        d->pid = 0;
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "mxop-serverd did not exit cleanly (status 0x%x)", status);
-        cr_expect(access(d->sock, F_OK) != 0, "mxop-serverd left its socket behind");
-    }
-    if (d->dir[0])
-        remove_tree(d->dir);
-    d->dir[0] = '\0';
+    int status = 0, had = d->pid > 0;
+    int killed = mxop__launch_stop(d, 10000, &status);
+    int socket_left = had && access(d->sock, F_OK) == 0;
+    mxop__launch_remove(d);
+    if (!had)
+        return;
+    cr_assert(!killed, "mxop-serverd did not stop within 10 s of SIGTERM");
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "mxop-serverd did not exit cleanly (status 0x%x)", status);
+    cr_expect(!socket_left, "mxop-serverd left its socket behind");
 }
 
 void mxt_daemon_kill(mxt_daemon_t *d, int sig)
 {
-    if (d->pid > 0) {
-        kill(d->pid, sig);
-        waitpid(d->pid, NULL, 0);
-        d->pid = 0;
-    }
+    mxop__launch_kill(d, sig);
 }
 
 int mxt_daemon_alive(const mxt_daemon_t *d)
 {
-    return d->pid > 0 && kill(d->pid, 0) == 0 && waitpid(d->pid, NULL, WNOHANG) == 0;
+    return mxop__launch_alive(d);
 }
 
 mxop_client_t *mxt_connect(const mxt_daemon_t *d)

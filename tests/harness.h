@@ -1,12 +1,12 @@
 /*
  * tests/harness.h - starting and stopping a real mxop-serverd for a test.
  *
- * Every integration test runs the real daemon and worker: the harness makes
- * a private directory with a socket path and a plugin directory holding
- * copies of the example and fixture plugins, starts build/bin/mxop-serverd
- * there and waits for its socket.  The daemon is told to die with the test
- * process (PR_SET_PDEATHSIG), so a test that times out leaves nothing
- * running.
+ * Every integration test runs the real daemon and worker: a private daemon
+ * (client/daemon_launch.h) in a directory of its own, under $TMPDIR when it
+ * is short enough, whose plugin directory holds copies of the example and
+ * fixture plugins.  It dies with the test process, and one a test never
+ * stopped (an early end, a failed assertion) is stopped at exit, so a test
+ * leaves nothing running or on disk.
  */
 #ifndef MXOP_TESTS_HARNESS_H
 #define MXOP_TESTS_HARNESS_H
@@ -14,14 +14,11 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "client/daemon_launch.h"
 #include "mxop/client.h"
 
-typedef struct mxt_daemon {
-    pid_t pid;
-    char dir[256];     /* private temporary directory */
-    char sock[320];    /* control socket path */
-    char plugins[320]; /* plugin directory */
-} mxt_daemon_t;
+/* A private daemon (client/daemon_launch.h): pid, dir, sock (control socket), plugins. */
+typedef mxop__launch_t mxt_daemon_t;
 
 /** The build directory (MXOP_BUILD_DIR or the one the tests were built in). */
 const char *mxt_build_dir(void);

@@ -1,6 +1,6 @@
 /*
- * tests/test_admission.c - what one connection or session may hold
- * (issue 9): a cap on connections, the handshake and idle timeouts, a cap
+ * tests/test_admission.c - what one connection or session may hold:
+ * a cap on connections, the handshake and idle timeouts, a cap
  * on partial frames buffered, and per-session quotas of regions, region
  * bytes and libraries.  Each refusal is a named error whose message names
  * the limit; the daemon lives, other sessions keep their results, and the

@@ -1,5 +1,5 @@
 /*
- * tests/test_confine.c - hostile op libraries, confined (issue 10).
+ * tests/test_confine.c - hostile op libraries, confined.
  *
  * Each fixture of tests/plugins/hostile_*.c attacks from inside a worker:
  * the filesystem (a root-only file, the plugin directory, the control

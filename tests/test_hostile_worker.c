@@ -1,6 +1,6 @@
 /*
  * tests/test_hostile_worker.c - nothing a worker writes can crash its
- * client (issue 27).  Each test runs an op of tests/plugins/garbage_reply.c
+ * client.  Each test runs an op of tests/plugins/garbage_reply.c
  * that answers, while its call is in flight, with what no worker should
  * send: bytes that are no frame, a forged length, a result for a call
  * never made or for none, a status that is no code, a message full of
@@ -312,7 +312,7 @@ Test(hostile, garbage_on_a_sibling_session_of_the_pool)
     mxop_close(c);
 }
 
-/* ---- the mailbox at the strict level: the crash of issue 27 ---- */
+/* ---- the mailbox at the strict level, where junk once crashed the client ---- */
 
 Test(hostile_strict, junk_in_the_mailbox)
 {

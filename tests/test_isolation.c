@@ -604,7 +604,7 @@ static int restarts_now(mxop_client_t *c)
 /*
  * A worker that dies before serving is restarted with a backoff (10, 20,
  * ... ms, capped at 2 s), never in a tight loop, and never given up on:
- * the cause may clear (issue 9: recovery never gives up while possible).
+ * the cause may clear, and recovery never gives up while it is possible.
  */
 Test(supervision, worker_dying_before_serving_backs_off_and_keeps_trying)
 {

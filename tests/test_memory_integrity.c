@@ -1,6 +1,6 @@
 /*
  * tests/test_memory_integrity.c - the engine's memory is the engine's
- * (issue 10; docs/security.md, "The engine's memory").
+ * (docs/security.md, "The engine's memory").
  *
  * Under --sandbox strict a session that loads a library the operator did
  * not mark trusted runs in scratch mode: its worker holds every engine

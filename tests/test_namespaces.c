@@ -1,6 +1,6 @@
 /*
  * tests/test_namespaces.c - the strict worker's namespaces and minimal root
- * (server/worker/namespaces.c, issue 10), seen from inside by the fixture
+ * (server/worker/namespaces.c), seen from inside by the fixture
  * tests/plugins/hostile_ns.c and from outside by the test.
  *
  * Under strict (the tests run as root, where the daemon promises the

@@ -1,5 +1,5 @@
 /*
- * tests/test_opkit_attrs.c - declared attributes (issue 11): the worker
+ * tests/test_opkit_attrs.c - declared attributes: the worker
  * refuses unknown keys, wrong types and missing required attributes before
  * any callback, the typed readers return the declared defaults, the client
  * exposes the declarations, and ops without declarations behave as before.
@@ -82,7 +82,7 @@ Test(opkit_attrs, wrong_type_is_refused_for_every_type)
     }
 }
 
-/* strtod reads these; a float attribute is documented as a finite number (issue 27). */
+/* strtod reads these, but a float attribute is documented as a finite number. */
 Test(opkit_attrs, non_finite_float_is_refused_naming_op_and_attribute)
 {
     static const char *const values[] = {"nan", "inf", "-inf", "NaN", "Infinity", "-nan(1)"};

@@ -1,5 +1,5 @@
 /*
- * tests/test_opkit_build.c - the op author's build line (issue 11): the
+ * tests/test_opkit_build.c - the op author's build line: the
  * README and the guide give the same one, pkg-config finds the headers from
  * the build tree before make install, and that line builds a library whose
  * exported info carries this header's ABI version.

@@ -1,5 +1,5 @@
 /*
- * tests/test_opkit_cpp.c - the C++ header (issue 11): the example library
+ * tests/test_opkit_cpp.c - the C++ header: the example library
  * plugins/leaky_relu.cpp (a class and a lambda) computes and declares its
  * attributes, and C++ exceptions become error codes with their messages,
  * never a crash of the worker.

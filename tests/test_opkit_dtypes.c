@@ -1,5 +1,5 @@
 /*
- * tests/test_opkit_dtypes.c - every dtype (issue 11): the public helpers of
+ * tests/test_opkit_dtypes.c - every dtype: the public helpers of
  * types.h against known values, and the host's routines on bf16 (which
  * NumPy lacks, so only C tests it) and the integers against references
  * computed here.

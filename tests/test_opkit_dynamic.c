@@ -1,6 +1,6 @@
 /*
  * tests/test_opkit_dynamic.c - outputs whose shape is known only during
- * forward (issue 11), through plugins/masked_select.c: the caller gets the
+ * forward, through plugins/masked_select.c: the caller gets the
  * real shape in the array it allocated, the data without a copy, and
  * backward takes the real-shaped output and gradient.
  */

@@ -1,5 +1,5 @@
 /*
- * tests/test_opkit_inproc.c - the in-process runner (issue 11): op
+ * tests/test_opkit_inproc.c - the in-process runner: op
  * libraries run inside this test process, with the worker's checks, and no
  * daemon.  Linked against build/lib/libmxop-inproc.a only.
  */

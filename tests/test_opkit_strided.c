@@ -1,5 +1,5 @@
 /*
- * tests/test_opkit_strided.c - strides end to end (issue 11): a strided
+ * tests/test_opkit_strided.c - strides end to end: a strided
  * array in shared memory reaches an MXOP_OP_STRIDED op as it is, without a
  * copy; other ops, and heap arrays, get contiguous data the client stages
  * (counted in staged_bytes) and, for outputs, scatters back.

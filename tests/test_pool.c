@@ -1,6 +1,6 @@
 /*
- * tests/test_pool.c - calls in flight from several threads on one client
- * (issue 15): the pool of sibling sessions (client/pool.c).
+ * tests/test_pool.c - calls in flight from several threads on one client:
+ * the pool of sibling sessions (client/pool.c).
  *
  * Not timed: each test checks that a call made while another thread's call
  * holds the client's session runs (on a sibling) and gets its own correct
@@ -366,7 +366,7 @@ static void *watched_main(void *p)
 
 Test(pool, the_inflight_slot_names_the_sibling_worker_running_the_call)
 {
-    /* What Python's Ctrl-C reads (issue 12): killing the worker the slot
+    /* What Python's Ctrl-C reads: killing the worker the slot
      * names abandons that call, and only that one. */
     mxop_client_t *c = connect_pool(2);
     mxop_stats_t st;

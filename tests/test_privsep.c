@@ -1,5 +1,5 @@
 /*
- * tests/test_privsep.c - least privilege for a worker (issue 10, part 1).
+ * tests/test_privsep.c - least privilege for a worker.
  *
  * The daemon runs as root here and is given no --worker-uid: its workers
  * must run under the unprivileged account it chooses, load libraries only

@@ -1,6 +1,6 @@
 /*
  * tests/test_supervision.c - supervision that an op or a client cannot
- * defeat (issue 9): a worker's note about its own death does not change
+ * defeat: a worker's note about its own death does not change
  * the verdict, a failed spawn is retried until it works, the spare is
  * re-armed, and control requests with NUL bytes in strings or with
  * floods of fields are refused with the field or limit named.  Also: a

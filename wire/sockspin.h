@@ -6,7 +6,7 @@
  * Why: on a machine whose other CPU is idle, a blocking wait on the socket
  * puts the waiter's CPU to sleep, and the peer's answer must wake it: on
  * this project's 2-vCPU guest that costs 25-50 us per hand-over
- * (docs/performance.md, target 1), several times the whole round trip.  A
+ * (make bench section 1), several times the whole round trip.  A
  * waiter that polls the socket without blocking for a few tens of
  * microseconds keeps its CPU awake and takes the answer without any
  * wake-up.  Spinning only pays when the peer answers within the budget, so
@@ -23,7 +23,7 @@
  *    the answer" because the scheduler preempted it; counted a success,
  *    it kept workers spinning 50 us at a time beside their waiting
  *    clients (two socket sessions on two CPUs made 0.74-0.85x the calls/s
- *    of one, docs/performance.md).  So the worker's side
+ *    of one, make bench section 6).  So the worker's side
  *    (MXOP__SOCKSPIN_WORKER) counts a spin that lost its CPU as a failure
  *    and blocks at once;
  *  - the client spins after its call has woken the worker, which then

@@ -1,7 +1,7 @@
 """bench/diag/gemm_sizes.py - gemm through mxop.numpy from one Python
 thread at sizes around OpenBLAS's switch to two threads
 (server/worker/blas.h): microseconds a call, the median of five timed
-loops (docs/performance.md, "BLAS threads and the spin").
+loops.
 
     MXOP_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python /usr/bin/python3 bench/diag/gemm_sizes.py
 """

@@ -2,8 +2,8 @@
  * bench/diag/nproc_calls.c - aggregate null-op calls/s of N client
  * processes, each with its own session, on the shared-memory path (or the
  * socket path with MXOP_DATA_PATH=socket), over a longer window than
- * `make bench` section 6 (docs/performance.md, "The spin lease", "Two
- * socket sessions on two CPUs").  It talks to a daemon already running,
+ * `make bench` section 6 (to judge the spin lease and the socket path's
+ * spin with two sessions on two CPUs).  It talks to a daemon already running,
  * so that two builds of libmxop can be compared against one daemon
  * (LD_LIBRARY_PATH picks the library).  Not built by the Makefile:
  *

@@ -3,8 +3,7 @@
  * is reserved (posix_fallocate) and then faulted in through a shared
  * mapping (MADV_POPULATE_WRITE) one after the other, against reserving the
  * lower half while another thread faults in the upper one, against an
- * anonymous first touch (docs/performance.md, "Reserving a region in two
- * halves").  Not built by the Makefile:
+ * anonymous first touch (shm/region.h says what was chosen).  Not built by the Makefile:
  *
  *     cc -O2 -pthread -o /tmp/reserve_overlap bench/diag/reserve_overlap.c && /tmp/reserve_overlap
  */

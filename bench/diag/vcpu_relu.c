@@ -1,8 +1,8 @@
 /*
  * bench/diag/vcpu_relu.c - the same in-process relu of 1 MiB pinned to
  * each CPU in turn: whether the host runs the VM's vCPUs alike this minute
- * (docs/performance.md, "The relu 1 MiB rows: the two vCPUs are not
- * always alike").  Not built by the Makefile:
+ * (docs/performance.md, "The machine": the two vCPUs are not always
+ * alike).  Not built by the Makefile:
  *
  *     cc -O2 -o /tmp/vcpu_relu bench/diag/vcpu_relu.c && /tmp/vcpu_relu
  */

@@ -1,4 +1,4 @@
-"""The JAX rows of `make bench` (issue 31): mxop.jax against XLA in process.
+"""The JAX rows of `make bench`: mxop.jax against XLA in process.
 
   1. per-call cost of a tiny op under jax.jit: relu of 16 f32 through
      mxop.jax (the FFI handler, libmxop, the worker) against the same relu

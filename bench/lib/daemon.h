@@ -1,10 +1,10 @@
 /*
  * bench/lib/daemon.h - a private mxop-serverd for one benchmark run.
  *
- * The daemon runs in a fresh temporary directory (its socket and a plugin
- * directory holding copies of the build's op libraries and the crash
- * fixtures), dies with the benchmark (PR_SET_PDEATHSIG), and is stopped and
- * its directory removed at exit, on SIGINT/SIGTERM/SIGHUP too, so a run
+ * The daemon (client/daemon_launch.h) runs in a fresh directory under /tmp
+ * (its socket and a plugin directory holding copies of the build's op
+ * libraries and the crash fixture), dies with the benchmark, and is stopped
+ * and its directory removed at exit, on SIGINT/SIGTERM/SIGHUP too, so a run
  * that fails leaves nothing behind.  Its workers die with it (they set
  * their own death signal on the daemon).
  */
@@ -14,16 +14,14 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-typedef struct mxb_daemon {
-    pid_t pid;
-    char dir[64];
-    char sock[128];
-    char plugins[128];
-} mxb_daemon_t;
+#include "client/daemon_launch.h"
+
+/* pid, dir, sock (the control socket), plugins (the plugin directory). */
+typedef mxop__launch_t mxb_daemon_t;
 
 /**
  * Starts build/bin/mxop-serverd (`build` borrowed) and waits until its
- * socket exists.  Only one daemon at a time.  Returns 0, or -1 with the
+ * socket answers.  Only one daemon at a time.  Returns 0, or -1 with the
  * reason in err[errlen] (nothing is left running or on disk then).
  */
 int mxb_daemon_start(mxb_daemon_t *d, const char *build, char *err, size_t errlen);

@@ -158,7 +158,7 @@ void mxb_report_print(FILE *f)
     for (size_t i = 0; i < n_rows; i++)
         any |= rows[i].target != MXB_NO_TARGET;
     if (any)
-        fprintf(f, "\nTargets (issue 4):\n");
+        fprintf(f, "\nTargets:\n");
     for (size_t i = 0; i < n_rows; i++) {
         const mxb_row_t *r = &rows[i];
         if (r->target == MXB_NO_TARGET)

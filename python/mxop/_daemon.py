@@ -14,6 +14,13 @@ forked by a helper thread that lives as long as the process.  A small
 cleaner process (see _start_cleaner) removes the private directory when the
 owner dies without running atexit (os._exit, SIGTERM, SIGKILL).
 
+The C programs (tests, benchmarks, the `mxop` command) start theirs with
+client/daemon_launch.c, in the same layout and with the same command line
+and death signal.  Python keeps its own: its child must be a Popen that
+Python reaps (a waitpid in C would take its status from subprocess), forked
+from the spawner thread, with its stderr forwarded to logging; and the
+launcher's names are internal to libmxop, not exported by libmxop.so.
+
 The embedded daemon is one per process tree: its socket is exported as
 $MXOP_EMBEDDED_SOCKET, so that spawned children (multiprocessing 'spawn',
 DataLoader workers) use it instead of starting their own, and a forked

@@ -266,6 +266,23 @@ def test_verify_interrupted_removes_what_the_daemon_left(tmp_path):
     assert processes_under(fake) == []
 
 
+def test_daemon_that_fails_to_start_is_reported_with_its_reason(tmp_path):
+    """The private directory goes with the daemon's log, so the error carries
+    the last line the daemon wrote, not the log's path."""
+    fake = tmp_path / "fake-serverd"
+    fake.write_text("#!/bin/sh\necho 'mxop-serverd: --frob: unknown option' >&2\nexit 2\n")
+    fake.chmod(0o755)
+    e = dict(os.environ)
+    e["MXOP_SERVERD"] = str(fake)
+    for cmd in (["run", os.path.join(FIXTURES, "hang_cb.so"), "x"],
+                ["verify", os.path.join(FIXTURES, "hang_cb.so")]):
+        p = mxop(cmd, tmp_path, timeout=60, env=e)
+        assert p.returncode != 0
+        assert "exited at start (exit status 2): mxop-serverd: --frob: unknown option" \
+            in p.stderr, p.stderr
+        assert leftovers(tmp_path) == []
+
+
 def fnv1a64(data):
     h = 0xcbf29ce484222325
     for b in data:

@@ -1,27 +1,23 @@
 /*
  * The daemon `mxop run` and `mxop verify` talk to: the one at --socket or
- * $MXOP_SOCKET, else a private mxop-serverd started for the command, as
- * the Python package does (python/mxop/_daemon.py): a temporary directory
- * (mode 0700) with the control socket and a plugin directory holding a copy
- * of the library (a copy, not a link: the daemon refuses a library whose
- * real path leaves its plugin directory).  The private daemon is stopped
- * and its directory removed at exit, also on an error or a fatal signal,
- * and it ends with this process however that ends (PR_SET_PDEATHSIG).
+ * $MXOP_SOCKET, else a private mxop-serverd started for the command
+ * (client/daemon_launch.h): a temporary directory (mode 0700) with the
+ * control socket and a plugin directory holding a copy of the library.  The
+ * private daemon is stopped and its directory removed at exit, also on an
+ * error or a fatal signal, and it ends with this process however that ends.
  */
 #ifndef MXOP_TOOLS_RUN_SESSION_H
 #define MXOP_TOOLS_RUN_SESSION_H
 
 #include <sys/types.h>
 
+#include "client/daemon_launch.h"
 #include "mxop/client.h"
 
 typedef struct mxop__run_daemon {
-    char socket[256];  /* the control socket */
-    char library[512]; /* the name mxop_load_library gets */
-    char dir[128];     /* the private directory; "" when the daemon is not ours */
-    char lib_copy[512];
-    char log[256];
-    pid_t pid; /* the private daemon; 0 when none */
+    char socket[320];    /* the control socket */
+    char library[512];   /* the name mxop_load_library gets */
+    mxop__launch_t proc; /* the private daemon; proc.dir "" when the daemon is not ours */
 } mxop__run_daemon_t;
 
 /*
