@@ -538,3 +538,31 @@ Test(shheap, fd_exhaustion_gives_null)
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed (status %#x)",
               status);
 }
+
+/* The daemon restarted: the blocks' regions are registered again with the new one. */
+Test(shheap_call, blocks_survive_a_reconnection)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    size_t n = 1 << 14;
+    float *x = mxop_shared_alloc(n * sizeof(float));
+    float *y = mxop_shared_alloc_output(c, n * sizeof(float));
+    cr_assert(x != NULL && y != NULL);
+    fill(x, n, 7);
+    relu_ok(c, x, y, (int64_t)n);
+
+    mxt_daemon_kill(&daemon_, SIGKILL);
+    const char *args[] = {"--trusted-library", "relu.so", NULL};
+    mxt_daemon_restart(&daemon_, args);
+    fill(x, n, 8);
+    memset(y, 0x55, n * sizeof(float));
+    relu_ok(c, x, y, (int64_t)n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(y[i], x[i] > 0 ? x[i] : 0.0f, "element %zu", i);
+    cr_assert_eq(heap_stats().registrations, 2, "the heap made no new registration");
+    cr_assert_eq(client_stats(c).staged_bytes, 0, "nothing was staged");
+
+    mxop_close(c);
+    cr_assert_eq(mxop_shared_free(x), 0);
+    cr_assert_eq(mxop_shared_free(y), 0);
+}
