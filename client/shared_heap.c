@@ -538,6 +538,23 @@ static void expo_drop(block_t *b, size_t k)
     b->nex--;
 }
 
+/* Dooms every WARM block of c (to free its regions).  Returns how many. */
+static size_t doom_warm(const mxop_client_t *c)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&H.lock);
+    for (size_t i = H.ncache; i-- > 0;) {
+        block_t *b = H.cache[i];
+        if (b->state == BLOCK_WARM && b->nex == 1 && b->ex[0].c == c) {
+            cache_take(i);
+            doom(b);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&H.lock);
+    return n;
+}
+
 int mxop__shared_resolve(mxop_client_t *c, const void *p, uint64_t n, uint32_t *region,
                          uint64_t *offset)
 {
@@ -564,6 +581,13 @@ int mxop__shared_resolve(mxop_client_t *c, const void *p, uint64_t n, uint32_t *
     /* The round trip runs without the heap's lock: frees on other threads go on meanwhile. */
     uint32_t id;
     int rc = mxop__region_add_block(c, fd, base, size, &id);
+    /* The session holds as many regions as the daemon allows: its warm blocks make room. */
+    if (rc == MXOP_ELIMIT && doom_warm(c) > 0) {
+        mxop__shared_revoke(c);
+        rc = mxop__region_add_block(c, fd, base, size, &id);
+    }
+    if (rc == MXOP_ELIMIT)
+        return 0; /* staged, as any heap array: the call does not fail for want of a region */
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&H.lock);

@@ -336,7 +336,8 @@ static float scan_count(mxop_client_t *c, void *in, const char *hex)
     out[0] = -2.0f;
     const char *attrs[] = {"secret", hex, NULL};
     mxop_call_t call = {.struct_size = sizeof call, .attrs = attrs};
-    mxop_array_t ia = heap_f32(in, BLOCK / sizeof(float)), oa = heap_f32(out, BLOCK / sizeof(float));
+    mxop_array_t ia = heap_f32(in, BLOCK / sizeof(float)),
+                 oa = heap_f32(out, BLOCK / sizeof(float));
     int rc = mxop_forward(c, mxt_op(c, "scan"), &call, &ia, 1, &oa, 1);
     cr_assert_eq(rc, 0, "scan: %s: %s", mxop_err_name(rc), mxop_last_error(c));
     float n = out[0];
@@ -565,4 +566,44 @@ Test(shheap_call, blocks_survive_a_reconnection)
     mxop_close(c);
     cr_assert_eq(mxop_shared_free(x), 0);
     cr_assert_eq(mxop_shared_free(y), 0);
+}
+
+static void setup_few_regions(void)
+{
+    const char *args[] = {"--trusted-library", "relu.so", "--session-max-regions", "6", NULL};
+    mxt_daemon_start(&daemon_, args);
+}
+
+/* More blocks than the session may hold regions: the warm ones make room, then arrays are staged.
+ */
+Test(shheap_call, more_blocks_than_the_session_may_register_are_staged, .init = setup_few_regions)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    size_t n = 1 << 14, bytes = n * sizeof(float);
+    float *x[12];
+    for (int i = 0; i < 12; i++) {
+        cr_assert_not_null(x[i] = mxop_shared_alloc(bytes));
+        fill(x[i], n, (unsigned)i);
+    }
+    /* A warm block: freed, still registered. */
+    float *w = mxop_shared_alloc_output(c, bytes);
+    cr_assert_not_null(w);
+    relu_ok(c, x[0], w, (int64_t)n);
+    cr_assert_eq(mxop_shared_free(w), 0);
+    uint64_t revoked = heap_stats().revocations;
+
+    for (int i = 0; i < 12; i++) {
+        float *y = malloc(bytes);
+        cr_assert_not_null(y);
+        relu_ok(c, x[i], y, (int64_t)n);
+        for (size_t k = 0; k < n; k++)
+            cr_assert_eq(y[k], x[i][k] > 0 ? x[i][k] : 0.0f, "block %d, element %zu", i, k);
+        free(y);
+    }
+    cr_assert_gt(heap_stats().revocations, revoked, "the warm block was released to make room");
+    cr_assert_lt(heap_stats().registrations, 13, "not every block became a region");
+    mxop_close(c);
+    for (int i = 0; i < 12; i++)
+        cr_assert_eq(mxop_shared_free(x[i]), 0);
 }
