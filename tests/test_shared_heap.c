@@ -708,3 +708,43 @@ Test(shheap_call, pool_siblings_pass_blocks_by_reference)
     cr_assert_eq(st.blocks_live, 0);
     cr_assert_eq(st.blocks_cached, 0, "blocks sessions saw are not cached once they are closed");
 }
+
+/*
+ * A block a scratch-mode session saw is sealed against writable mappings
+ * for good; a zero-copy session's worker cannot map it writable then, so
+ * its calls read it in place and stage it as an output.
+ */
+Test(shheap_call, block_sealed_by_a_scratch_mode_session_is_staged_elsewhere)
+{
+    const char *libs_a[] = {"relu.so", "hostile_scan.so", NULL}; /* untrusted: scratch mode */
+    const char *libs_b[] = {"relu.so", NULL};
+    mxop_client_t *a = mxt_connect_with(&daemon_, libs_a);
+    mxop_client_t *b = mxt_connect_with(&daemon_, libs_b);
+    size_t n = 1 << 14, bytes = n * sizeof(float);
+    float *x = mxop_shared_alloc(bytes);
+    float *y = malloc(bytes);
+    cr_assert(x != NULL && y != NULL);
+    fill(x, n, 11);
+    relu_ok(a, x, y, (int64_t)n);
+    for (int k = 0; k < 3; k++) {
+        memset(y, 0x55, bytes);
+        relu_ok(b, x, y, (int64_t)n);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(y[i], x[i] > 0 ? x[i] : 0.0f, "call %d, element %zu", k, i);
+    }
+    /* Written by a zero-copy session after a scratch-mode one had it: staged. */
+    float *o = mxop_shared_alloc(bytes);
+    cr_assert_not_null(o);
+    relu_ok(a, y, o, (int64_t)n);
+    uint64_t staged = client_stats(b).staged_bytes;
+    memset(o, 0x55, bytes);
+    relu_ok(b, y, o, (int64_t)n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(o[i], y[i] > 0 ? y[i] : 0.0f, "element %zu", i);
+    cr_assert_geq(client_stats(b).staged_bytes - staged, bytes, "the sealed output was staged");
+    cr_assert_eq(mxop_shared_free(o), 0);
+    mxop_close(a);
+    mxop_close(b);
+    cr_assert_eq(mxop_shared_free(x), 0);
+    free(y);
+}
