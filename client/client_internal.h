@@ -353,31 +353,12 @@ void mxop__regions_free(mxop_client_t *c);
 
 /* ---- the pool of sibling sessions (pool.c) ---- */
 
-/*
- * The public calls that drive a sibling session: a sibling is a client of
- * its own, driven as an engine would drive it.  The pool gets them as a
- * table from connect.c rather than calling them by name, since those same
- * public calls dispatch to the pool (mxop__pool_try, ..._note_library,
- * ..._set_timeout): so pool.c depends on no file that depends on it.
- */
-typedef struct mxop__sibling_api {
-    int (*connect)(const char *socket_path, const mxop_connect_opts_t *opts, mxop_client_t **out);
-    void (*close)(mxop_client_t *c);
-    int (*load_library)(mxop_client_t *c, const char *name);
-    int (*op_find)(mxop_client_t *c, const char *name, const mxop_op_t **op);
-    int (*forward)(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
-                   const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out);
-    int (*backward)(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
-                    const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out);
-    int (*set_timeout)(mxop_client_t *c, int32_t timeout_ms);
-} mxop__sibling_api_t;
-
 /**
  * Sets up the pool of a client just connected (nothing when max_sessions
- * <= 1); `api` (static, kept) drives its siblings.
+ * <= 1).  Its siblings are clients of their own, driven through the public
+ * calls as an engine would drive them.
  */
-int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions,
-                    const mxop__sibling_api_t *api);
+int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions);
 
 /** Closes the siblings and frees the pool. */
 void mxop__pool_free(mxop_client_t *c);

@@ -291,17 +291,6 @@ static int reconnect_on(int32_t opt)
 #define OPT_HAS(o, field)                                                                          \
     ((o)->struct_size >= offsetof(mxop_connect_opts_t, field) + sizeof((o)->field))
 
-/* How the pool drives its sibling sessions: through the public calls. */
-static const mxop__sibling_api_t sibling_api = {
-    .connect = mxop_connect,
-    .close = mxop_close,
-    .load_library = mxop_load_library,
-    .op_find = mxop_op_find,
-    .forward = mxop_forward,
-    .backward = mxop_backward,
-    .set_timeout = mxop_set_timeout,
-};
-
 int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_client_t **out)
 {
     int rc;
@@ -394,7 +383,7 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
         mxop__fmt(connect_err, sizeof connect_err, "out of memory");
         goto err_msg_set;
     }
-    rc = mxop__pool_init(c, path, name, max_sessions, &sibling_api);
+    rc = mxop__pool_init(c, path, name, max_sessions);
     if (rc < 0) {
         mxop__fmt(connect_err, sizeof connect_err, "out of memory setting up the session pool");
         goto err_msg_set;
