@@ -215,9 +215,6 @@ struct mxop_client {
      * that the pool may read the table while another thread's call holds
      * c->lock. */
     struct mxop__pool *pool;
-    /* Set by pool.c with a pool: the siblings forget a region the client
-     * drops (regions.c calls it; pool.c calls into regions.c). */
-    void (*region_dropped_fn)(mxop_client_t *c, uint32_t id);
     pthread_mutex_t regions_lock;
     /* Guards the arena's chunks and blocks (arena.c), inside c->lock when
      * both are taken; with a pool, allocations that fit and frees take it
@@ -373,6 +370,12 @@ void mxop__pool_note_library(mxop_client_t *c, const char *name);
  */
 int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
                    const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc);
+
+/**
+ * Makes the siblings forget region `id` of the client (and release their
+ * copies), as the client drops it; nothing without a pool.  c->lock is held.
+ */
+void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id);
 
 /** Gives the siblings (and those opened later) the client's new default deadline. */
 void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms);

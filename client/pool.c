@@ -53,8 +53,6 @@ struct mxop__pool {
     uint64_t calls, errors; /* calls made on siblings, for mxop_stats */
 };
 
-static void region_dropped(mxop_client_t *c, uint32_t id);
-
 int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions)
 {
     if (max_sessions <= 1)
@@ -84,7 +82,6 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
     p->opts.max_sessions = 1; /* a sibling has no pool of its own */
     p->max = max_sessions - 1 < MXOP__POOL_MAX ? max_sessions - 1 : MXOP__POOL_MAX;
     c->pool = p;
-    c->region_dropped_fn = region_dropped;
     return 0;
 }
 
@@ -93,7 +90,6 @@ void mxop__pool_free(mxop_client_t *c)
     struct mxop__pool *p = c->pool;
     if (p == NULL)
         return;
-    c->region_dropped_fn = NULL;
     for (int i = 0; i < p->nsibs; i++) {
         mxop_close(p->sibs[i].c);
         free(p->sibs[i].from);
@@ -145,11 +141,8 @@ void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* Forgets region `id` of the client in every sibling (and releases their
- * copies).  Called with c->lock held, as the client drops the region
- * (c->region_dropped_fn); a sibling busy with a call is waited for by
- * mxop_region_release. */
-static void region_dropped(mxop_client_t *c, uint32_t id)
+/* A sibling busy with a call is waited for by mxop_region_release. */
+void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id)
 {
     struct mxop__pool *p = c->pool;
     if (p == NULL)

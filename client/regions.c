@@ -224,8 +224,7 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
     /* A daemon that is gone has dropped the region with the session. */
     if (rc < 0 && rc != MXOP_EDISCONNECTED)
         return rc;
-    if (c->region_dropped_fn != NULL)
-        c->region_dropped_fn(c, id);
+    mxop__pool_region_dropped(c, id);
     pthread_mutex_lock(&c->regions_lock);
     e = mxop__region_find(c, id); /* the table is unchanged, but be plain */
     entry_free(e);
