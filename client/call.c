@@ -28,6 +28,7 @@
 #include "client/client_internal.h"
 #include "client/inflight.h"
 #include "client/lease.h"
+#include "client/session_state.h"
 #include "client/spincap.h"
 #include "common/util.h"
 #include "shm/call_page.h"
@@ -66,11 +67,9 @@ static int await_event(mxop_client_t *c)
         if (rc == MXOP__CTL_EVENT)
             return rc;
         if (rc == MXOP_ETIMEOUT) {
-            mxop__data_drop(c);
-            c->worker_gone = MXOP_EDISCONNECTED;
-            mxop__fmt(c->worker_gone_msg, sizeof c->worker_gone_msg,
-                      "worker channel closed and mxop-serverd said nothing");
-            return mxop__fail(c, MXOP_EDISCONNECTED, "%s", c->worker_gone_msg);
+            static const char silent[] = "worker channel closed and mxop-serverd said nothing";
+            mxop__sess_to(c, MXOP__SESS_WORKER_GONE, -1, MXOP_EDISCONNECTED, silent);
+            return mxop__fail(c, MXOP_EDISCONNECTED, "%s", silent);
         }
         if (rc < 0)
             return rc == MXOP_EDISCONNECTED || rc == MXOP_EPROTOCOL
@@ -92,21 +91,22 @@ static int worker_died(mxop_client_t *c, const mxop_op_t *op, uint64_t id)
         return rc;
     if (c->ev_call_id != id && c->idle_note[0] != '\0')
         return idle_note_result(c);
-    if (c->ev_call_id != id && c->data_fd >= 0)
+    if (c->ev_call_id != id && c->sess.data_fd >= 0)
         return CALL_RETRY;
     return event_result(c, op);
 }
 
 int mxop__call_ready(mxop_client_t *c)
 {
-    if (c->ctl_dead)
-        return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
+    const mxop__sess_t *s = &c->sess;
+    if (s->state == MXOP__SESS_DEAD)
+        return mxop__fail(c, s->code, "%s", s->why);
     /*
      * Without a worker, the daemon may since have started one (after a
      * failed spawn is retried): hear its events first, waiting only for a
      * frame that has begun to arrive.
      */
-    for (int i = 0; i < 8 && c->data_fd < 0 && !c->ctl_dead; i++) {
+    for (int i = 0; i < 8 && s->data_fd < 0 && s->state != MXOP__SESS_DEAD; i++) {
         struct pollfd pfd = {.fd = c->ctl_fd, .events = POLLIN};
         if (poll(&pfd, 1, 0) != 1)
             break;
@@ -115,11 +115,11 @@ int mxop__call_ready(mxop_client_t *c)
             0)
             break;
     }
-    if (c->ctl_dead)
-        return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
-    if (c->data_fd < 0)
-        return mxop__fail(c, c->worker_gone ? c->worker_gone : MXOP_EDISCONNECTED, "%s",
-                          c->worker_gone_msg[0] ? c->worker_gone_msg : "the session has no worker");
+    if (s->state == MXOP__SESS_DEAD)
+        return mxop__fail(c, s->code, "%s", s->why);
+    if (s->data_fd < 0)
+        return mxop__fail(c, s->state == MXOP__SESS_WORKER_GONE ? s->code : MXOP_EDISCONNECTED,
+                          "%s", s->why[0] ? s->why : "the session has no worker");
     if (c->idle_note[0] != '\0')
         return idle_note_result(c);
     return 0;
@@ -139,7 +139,7 @@ static int worker_garbage(mxop_client_t *c, const mxop_op_t *op, const char *wha
     mxop__fmt(seen, sizeof seen, "%s", what);
     char why[256];
     mxop__fmt(why, sizeof why, "the worker wrote garbage on its data channel (%s)", seen);
-    mxop__data_drop(c);
+    mxop__sess_to(c, MXOP__SESS_REPLACING, -1, 0, NULL);
     Mxop__ReplaceWorker rw = MXOP__REPLACE_WORKER__INIT;
     rw.reason = why;
     rw.generation = c->generation;
@@ -150,7 +150,7 @@ static int worker_garbage(mxop_client_t *c, const mxop_op_t *op, const char *wha
     const char *after = "it was replaced";
     if (mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &r, NULL) != 0)
         after = "its replacement could not be asked for";
-    else if (c->data_fd < 0 && await_event(c) != MXOP__CTL_EVENT)
+    else if (c->sess.data_fd < 0 && await_event(c) != MXOP__CTL_EVENT)
         after = "no replacement came";
     if (op != NULL)
         return mxop__fail(c, MXOP_EPROTOCOL, "op '%s' (%s): %s; %s", op->name, op->library, why,
@@ -176,7 +176,7 @@ static void set_rcvtimeo(mxop_client_t *c, int64_t ms)
     if (ms == c->rcvtimeo_ms)
         return;
     struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    if (setsockopt(c->data_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0)
+    if (setsockopt(c->sess.data_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0)
         c->rcvtimeo_ms = ms;
 }
 
@@ -218,7 +218,7 @@ static int socket_frames(mxop_client_t *c, const mxop_op_t *op, uint64_t id, Mxo
 static int socket_look(void *arg)
 {
     mxop_client_t *c = arg;
-    ssize_t n = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, MSG_DONTWAIT);
+    ssize_t n = mxop__rxbuf_fill(&c->data_rx, c->sess.data_fd, 0, MSG_DONTWAIT);
     if (n > 0)
         return 1;
     return n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR ? 0 : -1;
@@ -245,7 +245,7 @@ static int wait_socket(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32
             continue;
         set_rcvtimeo(c, first ? (int64_t)wait_ms + MXOP__CALL_GRACE_MS : (left + 999999) / 1000000);
         first = 0;
-        ssize_t n = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, 0);
+        ssize_t n = mxop__rxbuf_fill(&c->data_rx, c->sess.data_fd, 0, 0);
         if (n > 0 || n == -EINTR || n == -EAGAIN || n == -EWOULDBLOCK)
             continue;
         if (n == 0 || n == -ECONNRESET || n == -EPIPE || n == -ENOTCONN)
@@ -288,7 +288,7 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
                      int64_t start_ns, int64_t end_ns, int64_t spin_cap, uint32_t sleep_why,
                      Mxop__CallResult **res)
 {
-    const uint32_t epoch = c->data_epoch;
+    const uint32_t epoch = c->sess.epoch;
     int64_t spent;
     int rc;
     if (spin_cap > 0) {
@@ -307,7 +307,7 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
             return timed_out(c, op, wait_ms);
         if (mxop__mbox_sleep_begin(&c->mbox, sleep_why))
             continue;
-        struct pollfd p[2] = {{.fd = c->data_fd, .events = POLLIN},
+        struct pollfd p[2] = {{.fd = c->sess.data_fd, .events = POLLIN},
                               {.fd = c->mbox.bell_rx, .events = POLLIN}};
         int n = poll(p, 2, (int)((left + 999999) / 1000000));
         mxop__mbox_sleep_end(&c->mbox, n > 0 && (p[1].revents & POLLIN));
@@ -323,7 +323,7 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
          * What was buffered before the hang-up is taken first, as a result in
          * the mailbox is.
          */
-        ssize_t got = mxop__rxbuf_fill(&c->data_rx, c->data_fd, 0, MSG_DONTWAIT);
+        ssize_t got = mxop__rxbuf_fill(&c->data_rx, c->sess.data_fd, 0, MSG_DONTWAIT);
         if (got == -ENOMEM)
             return mxop__fail(c, MXOP_ENOMEM, "out of memory for a result from the worker");
         rc = socket_frames(c, op, id, res);
@@ -336,7 +336,7 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
     }
 done:
     /* The spin policy learns from a wait that ended on this mailbox, not on its replacement. */
-    if (c->data_epoch == epoch && c->mbox_on)
+    if (c->sess.epoch == epoch && c->sess.chan == MXOP__CHAN_MBOX)
         mxop__mbox_note_wait(&c->mbox, start_ns);
     return rc;
 }
@@ -394,7 +394,7 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
     const ProtobufCMessage *msg = (const ProtobufCMessage *)&c->cb.call;
     int64_t end = start + ((int64_t)wait_ms + MXOP__CALL_GRACE_MS) * 1000000;
 
-    if (c->mbox_on) {
+    if (c->sess.chan == MXOP__CHAN_MBOX) {
         size_t n = protobuf_c_message_get_packed_size(msg);
         if (mxop__mbox_fits(n)) {
             /* What the worker's last call kept busy (its op's BLAS threads). */
@@ -420,7 +420,7 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
         }
         /* Too large for a slot: the socket carries it, and its result. */
     }
-    int rc = mxop__frame_send(c->data_fd, &c->data_fb, MXOP__KIND_CALL, msg, NULL, 0);
+    int rc = mxop__frame_send(c->sess.data_fd, &c->data_fb, MXOP__KIND_CALL, msg, NULL, 0);
     if (rc == MXOP_EDISCONNECTED)
         return worker_died(c, op, id);
     if (rc < 0)
@@ -439,8 +439,9 @@ static void attach_mailbox(mxop_client_t *c, int32_t limit_ms)
     int fds[3];
     char why[256];
 
-    c->mbox_wanted = 0;
-    if (c->data_fd < 0 || c->mbox_buf == NULL)
+    /* The socket carries the calls until the mailbox is there, or for good if it is not. */
+    mxop__chan_to(c, MXOP__CHAN_SOCKET, NULL);
+    if (c->sess.data_fd < 0 || c->mbox_buf == NULL)
         return;
     if (mxop__mbox_create(&m, fds, why, sizeof why) != 0)
         return;
@@ -454,7 +455,7 @@ static void attach_mailbox(mxop_client_t *c, int32_t limit_ms)
     call.id = id;
     call.body_case = MXOP__CALL__BODY_ATTACH_MAILBOX;
     call.attach_mailbox = &am;
-    int rc = mxop__frame_send(c->data_fd, &c->data_fb, MXOP__KIND_CALL,
+    int rc = mxop__frame_send(c->sess.data_fd, &c->data_fb, MXOP__KIND_CALL,
                               (const ProtobufCMessage *)&call, fds, 3);
     close(fds[0]); /* the worker has its own reference now */
     if (rc == 0) {
@@ -470,8 +471,7 @@ static void attach_mailbox(mxop_client_t *c, int32_t limit_ms)
         mxop__mbox_close(&m);
         return;
     }
-    c->mbox = m;
-    c->mbox_on = 1;
+    mxop__chan_to(c, MXOP__CHAN_MBOX, &m);
 }
 
 int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
@@ -492,7 +492,7 @@ int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
          * always works) and the mailbox waits for the next call: an attach
          * cut short by the deadline would cost a healthy worker its life.
          */
-        if (c->mbox_wanted && left >= 100)
+        if (c->sess.chan == MXOP__CHAN_MBOX_WANTED && left >= 100)
             attach_mailbox(c, left);
         /* Attaching may have taken in news that the session lost its worker. */
         int rc = mxop__call_ready(c);
@@ -508,31 +508,9 @@ int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
     }
 }
 
-int mxop__data_open(mxop_client_t *c, int fd)
-{
-    mxop__data_drop(c);
-    c->data_fd = fd;
-    c->rcvtimeo_ms = 0;
-    mxop__sockspin_init(&c->data_spin, MXOP__SOCKSPIN_CLIENT);
-    c->mbox_wanted = c->data_path == MXOP_DATA_PATH_SHM;
-    return 0;
-}
-
-void mxop__data_drop(mxop_client_t *c)
-{
-    c->data_epoch++;
-    if (c->data_fd >= 0)
-        close(c->data_fd);
-    c->data_fd = -1;
-    c->mbox_on = 0;
-    c->mbox_wanted = 0;
-    mxop__mbox_close(&c->mbox);
-    mxop__rxbuf_reset(&c->data_rx);
-}
-
 int mxop__data_attach_now(mxop_client_t *c)
 {
-    if (c->mbox_wanted)
+    if (c->sess.chan == MXOP__CHAN_MBOX_WANTED)
         attach_mailbox(c, c->connect_timeout_ms);
     return 0;
 }

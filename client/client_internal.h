@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "client/lease.h"
+#include "client/session_state.h"
 #include "client/shared_heap.h"
 #include "mxop/client.h"
 #include "wire/frame.h"
@@ -151,54 +152,30 @@ typedef struct mxop__callbufs {
 struct mxop_client {
     pthread_mutex_t lock;
 
-    int ctl_fd;  /* the control socket to mxop-serverd */
-    int data_fd; /* the data channel to the current worker, or -1 */
+    int ctl_fd; /* the control socket to mxop-serverd */
+    /* The session's state, its reason and the data channel: written by session_state.c alone. */
+    mxop__sess_t sess;
     mxop__framebuf_t ctl_fb;
     mxop__framebuf_t data_fb; /* calls on the way out */
     mxop__rxbuf_t data_rx;    /* results coming in on the data socket */
-    int64_t rcvtimeo_ms;      /* SO_RCVTIMEO set on data_fd, 0: not yet */
+    int64_t rcvtimeo_ms;      /* SO_RCVTIMEO set on sess.data_fd, 0: not yet */
     /* The socket path's busy-poll before a blocking recv (wire/sockspin.h). */
     mxop__sockspin_t data_spin;
     mxop__pbarena_t pba;
 
     /* The shared-memory data path (call.c). */
     int data_path; /* MXOP_DATA_PATH_SOCKET or MXOP_DATA_PATH_SHM, as chosen */
-    int mbox_on;   /* the current worker has the mailbox: calls go through it */
     /* The session's call page (shm/call_page.h), mapped from the OpenSession reply; or NULL. */
     struct mxop__call_page *call_page;
     /* Its uid's spin lease (client/lease.c), also from the OpenSession reply. */
     mxop__lease_t lease;
-    int mbox_wanted; /* give the current worker a mailbox before the next call */
-    mxop__mbox_t mbox;
+    mxop__mbox_t mbox; /* the current worker's, while sess.chan is MXOP__CHAN_MBOX */
     uint8_t *mbox_buf; /* a result copied out of the mailbox (NULL on the socket path) */
-    /*
-     * The data channel's side of a worker replacement (call.c's
-     * mxop__data_open and mxop__data_drop), set by connect.c: control.c,
-     * which hears of the replacement, switches the channel through these
-     * (call.c calls control.c, not the other way round).
-     */
-    int (*data_open_fn)(mxop_client_t *c, int fd);
-    void (*data_drop_fn)(mxop_client_t *c);
-    /*
-     * Counts the data channels dropped (mxop__data_drop): a wait that
-     * handled garbage or a death may have dropped its channel and mailbox
-     * under it, and uses neither once this moved.
-     */
-    uint32_t data_epoch;
 
     uint64_t next_req_id;
     uint64_t next_call_id;
     int32_t timeout_ms;         /* default call deadline */
     int32_t connect_timeout_ms; /* hello and session set-up */
-
-    /* Set once the control connection is unusable (closed, fatal error
-     * from the daemon, shut down): every later request fails with it. */
-    int ctl_dead;
-    char ctl_dead_msg[MXOP__ERR_MAX];
-
-    /* Set when the worker died and the daemon did not replace it. */
-    int worker_gone;
-    char worker_gone_msg[MXOP__ERR_MAX];
 
     /* The last WorkerEvent handled, for the call it ended. */
     int ev_code;
@@ -243,9 +220,6 @@ struct mxop_client {
      * that the pool may read the table while another thread's call holds
      * c->lock. */
     struct mxop__pool *pool;
-    /* Set by pool.c with a pool: the siblings forget a region the client
-     * drops (regions.c calls it; pool.c calls into regions.c). */
-    void (*region_dropped_fn)(mxop_client_t *c, uint32_t id);
     pthread_mutex_t regions_lock;
     /* Guards the arena's chunks and blocks (arena.c), inside c->lock when
      * both are taken; with a pool, allocations that fit and frees take it
@@ -254,7 +228,6 @@ struct mxop_client {
 
     /* Reconnection to the same socket path when the daemon goes away (reconnect.c). */
     struct mxop__reconn *rcn;
-    int reconnecting; /* set while reconnect.c restores the session */
 
     /* The shared heap's name for this client (shared_heap.c, under its lock), 0: none yet. */
     uint64_t heap_id;
@@ -395,31 +368,12 @@ void mxop__regions_free(mxop_client_t *c);
 
 /* ---- the pool of sibling sessions (pool.c) ---- */
 
-/*
- * The public calls that drive a sibling session: a sibling is a client of
- * its own, driven as an engine would drive it.  The pool gets them as a
- * table from connect.c rather than calling them by name, since those same
- * public calls dispatch to the pool (mxop__pool_try, ..._note_library,
- * ..._set_timeout): so pool.c depends on no file that depends on it.
- */
-typedef struct mxop__sibling_api {
-    int (*connect)(const char *socket_path, const mxop_connect_opts_t *opts, mxop_client_t **out);
-    void (*close)(mxop_client_t *c);
-    int (*load_library)(mxop_client_t *c, const char *name);
-    int (*op_find)(mxop_client_t *c, const char *name, const mxop_op_t **op);
-    int (*forward)(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
-                   const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out);
-    int (*backward)(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
-                    const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out);
-    int (*set_timeout)(mxop_client_t *c, int32_t timeout_ms);
-} mxop__sibling_api_t;
-
 /**
  * Sets up the pool of a client just connected (nothing when max_sessions
- * <= 1); `api` (static, kept) drives its siblings.
+ * <= 1).  Its siblings are clients of their own, driven through the public
+ * calls as an engine would drive them.
  */
-int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions,
-                    const mxop__sibling_api_t *api);
+int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions);
 
 /** Closes the siblings and frees the pool. */
 void mxop__pool_free(mxop_client_t *c);
@@ -434,6 +388,12 @@ void mxop__pool_note_library(mxop_client_t *c, const char *name);
  */
 int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
                    const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc);
+
+/**
+ * Makes the siblings forget region `id` of the client (and release their
+ * copies), as the client drops it; nothing without a pool.  c->lock is held.
+ */
+void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id);
 
 /** Gives the siblings (and those opened later) the client's new default deadline. */
 void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms);
@@ -469,16 +429,6 @@ int mxop__call_ready(mxop_client_t *c);
  */
 int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
                         Mxop__CallResult **res);
-
-/**
- * Takes `fd` (owned from now on) as the data channel to a new worker, and
- * drops the old one with its mailbox.  On the shared-memory path the new
- * worker gets a mailbox before the next call.  Returns 0.
- */
-int mxop__data_open(mxop_client_t *c, int fd);
-
-/** Closes the data channel and the mailbox (the worker is gone). */
-void mxop__data_drop(mxop_client_t *c);
 
 /** Attaches the mailbox now if one is wanted (at connect).  Returns 0. */
 int mxop__data_attach_now(mxop_client_t *c);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "client/session_state.h"
 #include "shm/call_page.h"
 #include "common/util.h"
 #include "wire/fdpass.h"
@@ -165,7 +166,7 @@ static int open_session(mxop_client_t *c)
     if (fd < 0)
         return mxop__fail(c, MXOP_EPROTOCOL,
                           "mxop-serverd opened the session without passing its data channel");
-    mxop__data_open(c, fd);
+    mxop__sess_to(c, MXOP__SESS_SERVING, fd, 0, NULL);
     c->session = r->open_session->session;
     c->worker_pid = r->open_session->worker_pid;
     c->generation = r->open_session->generation;
@@ -196,7 +197,7 @@ static void client_free(mxop_client_t *c)
     mxop__reconnect_free(c);
     if (c->ctl_fd >= 0)
         close(c->ctl_fd);
-    mxop__data_drop(c);
+    mxop__sess_to(c, MXOP__SESS_CLOSED, -1, 0, NULL);
     if (c->call_page != NULL)
         munmap(c->call_page, sizeof(mxop__call_page_t));
     mxop__lease_unmap(&c->lease);
@@ -222,14 +223,12 @@ int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_
     if (c == NULL)
         return MXOP_ENOMEM;
     c->ctl_fd = -1;
-    c->data_fd = -1;
+    mxop__sess_to(c, MXOP__SESS_OPENING, -1, 0, NULL);
     c->next_req_id = 1;
     c->next_call_id = 1;
     c->timeout_ms = timeout_ms;
     c->connect_timeout_ms = connect_timeout_ms;
     c->data_path = data_path;
-    c->data_open_fn = mxop__data_open;
-    c->data_drop_fn = mxop__data_drop;
     mxop__callbufs_init(c);
     if (pthread_mutex_init(&c->lock, NULL) != 0) {
         free(c);
@@ -291,17 +290,6 @@ static int reconnect_on(int32_t opt)
 /* Reads a field of an options struct only when the caller's struct has it. */
 #define OPT_HAS(o, field)                                                                          \
     ((o)->struct_size >= offsetof(mxop_connect_opts_t, field) + sizeof((o)->field))
-
-/* How the pool drives its sibling sessions: through the public calls. */
-static const mxop__sibling_api_t sibling_api = {
-    .connect = mxop_connect,
-    .close = mxop_close,
-    .load_library = mxop_load_library,
-    .op_find = mxop_op_find,
-    .forward = mxop_forward,
-    .backward = mxop_backward,
-    .set_timeout = mxop_set_timeout,
-};
 
 int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_client_t **out)
 {
@@ -395,7 +383,7 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
         mxop__fmt(connect_err, sizeof connect_err, "out of memory");
         goto err_msg_set;
     }
-    rc = mxop__pool_init(c, path, name, max_sessions, &sibling_api);
+    rc = mxop__pool_init(c, path, name, max_sessions);
     if (rc < 0) {
         mxop__fmt(connect_err, sizeof connect_err, "out of memory setting up the session pool");
         goto err_msg_set;
@@ -455,7 +443,9 @@ int mxop_data_path(mxop_client_t *c)
     if (c == NULL)
         return MXOP_EINVAL;
     pthread_mutex_lock(&c->lock);
-    int path = c->mbox_on || c->mbox_wanted ? MXOP_DATA_PATH_SHM : MXOP_DATA_PATH_SOCKET;
+    int path = c->sess.chan == MXOP__CHAN_MBOX || c->sess.chan == MXOP__CHAN_MBOX_WANTED
+                   ? MXOP_DATA_PATH_SHM
+                   : MXOP_DATA_PATH_SOCKET;
     pthread_mutex_unlock(&c->lock);
     return path;
 }
@@ -467,7 +457,7 @@ void mxop_close(mxop_client_t *c)
     mxop__shared_forget(c); /* the heap forgets the blocks it registered with this session */
     /* Closing the control socket is what ends the session: the daemon
      * kills the worker and drops the regions when it sees the EOF. */
-    if (!c->ctl_dead)
+    if (c->sess.state != MXOP__SESS_DEAD)
         hang_up(c);
     client_free(c);
 }

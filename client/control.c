@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "client/session_state.h"
 #include "shm/call_page.h"
 #include "common/util.h"
 
@@ -27,13 +28,18 @@ int mxop__ctl_timeout(const mxop_client_t *c)
     return t > INT32_MAX - MXOP__CALL_GRACE_MS ? INT32_MAX : t + MXOP__CALL_GRACE_MS;
 }
 
+/* The control connection is unusable: the first reason is the one every later request gets. */
 static int ctl_kill(mxop_client_t *c, int code, const char *msg)
 {
-    if (!c->ctl_dead) {
-        c->ctl_dead = code;
-        mxop__fmt(c->ctl_dead_msg, sizeof c->ctl_dead_msg, "%s", msg);
-    }
+    if (c->sess.state != MXOP__SESS_DEAD)
+        mxop__sess_to(c, MXOP__SESS_DEAD, -1, code, msg);
     return mxop__fail(c, code, "%s", msg);
+}
+
+/* Every request of a session whose control connection is unusable fails with its reason. */
+static int ctl_refused(mxop_client_t *c)
+{
+    return mxop__fail(c, c->sess.code, "%s", c->sess.why);
 }
 
 /*
@@ -42,9 +48,6 @@ static int ctl_kill(mxop_client_t *c, int code, const char *msg)
  */
 static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
 {
-    /* The mailbox died with the worker; the replacement gets a fresh one. */
-    c->data_drop_fn(c);
-
     /* The engine gets a code it can act on, whatever the event said. */
     c->ev_code = mxop__code_known(ev->code) ? ev->code : MXOP_EWORKER_CRASHED;
     c->ev_call_id = ev->call_id;
@@ -64,18 +67,19 @@ static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
         mxop__fmt(c->idle_note, sizeof c->idle_note,
                   "the session's worker was replaced before this call, which did not run: %s",
                   c->ev_msg);
+    /* Either way the old channel goes, with its mailbox: a replacement gets a fresh one. */
     if (ev->restarted && fd >= 0) {
-        c->data_open_fn(c, fd);
+        mxop__sess_to(c, MXOP__SESS_SERVING, fd, 0, NULL);
         c->generation = ev->generation;
         c->worker_pid = ev->worker_pid;
         c->stats.worker_restarts++;
-        c->worker_gone = 0;
     } else {
         if (fd >= 0)
             close(fd);
-        c->worker_gone = c->ev_code;
-        mxop__fmt(c->worker_gone_msg, sizeof c->worker_gone_msg,
-                  "the session's worker died and was not restarted: %s", c->ev_msg);
+        char why[MXOP__ERR_MAX];
+        mxop__fmt(why, sizeof why, "the session's worker died and was not restarted: %s",
+                  c->ev_msg);
+        mxop__sess_to(c, MXOP__SESS_WORKER_GONE, -1, c->ev_code, why);
     }
 }
 
@@ -90,8 +94,8 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
     if (fd_out != NULL)
         *fd_out = -1;
     *reply = NULL;
-    if (c->ctl_dead)
-        return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
+    if (c->sess.state == MXOP__SESS_DEAD)
+        return ctl_refused(c);
 
     int64_t left = end_ns - mxop__now_ns();
     if (left < 0)
@@ -177,8 +181,8 @@ int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int 
 
 int mxop__ctl_send(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds)
 {
-    if (c->ctl_dead)
-        return mxop__fail(c, c->ctl_dead, "%s", c->ctl_dead_msg);
+    if (c->sess.state == MXOP__SESS_DEAD)
+        return ctl_refused(c);
 
     req->id = c->next_req_id++;
     int rc = mxop__frame_send(c->ctl_fd, &c->ctl_fb, MXOP__KIND_CTL_REQUEST,

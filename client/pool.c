@@ -20,8 +20,10 @@
  * the library list, the region maps).  The client's region table is read
  * here under c->regions_lock only, while another thread's call may hold
  * c->lock: every change of that table takes both (regions.c, cuda.c).
- * A sibling is driven through the public API (the table connect.c hands
- * over: those calls dispatch here), under its own lock.
+ * A sibling is driven through the public API, under its own lock: it is
+ * a client of its own (without a pool), so the public calls it goes
+ * through, which dispatch to this file for a client with a pool, never
+ * come back here for it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +42,6 @@ typedef struct sib {
 
 struct mxop__pool {
     pthread_mutex_t lock;
-    const mxop__sibling_api_t *api; /* the public calls, to drive the siblings with */
     char *path;
     char *name;
     mxop_connect_opts_t opts;
@@ -52,10 +53,7 @@ struct mxop__pool {
     uint64_t calls, errors; /* calls made on siblings, for mxop_stats */
 };
 
-static void region_dropped(mxop_client_t *c, uint32_t id);
-
-int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions,
-                    const mxop__sibling_api_t *api)
+int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int max_sessions)
 {
     if (max_sessions <= 1)
         return 0;
@@ -75,7 +73,6 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
         free(p);
         return MXOP_ENOMEM;
     }
-    p->api = api;
     memset(&p->opts, 0, sizeof p->opts);
     p->opts.struct_size = sizeof p->opts;
     p->opts.timeout_ms = c->timeout_ms;
@@ -85,7 +82,6 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
     p->opts.max_sessions = 1; /* a sibling has no pool of its own */
     p->max = max_sessions - 1 < MXOP__POOL_MAX ? max_sessions - 1 : MXOP__POOL_MAX;
     c->pool = p;
-    c->region_dropped_fn = region_dropped;
     return 0;
 }
 
@@ -94,9 +90,8 @@ void mxop__pool_free(mxop_client_t *c)
     struct mxop__pool *p = c->pool;
     if (p == NULL)
         return;
-    c->region_dropped_fn = NULL;
     for (int i = 0; i < p->nsibs; i++) {
-        p->api->close(p->sibs[i].c);
+        mxop_close(p->sibs[i].c);
         free(p->sibs[i].from);
         free(p->sibs[i].to);
     }
@@ -146,11 +141,8 @@ void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* Forgets region `id` of the client in every sibling (and releases their
- * copies).  Called with c->lock held, as the client drops the region
- * (c->region_dropped_fn); a sibling busy with a call is waited for by
- * mxop_region_release. */
-static void region_dropped(mxop_client_t *c, uint32_t id)
+/* A sibling busy with a call is waited for by mxop_region_release. */
+void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id)
 {
     struct mxop__pool *p = c->pool;
     if (p == NULL)
@@ -201,7 +193,7 @@ static sib_t *take_sibling(struct mxop__pool *p)
     if (s == NULL || !open)
         return s;
     mxop_client_t *sc = NULL;
-    int rc = p->api->connect(p->path, &p->opts, &sc);
+    int rc = mxop_connect(p->path, &p->opts, &sc);
     pthread_mutex_lock(&p->lock);
     if (rc < 0) {
         /* No more sessions (the daemon's limits, say): the pool stops
@@ -243,7 +235,7 @@ static int replay_libraries(struct mxop__pool *p, sib_t *s)
         pthread_mutex_unlock(&p->lock);
         if (!more)
             return 0;
-        int rc = p->api->load_library(s->c, name);
+        int rc = mxop_load_library(s->c, name);
         if (rc < 0)
             return rc;
         s->nlibs++;
@@ -349,13 +341,13 @@ int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mx
         return 0;
     const mxop_op_t *sop = NULL;
     mxop_array_t tin[MXOP_MAX_TENSORS], tout[MXOP_MAX_TENSORS];
-    if (replay_libraries(p, s) < 0 || p->api->op_find(s->c, op->name, &sop) < 0 ||
+    if (replay_libraries(p, s) < 0 || mxop_op_find(s->c, op->name, &sop) < 0 ||
         translate(c, p, s, in, n_in, tin) < 0 || translate(c, p, s, out, n_out, tout) < 0) {
         give_sibling(p, s, 0, 0);
         return 0;
     }
-    int rc = backward ? p->api->backward(s->c, sop, call, tin, n_in, tout, n_out)
-                      : p->api->forward(s->c, sop, call, tin, n_in, tout, n_out);
+    int rc = backward ? mxop_backward(s->c, sop, call, tin, n_in, tout, n_out)
+                      : mxop_forward(s->c, sop, call, tin, n_in, tout, n_out);
     if (rc < 0) {
         mxop__error_of_sibling(c, mxop_last_error(s->c));
     } else {
@@ -387,5 +379,5 @@ void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms)
     pthread_mutex_unlock(&p->lock);
     /* Outside the pool's lock: a sibling busy with a call is waited for. */
     for (int i = 0; i < n; i++)
-        (void)p->api->set_timeout(sibs[i], timeout_ms);
+        (void)mxop_set_timeout(sibs[i], timeout_ms);
 }

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 
 #include "client/client_internal.h"
+#include "client/session_state.h"
 #include "common/util.h"
 #include "shm/call_page.h"
 
@@ -50,6 +51,9 @@ struct mxop__reconn {
     size_t nstates, capstates;
     uint32_t count; /* reconnections made */
     int failed;     /* the last full attempt found no daemon: later ones try once */
+    /* A reconnection is under way: what it calls (a region registered again) must not start
+     * another when the new daemon goes away too. */
+    int busy;
 };
 
 int mxop__reconnect_init(mxop_client_t *c, const char *path, const char *name, int on)
@@ -266,7 +270,7 @@ static int reload_libraries(mxop_client_t *c)
         req.body_case = MXOP__REQUEST__BODY_LOAD_LIBRARY;
         req.load_library = &body;
         int rc = mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &rep, NULL);
-        if (rc < 0 && c->ctl_dead)
+        if (rc < 0 && c->sess.state == MXOP__SESS_DEAD)
             return rc;
         if (rc < 0) {
             /* The library is not there any more: its ops' calls say they are gone. */
@@ -307,15 +311,11 @@ static void forget_session(mxop_client_t *c)
     if (c->ctl_fd >= 0)
         close(c->ctl_fd);
     c->ctl_fd = -1;
-    c->data_drop_fn(c);
+    mxop__sess_to(c, MXOP__SESS_OPENING, -1, 0, NULL);
     if (c->call_page != NULL)
         munmap(c->call_page, sizeof(mxop__call_page_t));
     c->call_page = NULL;
     mxop__lease_unmap(&c->lease);
-    c->ctl_dead = 0;
-    c->ctl_dead_msg[0] = '\0';
-    c->worker_gone = 0;
-    c->worker_gone_msg[0] = '\0';
     c->ev_code = 0;
     c->ev_call_id = 0;
     c->ev_has_op = 0;
@@ -336,7 +336,7 @@ static int reconnect(mxop_client_t *c, int budget_ms, int full)
 {
     struct mxop__reconn *r = c->rcn;
     char why[MXOP__ERR_MAX];
-    mxop__fmt(why, sizeof why, "%s", c->ctl_dead_msg);
+    mxop__fmt(why, sizeof why, "%s", c->sess.why);
     forget_session(c);
     if (full && r->failed)
         budget_ms = 0;
@@ -350,20 +350,20 @@ static int reconnect(mxop_client_t *c, int budget_ms, int full)
         if (c->ctl_fd >= 0)
             close(c->ctl_fd);
         c->ctl_fd = -1;
-        c->data_drop_fn(c);
-        c->ctl_dead = 0;
+        mxop__sess_to(c, MXOP__SESS_OPENING, -1, 0, NULL);
         int64_t left = end - mxop__now_ns();
         if (left <= 0 || rc == MXOP_EDENIED || rc == MXOP_EVERSION || rc == MXOP_EINVAL) {
             char last[MXOP__ERR_MAX];
             memcpy(last, c->err, sizeof last);
             if (full && rc != MXOP_EDENIED && rc != MXOP_EVERSION && rc != MXOP_EINVAL)
                 r->failed = 1;
-            mxop__fmt(c->ctl_dead_msg, sizeof c->ctl_dead_msg,
+            char msg[MXOP__ERR_MAX];
+            mxop__fmt(msg, sizeof msg,
                       "mxop-serverd went away (%s) and the client could not reconnect to %s "
                       "within %d ms (%d attempt%s; last: %s)",
                       why, r->path, budget_ms, attempt, attempt == 1 ? "" : "s", last);
-            c->ctl_dead = MXOP_EDISCONNECTED;
-            return mxop__fail(c, MXOP_EDISCONNECTED, "%s", c->ctl_dead_msg);
+            mxop__sess_to(c, MXOP__SESS_DEAD, -1, MXOP_EDISCONNECTED, msg);
+            return mxop__fail(c, MXOP_EDISCONNECTED, "%s", msg);
         }
         int ms = backoff;
         if ((int64_t)ms * 1000000 > left)
@@ -381,14 +381,14 @@ static int reconnect(mxop_client_t *c, int budget_ms, int full)
         memcpy(last, c->err, sizeof last);
         close(c->ctl_fd);
         c->ctl_fd = -1;
-        c->data_drop_fn(c);
-        c->ctl_dead = rc;
-        mxop__fmt(c->ctl_dead_msg, sizeof c->ctl_dead_msg,
+        mxop__sess_to(c, MXOP__SESS_OPENING, -1, 0, NULL);
+        char msg[MXOP__ERR_MAX];
+        mxop__fmt(msg, sizeof msg,
                   "mxop-serverd went away and the client reconnected to %s, but could not "
                   "restore its session: %s",
                   r->path, last);
-        c->ctl_dead = MXOP_EDISCONNECTED;
-        return mxop__fail(c, MXOP_EDISCONNECTED, "%s", c->ctl_dead_msg);
+        mxop__sess_to(c, MXOP__SESS_DEAD, -1, MXOP_EDISCONNECTED, msg);
+        return mxop__fail(c, MXOP_EDISCONNECTED, "%s", msg);
     }
     r->count++;
     r->failed = 0;
@@ -397,10 +397,16 @@ static int reconnect(mxop_client_t *c, int budget_ms, int full)
 
 static int reconnect_now(mxop_client_t *c, int budget_ms, int full)
 {
-    c->reconnecting = 1;
+    c->rcn->busy = 1;
     int rc = reconnect(c, budget_ms, full);
-    c->reconnecting = 0;
+    c->rcn->busy = 0;
     return rc;
+}
+
+/* The daemon went away (as opposed to refusing, or breaking the protocol): worth reconnecting. */
+static int daemon_gone(const mxop_client_t *c)
+{
+    return c->sess.state == MXOP__SESS_DEAD && c->sess.code == MXOP_EDISCONNECTED;
 }
 
 #define OFF_NOTE " (automatic reconnection is off: opts.reconnect or MXOP_RECONNECT)"
@@ -408,18 +414,17 @@ static int reconnect_now(mxop_client_t *c, int budget_ms, int full)
 /* With reconnection off, the daemon's going away says so, for whoever wonders why it stuck. */
 static void note_off(mxop_client_t *c)
 {
-    if (c->rcn == NULL || c->rcn->on || c->ctl_dead != MXOP_EDISCONNECTED ||
-        strstr(c->ctl_dead_msg, OFF_NOTE) != NULL)
+    if (c->rcn == NULL || c->rcn->on || !daemon_gone(c) || strstr(c->sess.why, OFF_NOTE) != NULL)
         return;
-    size_t n = strlen(c->ctl_dead_msg);
-    mxop__fmt(c->ctl_dead_msg + n, sizeof c->ctl_dead_msg - n, "%s", OFF_NOTE);
+    char msg[MXOP__ERR_MAX];
+    mxop__fmt(msg, sizeof msg, "%s%s", c->sess.why, OFF_NOTE);
+    mxop__sess_to(c, MXOP__SESS_DEAD, -1, c->sess.code, msg);
 }
 
 int mxop__reconnect_if_gone(mxop_client_t *c)
 {
     note_off(c);
-    if (!c->ctl_dead || c->reconnecting || !mxop__reconnect_enabled(c) ||
-        c->ctl_dead != MXOP_EDISCONNECTED)
+    if (!daemon_gone(c) || !mxop__reconnect_enabled(c) || c->rcn->busy)
         return 0;
     return reconnect_now(c, c->timeout_ms, 1);
 }
@@ -427,15 +432,14 @@ int mxop__reconnect_if_gone(mxop_client_t *c)
 int mxop__reconnect_after(mxop_client_t *c, int rc, const mxop_op_t *op, int rerun_safe, int *again)
 {
     *again = 0;
-    if (rc < 0 && c->rcn != NULL && !c->rcn->on && c->ctl_dead == MXOP_EDISCONNECTED &&
+    if (rc < 0 && c->rcn != NULL && !c->rcn->on && daemon_gone(c) &&
         strstr(c->err, OFF_NOTE) == NULL) {
         char was[MXOP__ERR_MAX];
         memcpy(was, c->err, sizeof was);
         note_off(c);
         return mxop__fail(c, rc, "%s%s", was, OFF_NOTE);
     }
-    if (rc >= 0 || c->ctl_dead != MXOP_EDISCONNECTED || c->reconnecting ||
-        !mxop__reconnect_enabled(c))
+    if (rc >= 0 || !daemon_gone(c) || !mxop__reconnect_enabled(c) || c->rcn->busy)
         return rc;
     char was[MXOP__ERR_MAX];
     memcpy(was, c->err, sizeof was);

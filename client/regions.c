@@ -116,7 +116,7 @@ static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, size
     req.register_region = &body;
 
     /* The worker's mailbox, where it reads how far this reservation has come. */
-    mxop__mbox_shared_t *sh = c->mbox_on ? c->mbox.sh : NULL;
+    mxop__mbox_shared_t *sh = c->sess.chan == MXOP__CHAN_MBOX ? c->mbox.sh : NULL;
     struct stat st;
     if (reserve_from == 0 || fstat(fd, &st) != 0)
         sh = NULL;
@@ -189,7 +189,7 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     if (rc < 0)
         return rc;
     /* The lower part of a large one is reserved while its registration is on its way. */
-    size_t split = mxop__region_split(bytes, c->mbox_on && c->mbox.sh != NULL);
+    size_t split = mxop__region_split(bytes, c->sess.chan == MXOP__CHAN_MBOX && c->mbox.sh != NULL);
     rc = mxop__region_create_fd_sealable(kind == MXOP__REGION_USER    ? "mxop-region"
                                          : kind == MXOP__REGION_ARENA ? "mxop-arena"
                                                                       : "mxop-stage",
@@ -242,8 +242,7 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
     /* A daemon that is gone has dropped the region with the session. */
     if (rc < 0 && rc != MXOP_EDISCONNECTED)
         return rc;
-    if (c->region_dropped_fn != NULL)
-        c->region_dropped_fn(c, id);
+    mxop__pool_region_dropped(c, id);
     pthread_mutex_lock(&c->regions_lock);
     e = mxop__region_find(c, id); /* the table is unchanged, but be plain */
     entry_free(e);

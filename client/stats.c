@@ -111,17 +111,15 @@ int mxop_shutdown_daemon(mxop_client_t *c)
     req.body_case = MXOP__REQUEST__BODY_SHUTDOWN;
     req.shutdown = &body;
     Mxop__Reply *r;
-    int was_dead = c->ctl_dead;
+    int was_dead = c->sess.state == MXOP__SESS_DEAD;
     int rc = mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &r, NULL);
     /* A daemon that closes the connection at once has still been asked and
      * is going away; only a refusal (MXOP_EDENIED) is a failure. */
     if (rc == MXOP_EDISCONNECTED && !was_dead)
         rc = 0;
-    if (rc == 0) {
-        c->ctl_dead = MXOP_EDISCONNECTED;
-        mxop__fmt(c->ctl_dead_msg, sizeof c->ctl_dead_msg,
-                  "mxop-serverd was shut down by this client");
-    }
+    if (rc == 0)
+        mxop__sess_to(c, MXOP__SESS_DEAD, -1, MXOP_EDISCONNECTED,
+                      "mxop-serverd was shut down by this client");
     pthread_mutex_unlock(&c->lock);
     return rc;
 }

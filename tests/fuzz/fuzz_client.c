@@ -189,7 +189,7 @@ static void scribble(mxop_client_t *c, cursor_t *in)
     const uint8_t *p = (what & 1) ? take_bytes(in, take(in, 2), &n) : NULL;
     if (n > 0)
         memcpy(frame, p, n);
-    if (!c->mbox_on || c->mbox.sh == NULL)
+    if (c->sess.chan != MXOP__CHAN_MBOX || c->mbox.sh == NULL)
         return; /* the socket path, or the mailbox was dropped */
     mxop__mbox_slot_t *s = &c->mbox.sh->rep;
     if (what & 1) {
@@ -281,14 +281,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b) != 0)
         abort();
     c->ctl_fd = ctl[0];
-    mxop__data_open(c, a[0]);
+    mxop__sess_to(c, MXOP__SESS_SERVING, a[0], 0, NULL);
     if (give_ops(c) != 0 || give_region(c) != 0)
         abort();
     if (shm) {
         /* The worker takes the mailbox (call 1); its answer is not the fuzzer's. */
         send_ok(a[1], 1);
         mxop__data_attach_now(c);
-        if (!c->mbox_on)
+        if (c->sess.chan != MXOP__CHAN_MBOX)
             abort();
     }
 
