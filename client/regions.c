@@ -269,8 +269,7 @@ void mxop__region_forget(mxop_client_t *c, uint32_t id)
     mxop__region_t *e = mxop__region_find(c, id);
     if (e == NULL)
         return;
-    if (c->region_dropped_fn != NULL)
-        c->region_dropped_fn(c, id);
+    mxop__pool_region_dropped(c, id);
     entry_remove(c, e);
 }
 
