@@ -380,6 +380,7 @@ static void *host_alloc_output(mxop_ctx_t *ctx, int i, int32_t ndim, const int64
         s *= shape[d] > 0 ? shape[d] : 1;
     }
     t->size = (size_t)elems;
+    mxop__tensor_view_sync(i, t);
     ctx->dyn_set |= 1ull << i;
     return t->data;
 }
@@ -432,6 +433,8 @@ void mxop__ctx_end(void)
     c->dyn_out = NULL;
     c->dyn_n = 0;
     c->dyn_set = 0;
+    c->dyn_view = NULL;
+    c->dyn_stride = 0;
     c->mode = MXOP__CTX_IDLE;
     c->n_attrs = 0;
     c->op = NULL;
@@ -472,4 +475,5 @@ const mxop_host_t mxop__host = {
     .attr_float_list = host_attr_float_list,
     .convert = mxop__host_convert,
     .alloc_output = host_alloc_output,
+    .tensor_size = sizeof(mxop_tensor_t),
 };

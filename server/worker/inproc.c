@@ -167,7 +167,11 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
             goto out;
         }
     }
-    rc = fn(&mxop__ctx, n_in, tin, n_out, tout);
+    /* The caller's arrays are the worker's layout; the library gets its own (op.h, rule 4). */
+    const mxop_tensor_t *lib_in;
+    mxop_tensor_t *lib_out;
+    mxop__tensor_view(op, n_in, tin, n_out, tout, &lib_in, &lib_out);
+    rc = fn(&mxop__ctx, n_in, lib_in, n_out, lib_out);
     if (rc != 0)
         rc = mxop__op_error(op, rc, backward ? "backward" : "forward", last_msg, sizeof(last_msg));
 out:

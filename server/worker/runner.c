@@ -266,10 +266,13 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *re
         mxop__ctx.dyn_n = n_out;
         mxop__ctx.dyn_set = 0;
     }
+    const mxop_tensor_t *lib_in;
+    mxop_tensor_t *lib_out;
+    mxop__tensor_view(op, n_in, in_t, n_out, out_t, &lib_in, &lib_out);
     mxop__fault_arm(op->name, n_ro, ro_ranges);
     mxop__status_callback(cb);
-    rc = sfn != NULL ? sfn(&mxop__ctx, state, n_in, in_t, n_out, out_t)
-                     : fn(&mxop__ctx, n_in, in_t, n_out, out_t);
+    rc = sfn != NULL ? sfn(&mxop__ctx, state, n_in, lib_in, n_out, lib_out)
+                     : fn(&mxop__ctx, n_in, lib_in, n_out, lib_out);
     mxop__fault_disarm();
     if (rc != 0)
         rc = mxop__op_error(op, rc, cb, res_msg, sizeof(res_msg));

@@ -95,13 +95,19 @@ struct mxop_ctx {
     const struct mxop__worker_op *op;
 
     /* During a forward: its outputs, for alloc_output, and which dynamic
-     * outputs have been given their shape (runner.c sets, host.c fills). */
+     * outputs have been given their shape (runner.c sets, host.c fills).
+     * dyn_view is the library's copy of the outputs at its own stride
+     * (tensor_view.c), or NULL when it has the worker's array. */
     mxop_tensor_t *dyn_out;
     int dyn_n;
     uint64_t dyn_set;
+    void *dyn_view;
+    uint32_t dyn_stride;
 
-    /* During init: the library being registered, and its first failure. */
+    /* During init: the library being registered, its tensor stride, and
+     * its first failure. */
     uint32_t reg_lib;
+    uint32_t reg_tensor_stride;
     int reg_code;
     char reg_msg[MXOP__W_MSG_MAX];
 };
@@ -150,6 +156,8 @@ typedef struct mxop__worker_op {
     char *description; /* owned; "" when the op gave none */
     uint32_t lib;      /* index into the library table */
     uint32_t index;    /* OpInfo.index */
+    /* sizeof(mxop_tensor_t) its library was built with (op.h, rule 4). */
+    uint32_t tensor_stride;
 
     /* Declared attributes (attrs.c): owned copies; def.attrs points at them. */
     int n_decls;
@@ -157,6 +165,27 @@ typedef struct mxop__worker_op {
     Mxop__AttrDecl *pb_decls; /* their wire form, pointing into decls */
     Mxop__AttrDecl **pb_ptrs;
 } mxop__worker_op_t;
+
+/* ------------------------------------------------------------------------ */
+/* A call's tensors at the stride of the op's library (tensor_view.c). */
+
+/* The tensor size a library of ABI 1 or 2 was built with: the frozen members. */
+#define MXOP__TENSOR_SIZE_V1 (offsetof(mxop_tensor_t, size) + sizeof(size_t))
+
+/* The largest tensor_size a library may declare: more is garbage, not a newer ABI. */
+#define MXOP__TENSOR_SIZE_MAX 1024u
+
+/*
+ * The arrays to pass to op `op`: in and out themselves when its library
+ * has the worker's stride (no copy), else copies at its stride held until
+ * the next call, with members the worker does not know zeroed.  A forward
+ * of an op with dynamic outputs records the copy for alloc_output.
+ */
+void mxop__tensor_view(const mxop__worker_op_t *op, int n_in, const mxop_tensor_t *in, int n_out,
+                       mxop_tensor_t *out, const mxop_tensor_t **lib_in, mxop_tensor_t **lib_out);
+
+/* After alloc_output changed out[i]: the library's copy gets the same shape. */
+void mxop__tensor_view_sync(int i, const mxop_tensor_t *t);
 
 /* ------------------------------------------------------------------------ */
 /* Declared attributes (attrs.c). */
