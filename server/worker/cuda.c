@@ -22,6 +22,7 @@
 
 #include "common/util.h"
 #include "server/worker/cuda.h"
+#include "shm/worker_exit.h"
 #include "server/worker/worker.h"
 
 #ifndef MXOP_CUDA_HOME

@@ -29,9 +29,6 @@
 /* The size of a cudaIpcMemHandle_t (CUDA_IPC_HANDLE_SIZE). */
 #define MXOP__CUDA_IPC_HANDLE_SIZE 64
 
-/* The exit status of a worker whose CUDA context became unusable. */
-#define MXOP__W_EXIT_CUDA 70
-
 /**
  * Maps device region `id`: opens the IPC handle (`len` bytes) of an
  * allocation of `size` bytes on CUDA device `device` and adds it to the
