@@ -427,6 +427,35 @@ int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr
     return mxop__attrs_validate(op, c->n_attrs, c->attr_keys, c->attr_vals, msg, msglen);
 }
 
+int mxop__call_begin(const mxop__worker_op_t *op, uint64_t call_id, uint32_t deadline_ms,
+                     size_t n_attrs, Mxop__Attr **attrs, uint64_t seed, int n_in,
+                     const mxop_tensor_t *in, char *msg, size_t msglen)
+{
+    int rc = mxop__ctx_begin_call(op, n_attrs, attrs, seed, msg, msglen);
+    if (rc != 0) {
+        mxop__ctx_end();
+        return rc;
+    }
+    mxop__status_begin(call_id, op->name, deadline_ms);
+    if (in != NULL)
+        mxop__status_inputs(n_in, in);
+    mxop__status_callback("check_attrs");
+    if (op->def.check_attrs != NULL && (rc = op->def.check_attrs(&mxop__ctx)) != 0) {
+        rc = mxop__op_error(op, rc, "check_attrs", msg, msglen);
+        mxop__call_end();
+        return rc;
+    }
+    /* What check_attrs recorded without failing is not the reason for a later failure. */
+    mxop__ctx_clear_error();
+    return 0;
+}
+
+void mxop__call_end(void)
+{
+    mxop__status_end();
+    mxop__ctx_end();
+}
+
 void mxop__ctx_end(void)
 {
     struct mxop_ctx *c = &mxop__ctx;

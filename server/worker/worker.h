@@ -144,6 +144,21 @@ static inline void mxop__ctx_clear_error(void)
 /** Back to idle after a call or an init; forgets attributes and errors. */
 void mxop__ctx_end(void);
 
+/**
+ * The start of every call that runs op code (Invoke, Infer, StateCreate,
+ * and the in-process runner): the context (mxop__ctx_begin_call), the call
+ * published in the status page with its deadline (0: none) and, when `in`
+ * is not NULL, its inputs, then the op's check_attrs.  Returns 0, the call
+ * then ended by mxop__call_end; or an error with msg[msglen] set, the call
+ * already ended.
+ */
+int mxop__call_begin(const struct mxop__worker_op *op, uint64_t call_id, uint32_t deadline_ms,
+                     size_t n_attrs, Mxop__Attr **attrs, uint64_t seed, int n_in,
+                     const mxop_tensor_t *in, char *msg, size_t msglen);
+
+/** The end of a call begun by mxop__call_begin: the status page, then the context. */
+void mxop__call_end(void);
+
 /** Frees the workspace (at exit). */
 void mxop__ctx_free(void);
 
