@@ -157,4 +157,11 @@ const char *mxop__cuda_errstr(int err, char *buf, size_t len);
  */
 void mxop__cuda_before_cleanup(void (*fn)(void));
 
+/**
+ * dlopen of the first of `names` (n of them) that loads, each tried by the
+ * loader's search and then in the toolkit's lib64 directory; NULL, with
+ * the first failure's reason in why[whylen], when none does.
+ */
+void *mxop__cuda_dlopen(const char *const *names, size_t n, char *why, size_t whylen);
+
 #endif /* MXOP_SERVER_WORKER_CUDA_H */
