@@ -141,6 +141,9 @@ DAEMON_O := $(call obj,$(DAEMON_C))
 WORKER_O := $(call obj,$(WORKER_C)) $(patsubst %.cc,$(B)/obj/%.o,$(WORKER_CC))
 CLIENT_O := $(call obj,$(CLIENT_C))
 CLI_O    := $(call obj,$(CLI_C))
+# The public structs' layout checked by the C++ compiler too (common/abi_layout.h);
+# an object that is built, never linked.
+ABI_CXX_CHECK := $(B)/obj/common/abi_layout_hpp.o
 
 DAEMON   := $(B)/bin/mxop-serverd
 WORKER   := $(B)/bin/mxop-worker
@@ -178,7 +181,7 @@ TORCH_BENCH_OP := $(B)/bench/torch_relu_op.so
 .DEFAULT_GOAL := all
 
 all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLUGINS) $(CU_PLUGINS) \
-     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST)
+     $(CU_TPLUGINS) $(TESTS) $(DEMOS) $(BENCHES) $(PCS) $(PCS_UNINST) $(ABI_CXX_CHECK)
 
 # The Python side: its interpreter (the virtual environment) and the C/C++
 # extensions built against it.  Not part of `all`: the environment holds
@@ -263,10 +266,15 @@ $(B)/plugins/%.so: plugins/%.c include/mxop/op.h include/mxop/types.h | $(DEPS_O
 	@$(if $(Q),echo "  PLUGIN  $@")
 	$(Q)$(CC) $(CFLAGS) $(PLUGIN_OPT) -std=c11 -Iinclude $(WARN) -Werror -shared -fPIC $< -o $@ -lm
 
+# -I.: a hostile fixture that forges the worker's shared pages (forge_note.c) includes
+# their header, which includes others by their path from the top of the tree.
 $(B)/tests/plugins/%.so: tests/plugins/%.c include/mxop/op.h include/mxop/types.h $(wildcard tests/plugins/*.h) | $(DEPS_OK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  PLUGIN  $@")
-	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude $(WARN) -Wno-error -shared -fPIC -pthread $< -o $@ -lm
+	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude -I. $(WARN) -Wno-error -shared -fPIC -pthread $< -o $@ -lm
+
+# Built against the frozen previous plugin ABI (tests/test_abi.c), never the current op.h.
+$(B)/tests/plugins/abi_prev.so: tests/plugins/abi_prev/op_prev.h
 
 # C++ fixture libraries (MXNet extension libraries written here, exporting MXNet's C ABI).
 $(B)/tests/plugins/%.so: tests/plugins/%.cc tests/plugins/mx_abi.h | $(DEPS_OK)

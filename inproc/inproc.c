@@ -100,6 +100,21 @@ static int prepare(const char *role, int n, const mxop_tensor_t *src, mxop_tenso
     return 0;
 }
 
+/*
+ * The start of a call in process: the attributes in the worker's form (in
+ * store and ptrs, the caller's, which must outlive the call), then
+ * mxop__call_begin, with no status page to publish to.
+ */
+static int begin(const mxop__worker_op_t *op, const char *const *attrs, Mxop__Attr *store,
+                 Mxop__Attr **ptrs)
+{
+    size_t nattrs;
+    int rc = make_attrs(attrs, store, ptrs, &nattrs);
+    if (rc != 0)
+        return rc;
+    return mxop__call_begin(op, 0, 0, nattrs, ptrs, 0, 0, NULL, last_msg, sizeof(last_msg));
+}
+
 int mxop_inproc_call(const char *name, int backward, const char *const *attrs, int n_in,
                      const mxop_tensor_t *in, int n_out, mxop_tensor_t *out)
 {
@@ -107,7 +122,6 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
     static int32_t dt[MXOP__W_MAX_IN], odt[MXOP__W_MAX_OUT];
     static mxop_shape_t sh[MXOP__W_MAX_IN], osh[MXOP__W_MAX_OUT];
     Mxop__Attr store[MXOP__W_MAX_ATTRS], *ptrs[MXOP__W_MAX_ATTRS];
-    size_t nattrs;
     int k = 0;
     last_msg[0] = '\0';
     const mxop__worker_op_t *op = find(name);
@@ -128,17 +142,8 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
     if ((rc = prepare("input", n_in, in, tin, dt, sh)) != 0 ||
         (rc = prepare("output", n_out, out, tout, odt, osh)) != 0)
         return rc;
-    if ((rc = make_attrs(attrs, store, ptrs, &nattrs)) != 0)
+    if ((rc = begin(op, attrs, store, ptrs)) != 0)
         return rc;
-
-    rc = mxop__ctx_begin_call(op, nattrs, ptrs, 0, last_msg, sizeof(last_msg));
-    if (rc != 0)
-        goto out;
-    if (op->def.check_attrs != NULL && (rc = op->def.check_attrs(&mxop__ctx)) != 0) {
-        rc = mxop__op_error(op, rc, "check_attrs", last_msg, sizeof(last_msg));
-        goto out;
-    }
-    mxop__ctx_clear_error();
     /* Forward outputs must be what inference says; backward's match the forward inputs. */
     int32_t want_dt[MXOP__W_MAX_OUT];
     mxop_shape_t want_sh[MXOP__W_MAX_OUT];
@@ -167,11 +172,15 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
             goto out;
         }
     }
-    rc = fn(&mxop__ctx, n_in, tin, n_out, tout);
+    /* The caller's arrays are the worker's layout; the library gets its own (op.h, rule 4). */
+    const mxop_tensor_t *lib_in;
+    mxop_tensor_t *lib_out;
+    mxop__tensor_view(op, n_in, tin, n_out, tout, &lib_in, &lib_out);
+    rc = fn(&mxop__ctx, n_in, lib_in, n_out, lib_out);
     if (rc != 0)
         rc = mxop__op_error(op, rc, backward ? "backward" : "forward", last_msg, sizeof(last_msg));
 out:
-    mxop__ctx_end();
+    mxop__call_end();
     return rc;
 }
 
@@ -180,7 +189,6 @@ int mxop_inproc_infer(const char *name, const char *const *attrs, int n_in,
                       int32_t *out_dtypes, mxop_shape_t *out_shapes)
 {
     Mxop__Attr store[MXOP__W_MAX_ATTRS], *ptrs[MXOP__W_MAX_ATTRS];
-    size_t nattrs;
     int k;
     last_msg[0] = '\0';
     const mxop__worker_op_t *op = find(name);
@@ -190,16 +198,10 @@ int mxop_inproc_infer(const char *name, const char *const *attrs, int n_in,
         mxop__check_arity(op, 0, (size_t)n_in, (size_t)n_out, 1, &k, last_msg, sizeof(last_msg));
     if (rc != 0)
         return rc;
-    if ((rc = make_attrs(attrs, store, ptrs, &nattrs)) != 0)
+    if ((rc = begin(op, attrs, store, ptrs)) != 0)
         return rc;
-    rc = mxop__ctx_begin_call(op, nattrs, ptrs, 0, last_msg, sizeof(last_msg));
-    if (rc == 0 && op->def.check_attrs != NULL && (rc = op->def.check_attrs(&mxop__ctx)) != 0)
-        rc = mxop__op_error(op, rc, "check_attrs", last_msg, sizeof(last_msg));
-    if (rc == 0) {
-        mxop__ctx_clear_error();
-        rc = mxop__infer(op, n_in, in_dtypes, in_shapes, n_out, out_dtypes, out_shapes, last_msg,
-                         sizeof(last_msg));
-    }
-    mxop__ctx_end();
+    rc = mxop__infer(op, n_in, in_dtypes, in_shapes, n_out, out_dtypes, out_shapes, last_msg,
+                     sizeof(last_msg));
+    mxop__call_end();
     return rc;
 }

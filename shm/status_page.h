@@ -16,6 +16,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+/* The exit statuses read beside this page's note. */
+#include "shm/worker_exit.h"
+
 #define MXOP__STATUS_MAGIC 0x4D585354u /* "MXST" */
 #define MXOP__STATUS_OP_MAX 64
 #define MXOP__STATUS_MSG_MAX 256
@@ -24,20 +27,6 @@
 /* The inputs a crash's log line quotes: the first 4, with up to 6 dimensions each. */
 #define MXOP__STATUS_IN_MAX 4
 #define MXOP__STATUS_DIMS_MAX 6
-/*
- * The worker's exit status when its data channel lost its framing (bad
- * magic, a frame over the maximum, a frame that never completed): the
- * daemon then reports MXOP_EPROTOCOL and starts a replacement.
- */
-#define MXOP__W_EXIT_DATA_FRAMING 71
-/*
- * A worker that is pid 1 of its pid namespace (server/daemon/spawn.c)
- * exits with this plus N to say "signal N killed me": the kernel ignores
- * the signals pid 1 sends itself with the default action (abort(),
- * raise()), so server/worker/fault.c cannot die by them.  The daemon maps
- * the status back to the signal.
- */
-#define MXOP__W_EXIT_SIGNAL 192
 
 typedef struct mxop__status_page {
     uint32_t magic;

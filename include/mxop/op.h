@@ -12,14 +12,42 @@
  *   - `mxop_plugin_init`, called once in the worker with the host table; it
  *     registers the library's ops with host->register_op().
  *
- * Compatibility rules (the SQLite / Redis-module pattern):
- *   - Every struct that crosses the boundary starts with `struct_size`.
- *     The host reads a plugin's struct by the size the plugin compiled with;
- *     fields the plugin does not know about read as zero.
- *   - New members are added at the end only, marked with the ABI version
- *     that brought them.  Nothing is ever removed or reordered.
- *   - A library whose mxop_plugin_info.abi_version is newer than the
- *     worker's is refused at load with MXOP_EABI and a message, never run.
+ * Compatibility rules (the SQLite / Redis-module pattern).  This is the
+ * one statement of them; the worker's loader (server/worker/plugin_loader.c)
+ * enforces it and docs/op-author-guide.md ("ABI rules") explains it.
+ *
+ *   1. Structs grow only at the end.  A member is appended, marked with
+ *      the ABI version that brought it; nothing is removed, reordered or
+ *      retyped.  Every public struct's size, alignment and member offsets
+ *      are asserted at compile time (common/abi_layout.h).
+ *   2. Structs the library hands the worker (mxop_op_def_t,
+ *      mxop_plugin_info_t) start with `struct_size`.  The worker reads one
+ *      by the size the library compiled with: members the library does not
+ *      know read as zero, members the worker does not know are ignored.
+ *   3. The host table says its own size (mxop_host_t.struct_size); a
+ *      library tests a member with MXOP_HOST_HAS before using it when the
+ *      member is newer than the ABI the library requires (rule 5).
+ *   4. Tensors cross the boundary as arrays, so their stride is part of
+ *      the ABI.  A library indexes in[i] / out[i] by the
+ *      sizeof(mxop_tensor_t) it compiled with, which MXOP_PLUGIN records
+ *      in mxop_plugin_info.tensor_size (absent: the version 1 size).  The
+ *      worker lays out every array it passes to that library at that
+ *      stride: a smaller (older) tensor gets the members it knows, a larger
+ *      (newer) one gets zero in the members the worker does not know, which
+ *      MXOP_TENSOR_HAS tells apart.  mxop_shape_t and mxop_attr_decl_t are
+ *      frozen: they never grow.
+ *   5. Versions.  A library states the ABI it was built against
+ *      (mxop_plugin_info.abi_version) and the oldest worker ABI it runs in
+ *      (abi_required; MXOP_PLUGIN makes it abi_version, MXOP_PLUGIN_COMPAT
+ *      lowers it; a library of ABI 1 or 2 has none and requires its
+ *      abi_version).  A worker loads every library whose abi_required is
+ *      at most the worker's MXOP_ABI_VERSION: all older libraries, and a
+ *      newer one that declared it can run there, which then tests with
+ *      MXOP_HOST_HAS / MXOP_TENSOR_HAS every member newer than its
+ *      abi_required.  Any other library is refused at load, before any of
+ *      its code but its constructors runs, with MXOP_EABI and a message
+ *      naming the version the library needs and the worker's.  (Workers of
+ *      ABI 1 and 2 knew no abi_required: they refuse every newer library.)
  *
  * Ownership: every pointer an op receives is borrowed for the duration of
  * that call only, unless its comment says otherwise.
@@ -44,11 +72,13 @@ extern "C" {
  *      attribute readers attr_string, attr_int_list, attr_float_list, the
  *      host routines for every dtype, convert, and outputs of data-dependent
  *      shape (dynamic_outputs, alloc_output).
+ *   3: the compatibility rules 4 and 5 above: mxop_plugin_info.abi_required
+ *      and tensor_size, mxop_host_t.tensor_size.
  *
- * A library built against version 2 that uses nothing of version 2 still
- * needs a version 2 worker: the worker refuses a newer version at load.
+ * A library runs in a worker of an older version only if it says so
+ * (MXOP_PLUGIN_COMPAT, rule 5).
  */
-#define MXOP_ABI_VERSION 2
+#define MXOP_ABI_VERSION 3
 
 /**
  * A tensor as an op sees it.  `data` points into shared memory mapped in the
@@ -59,6 +89,10 @@ extern "C" {
  * memory has no read-only mapping, so nothing stops a write to an input.
  * `strides` are in elements; for a contiguous row-major tensor (always the
  * case unless the op sets MXOP_OP_STRIDED) they are the usual products.
+ *
+ * New members are appended after `size`, each with its ABI version; a
+ * library reads one only if MXOP_TENSOR_HAS says the worker fills it
+ * (compatibility rule 4).
  */
 typedef struct mxop_tensor {
     void *data; /* host memory, or a device pointer when device >= 0 */
@@ -374,24 +408,49 @@ typedef struct mxop_host {
      * the call fails.
      */
     void *(*alloc_output)(mxop_ctx_t *ctx, int i, int32_t ndim, const int64_t *shape);
+
+    /* ---- ABI version 3 ---- */
+
+    /**
+     * sizeof(mxop_tensor_t) of the worker: the members of a tensor it
+     * fills (compatibility rule 4).  Read it through MXOP_TENSOR_HAS.
+     */
+    uint32_t tensor_size;
 } mxop_host_t;
 
 /**
  * Whether the host table `host` (a const mxop_host_t *) has `member`: a
- * library built against a newer header may run in an older worker only if
- * it tests what it uses, e.g.
+ * library that declared an older abi_required than its abi_version
+ * (MXOP_PLUGIN_COMPAT) tests every newer member it uses, e.g.
  *     if (MXOP_HOST_HAS(host, attr_string)) s = host->attr_string(ctx, "mode", "sum");
  */
 #define MXOP_HOST_HAS(host, member)                                                                \
     ((host)->struct_size >= offsetof(mxop_host_t, member) + sizeof((host)->member) &&              \
      (host)->member != NULL)
 
-/** What a library says about itself; checked before its init runs. */
+/**
+ * Whether the worker behind `host` fills tensor member `member` (a member
+ * appended to mxop_tensor_t after version 2; the others are always there).
+ * In an older worker such a member reads as zero (compatibility rule 4).
+ */
+#define MXOP_TENSOR_HAS(host, member)                                                              \
+    ((host)->struct_size >= offsetof(mxop_host_t, tensor_size) + sizeof((host)->tensor_size) &&    \
+     (host)->tensor_size >=                                                                        \
+         offsetof(mxop_tensor_t, member) + sizeof(((const mxop_tensor_t *)0)->member))
+
+/**
+ * What a library says about itself; checked before its init runs.  Made by
+ * MXOP_PLUGIN or MXOP_PLUGIN_COMPAT; see the compatibility rules above.
+ */
 typedef struct mxop_plugin_info {
     uint32_t struct_size;
     uint32_t abi_version; /* MXOP_ABI_VERSION the library was built with */
     const char *name;     /* a short name for messages */
     const char *version;  /* the library's own version string */
+
+    /* ---- ABI version 3 ---- */
+    uint32_t abi_required; /* the oldest worker ABI it runs in; 0: abi_version */
+    uint32_t tensor_size;  /* sizeof(mxop_tensor_t) it was built with; 0: version 1's */
 } mxop_plugin_info_t;
 
 /** The signature of the exported init function. */
@@ -432,11 +491,22 @@ typedef int (*mxop_plugin_init_fn)(mxop_ctx_t *ctx, const mxop_host_t *host);
 /**
  * Declares the library.  Use once, at file scope:
  *     MXOP_PLUGIN("myops", "1.0");
+ * It then runs in workers of this header's ABI version and later ones.
  */
-#define MXOP_PLUGIN(name_, version_)                                                               \
+#define MXOP_PLUGIN(name_, version_) MXOP_PLUGIN_COMPAT(name_, version_, MXOP_ABI_VERSION)
+
+/**
+ * Declares a library that also runs in older workers, down to ABI version
+ * `required_` (>= 3: older workers refuse any newer library).  The library
+ * promises to test every host member and tensor member newer than that
+ * with MXOP_HOST_HAS / MXOP_TENSOR_HAS before it uses one:
+ *     MXOP_PLUGIN_COMPAT("myops", "1.0", 3);
+ */
+#define MXOP_PLUGIN_COMPAT(name_, version_, required_)                                             \
     MXOP_EXTERN_C MXOP_EXPORT const mxop_plugin_info_t mxop_plugin_info;                           \
-    const mxop_plugin_info_t mxop_plugin_info = {sizeof(mxop_plugin_info_t), MXOP_ABI_VERSION,     \
-                                                 (name_), (version_)}
+    const mxop_plugin_info_t mxop_plugin_info = {                                                  \
+        sizeof(mxop_plugin_info_t), MXOP_ABI_VERSION, (name_), (version_), (required_),            \
+        sizeof(mxop_tensor_t)}
 
 /**
  * Defines the init function:

@@ -38,7 +38,7 @@
 #include "server/daemon/layers.h"
 #include "server/daemon/log.h"
 #include "server/daemon/procstat.h"
-#include "server/worker/cuda.h"
+#include "shm/worker_exit.h"
 #include "server/daemon/worker_output.h"
 #include "server/daemon/workeruid.h"
 

@@ -14,16 +14,11 @@
 #include "shm/desc.h"
 #include "server/worker/worker.h"
 
-static const char *const dtype_names[MXOP_DTYPE_COUNT] = {
-    [MXOP_F32] = "f32",   [MXOP_F64] = "f64", [MXOP_F16] = "f16",
-    [MXOP_BF16] = "bf16", [MXOP_I32] = "i32", [MXOP_I64] = "i64",
-    [MXOP_U8] = "u8",     [MXOP_I8] = "i8",   [MXOP_BOOL] = "bool",
-};
-
+/* The names come from the one dtype table, MXOP_DTYPE_MAP (types.h). */
 const char *mxop__dtype_name(int32_t dtype, char *buf, size_t len)
 {
-    if (dtype >= 0 && dtype < MXOP_DTYPE_COUNT)
-        return dtype_names[dtype];
+    if (mxop_dtype_size(dtype) != 0)
+        return mxop_dtype_name(dtype);
     mxop__fmt(buf, len, "dtype %d", dtype);
     return buf;
 }

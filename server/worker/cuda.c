@@ -22,6 +22,7 @@
 
 #include "common/util.h"
 #include "server/worker/cuda.h"
+#include "shm/worker_exit.h"
 #include "server/worker/worker.h"
 
 #ifndef MXOP_CUDA_HOME
@@ -111,6 +112,25 @@ static const struct {
 #undef SYM
 };
 
+void *mxop__cuda_dlopen(const char *const *names, size_t n, char *why, size_t whylen)
+{
+    void *h;
+    why[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)) != NULL)
+            return h;
+        if (why[0] == '\0') {
+            const char *e = dlerror();
+            mxop__fmt(why, whylen, "%s", e != NULL ? e : names[i]);
+        }
+        char path[512];
+        mxop__fmt(path, sizeof(path), "%s/lib64/%s", MXOP_CUDA_HOME, names[i]);
+        if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) != NULL)
+            return h;
+    }
+    return NULL;
+}
+
 /* dlopen of the runtime: $MXOP_CUDART, then the usual names, then the toolkit's directory. */
 static void *open_runtime(char *why, size_t whylen)
 {
@@ -126,19 +146,7 @@ static void *open_runtime(char *why, size_t whylen)
         mxop__fmt(why, whylen, "MXOP_CUDART=%s cannot be loaded: %s", env, e ? e : "?");
         return NULL;
     }
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)) != NULL)
-            return h;
-        if (why[0] == '\0') {
-            const char *e = dlerror();
-            mxop__fmt(why, whylen, "%s", e != NULL ? e : names[i]);
-        }
-        char path[512];
-        mxop__fmt(path, sizeof(path), "%s/lib64/%s", MXOP_CUDA_HOME, names[i]);
-        if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) != NULL)
-            return h;
-    }
-    return NULL;
+    return mxop__cuda_dlopen(names, sizeof(names) / sizeof(names[0]), why, whylen);
 }
 
 static void cleanup_at_exit(void);

@@ -29,9 +29,6 @@
 /* The size of a cudaIpcMemHandle_t (CUDA_IPC_HANDLE_SIZE). */
 #define MXOP__CUDA_IPC_HANDLE_SIZE 64
 
-/* The exit status of a worker whose CUDA context became unusable. */
-#define MXOP__W_EXIT_CUDA 70
-
 /**
  * Maps device region `id`: opens the IPC handle (`len` bytes) of an
  * allocation of `size` bytes on CUDA device `device` and adds it to the
@@ -159,5 +156,12 @@ const char *mxop__cuda_errstr(int err, char *buf, size_t len);
  * replaces it.
  */
 void mxop__cuda_before_cleanup(void (*fn)(void));
+
+/**
+ * dlopen of the first of `names` (n of them) that loads, each tried by the
+ * loader's search and then in the toolkit's lib64 directory; NULL, with
+ * the first failure's reason in why[whylen], when none does.
+ */
+void *mxop__cuda_dlopen(const char *const *names, size_t n, char *why, size_t whylen);
 
 #endif /* MXOP_SERVER_WORKER_CUDA_H */

@@ -16,10 +16,6 @@
 #include "server/worker/cuda.h"
 #include "server/worker/worker.h"
 
-#ifndef MXOP_CUDA_HOME
-#define MXOP_CUDA_HOME "/usr/local/cuda"
-#endif
-
 #define MAX_DEVICES 64
 #define CUBLAS_OP_N 0
 #define CUBLAS_OP_T 1
@@ -50,21 +46,7 @@ static void *open_cublas(char *why, size_t whylen)
 {
     static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11",
                                         "libcublas.so"};
-    void *h;
-    why[0] = '\0';
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)) != NULL)
-            return h;
-        if (why[0] == '\0') {
-            const char *e = dlerror();
-            mxop__fmt(why, whylen, "%s", e != NULL ? e : names[i]);
-        }
-        char path[512];
-        mxop__fmt(path, sizeof(path), "%s/lib64/%s", MXOP_CUDA_HOME, names[i]);
-        if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) != NULL)
-            return h;
-    }
-    return NULL;
+    return mxop__cuda_dlopen(names, sizeof(names) / sizeof(names[0]), why, whylen);
 }
 
 static int load_blas(void)

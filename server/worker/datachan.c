@@ -30,6 +30,7 @@
 #include "server/worker/pid1.h"
 #include "server/worker/prefill.h"
 #include "server/worker/worker.h"
+#include "shm/worker_exit.h"
 #include "shm/mailbox.h"
 #include "shm/placement.h"
 #include "wire/rxbuf.h"

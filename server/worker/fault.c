@@ -60,6 +60,7 @@
 
 #include "server/worker/sandbox.h"
 #include "server/worker/worker.h"
+#include "shm/worker_exit.h"
 
 /*
  * The call in flight.  Written by the main flow with the handler disarmed,

@@ -380,6 +380,7 @@ static void *host_alloc_output(mxop_ctx_t *ctx, int i, int32_t ndim, const int64
         s *= shape[d] > 0 ? shape[d] : 1;
     }
     t->size = (size_t)elems;
+    mxop__tensor_view_sync(i, t);
     ctx->dyn_set |= 1ull << i;
     return t->data;
 }
@@ -426,12 +427,43 @@ int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr
     return mxop__attrs_validate(op, c->n_attrs, c->attr_keys, c->attr_vals, msg, msglen);
 }
 
+int mxop__call_begin(const mxop__worker_op_t *op, uint64_t call_id, uint32_t deadline_ms,
+                     size_t n_attrs, Mxop__Attr **attrs, uint64_t seed, int n_in,
+                     const mxop_tensor_t *in, char *msg, size_t msglen)
+{
+    int rc = mxop__ctx_begin_call(op, n_attrs, attrs, seed, msg, msglen);
+    if (rc != 0) {
+        mxop__ctx_end();
+        return rc;
+    }
+    mxop__status_begin(call_id, op->name, deadline_ms);
+    if (in != NULL)
+        mxop__status_inputs(n_in, in);
+    mxop__status_callback("check_attrs");
+    if (op->def.check_attrs != NULL && (rc = op->def.check_attrs(&mxop__ctx)) != 0) {
+        rc = mxop__op_error(op, rc, "check_attrs", msg, msglen);
+        mxop__call_end();
+        return rc;
+    }
+    /* What check_attrs recorded without failing is not the reason for a later failure. */
+    mxop__ctx_clear_error();
+    return 0;
+}
+
+void mxop__call_end(void)
+{
+    mxop__status_end();
+    mxop__ctx_end();
+}
+
 void mxop__ctx_end(void)
 {
     struct mxop_ctx *c = &mxop__ctx;
     c->dyn_out = NULL;
     c->dyn_n = 0;
     c->dyn_set = 0;
+    c->dyn_view = NULL;
+    c->dyn_stride = 0;
     c->mode = MXOP__CTX_IDLE;
     c->n_attrs = 0;
     c->op = NULL;
@@ -472,4 +504,5 @@ const mxop_host_t mxop__host = {
     .attr_float_list = host_attr_float_list,
     .convert = mxop__host_convert,
     .alloc_output = host_alloc_output,
+    .tensor_size = sizeof(mxop_tensor_t),
 };

@@ -33,7 +33,6 @@
  * Landlock leaves strict without its filesystem view, which the daemon is
  * told of (mxop__landlock_abi() is 0) and documented in docs/security.md.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/landlock.h>
@@ -46,6 +45,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
+#include "server/worker/fsview.h"
 #include "server/worker/namespaces.h"
 #include "server/worker/sandbox.h"
 
@@ -133,53 +133,28 @@ static int allow(int ruleset, const char *path, uint64_t rights, uint64_t handle
     return 0;
 }
 
-static const char *const system_read_only[] = {
-    "/usr",
-    "/lib",
-    "/lib64",
-    "/lib32",
-    "/libx32",
-    "/opt",
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/ld.so.preload",
-    "/etc/nsswitch.conf",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/localtime",
-    "/etc/alternatives",
-    "/proc",
-    "/sys",
-    "/dev/random",
-    "/dev/urandom",
+struct gpu_rule {
+    int ruleset;
+    uint64_t handled;
+    char *err;
+    size_t errlen;
 };
 
-static const char *const read_write[] = {"/dev/null", "/dev/zero"};
+static int allow_gpu_node(const char *path, void *arg)
+{
+    struct gpu_rule *g = arg;
+    return allow(g->ruleset, path, READ_WRITE | LL_IOCTL_DEV | LANDLOCK_ACCESS_FS_READ_DIR,
+                 g->handled, g->err, g->errlen);
+}
 
 /* The GPU profile: the CUDA driver's nodes, opened read-write with ioctls. */
 static int allow_gpu_nodes(int ruleset, uint64_t handled, char *err, size_t errlen)
 {
     if (access("/dev/nvidiactl", F_OK) != 0)
         return 0;
-    DIR *d = opendir("/dev");
-    if (d == NULL)
-        return 0;
-    int rc = 0;
-    struct dirent *e;
-    while (rc == 0 && (e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "nvidia", 6) != 0)
-            continue;
-        char path[300];
-        mxop__fmt(path, sizeof(path), "/dev/%s", e->d_name);
-        rc = allow(ruleset, path, READ_WRITE | LL_IOCTL_DEV | LANDLOCK_ACCESS_FS_READ_DIR, handled,
-                   err, errlen);
-    }
-    closedir(d);
-    return rc;
+    struct gpu_rule g = {ruleset, handled, err, errlen};
+    return mxop__fs_each_gpu_node(allow_gpu_node, &g);
 }
-
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 int mxop__landlock_apply(int strict, const char *plugin_dir, const char *allowlist, char *err,
                          size_t errlen)
@@ -214,10 +189,12 @@ int mxop__landlock_apply(int strict, const char *plugin_dir, const char *allowli
     int rc = 0;
     if (strict) {
         uint64_t h = attr.handled_access_fs;
-        for (size_t i = 0; rc == 0 && i < COUNT(system_read_only); i++)
-            rc = allow(fd, system_read_only[i], READ_ONLY, h, err, errlen);
-        for (size_t i = 0; rc == 0 && i < COUNT(read_write); i++)
-            rc = allow(fd, read_write[i], READ_WRITE, h, err, errlen);
+        for (size_t i = 0; rc == 0 && i < mxop__fs_view_len; i++) {
+            const mxop__fs_path_t *p = &mxop__fs_view[i];
+            if (p->how & MXOP__FS_LANDLOCK)
+                rc = allow(fd, p->path, (p->how & MXOP__FS_WRITE) ? READ_WRITE : READ_ONLY, h, err,
+                           errlen);
+        }
         /*
          * Neither the plugin directory nor the allowlist is readable: the
          * worker loads only descriptors the daemon sent (integrity.c).

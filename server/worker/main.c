@@ -30,6 +30,7 @@
 #include "server/worker/pid1.h"
 #include "server/worker/worker.h"
 #include "server/worker/sandbox.h"
+#include "shm/worker_exit.h"
 
 #define SUP_FD 3
 #define DATA_FD 4
@@ -50,7 +51,7 @@ _Noreturn __attribute__((format(printf, 1, 2))) static void die(const char *fmt,
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-    exit(2);
+    exit(MXOP__W_EXIT_USAGE);
 }
 
 static int parse_u64(const char *s, uint64_t *out)

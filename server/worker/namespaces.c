@@ -53,7 +53,6 @@
  */
 #include "server/worker/namespaces.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -71,6 +70,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
+#include "server/worker/fsview.h"
 
 /* The private /tmp's size: scratch files, not data (ops get memory from regions). */
 #define TMP_MB 64
@@ -90,8 +90,6 @@
 #ifndef MXOP_CUDA_HOME
 #define MXOP_CUDA_HOME ""
 #endif
-
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Whether this worker lives in the minimal root, with a private /tmp. */
 static int private_tmp;
@@ -307,51 +305,30 @@ static int system_path(const char *path, char *err, size_t errlen)
     return bind_ro(path, path, 0, 0, err, errlen);
 }
 
-static const char *const system_read_only[] = {
-    "/usr",
-    "/lib",
-    "/lib64",
-    "/lib32",
-    "/libx32",
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/ld.so.preload",
-    "/etc/nsswitch.conf",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/localtime",
-    "/etc/alternatives",
-    "/sys/devices/system/cpu",
-    "/sys/devices/system/node",
+struct gpu_err {
+    char *err;
+    size_t errlen;
 };
 
-static const char *const device_nodes[] = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"};
+/* A driver node of the gpu profile, bound writable: the CUDA libraries open it read-write. */
+static int bind_gpu_node(const char *path, void *arg)
+{
+    struct gpu_err *e = arg;
+    int rc = bind_ro(path, path, 1, 0, e->err, e->errlen);
+    if (rc == 0) {
+        char at[PATH_MAX];
+        mxop__fmt(at, sizeof(at), STAGE "%s", path);
+        if (mount(NULL, at, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | kept_flags(at), NULL) != 0)
+            rc = fail(e->err, e->errlen, "cannot make writable", at);
+    }
+    return rc;
+}
 
 /* The gpu profile: the driver's nodes and what the CUDA libraries read. */
 static int bind_gpu(char *err, size_t errlen)
 {
-    int rc = 0;
-    DIR *d = opendir("/dev");
-    if (d != NULL) {
-        struct dirent *e;
-        while (rc == 0 && (e = readdir(d)) != NULL) {
-            if (strncmp(e->d_name, "nvidia", 6) != 0)
-                continue;
-            char path[300];
-            mxop__fmt(path, sizeof(path), "/dev/%s", e->d_name);
-            rc = bind_ro(path, path, 1, 0, err, errlen);
-            /* The nodes are opened read-write: make those binds writable again. */
-            if (rc == 0) {
-                char at[PATH_MAX];
-                mxop__fmt(at, sizeof(at), STAGE "%s", path);
-                if (mount(NULL, at, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | kept_flags(at),
-                          NULL) != 0)
-                    rc = fail(err, errlen, "cannot make writable", at);
-            }
-        }
-        closedir(d);
-    }
+    struct gpu_err e = {err, errlen};
+    int rc = mxop__fs_each_gpu_node(bind_gpu_node, &e);
     if (rc == 0 && MXOP_CUDA_HOME[0] == '/' && strncmp(MXOP_CUDA_HOME, "/usr/", 5) != 0)
         rc = bind_ro(MXOP_CUDA_HOME, MXOP_CUDA_HOME, 0, 0, err, errlen);
     return rc;
@@ -391,10 +368,13 @@ static int build_root(int profile, int in_userns, long uid, long gid, char *err,
      */
     if (profile == MXOP__NS_GPU)
         rc = bind_ro("/sys", "/sys", 0, 0, err, errlen);
-    for (size_t i = 0; rc == 0 && i < COUNT(system_read_only); i++)
-        rc = system_path(system_read_only[i], err, errlen);
-    for (size_t i = 0; rc == 0 && i < COUNT(device_nodes); i++)
-        rc = bind_ro(device_nodes[i], device_nodes[i], 1, 0, err, errlen);
+    for (size_t i = 0; rc == 0 && i < mxop__fs_view_len; i++) {
+        const mxop__fs_path_t *p = &mxop__fs_view[i];
+        if (!(p->how & MXOP__FS_BIND))
+            continue;
+        rc = (p->how & MXOP__FS_DEVICE) ? bind_ro(p->path, p->path, 1, 0, err, errlen)
+                                        : system_path(p->path, err, errlen);
+    }
     if (rc == 0 && profile == MXOP__NS_GPU)
         rc = bind_gpu(err, errlen);
     /* The private /tmp: the only place the worker may write files. */

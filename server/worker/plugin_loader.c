@@ -167,6 +167,7 @@ int mxop__register_op(mxop_ctx_t *ctx, const mxop_op_def_t *def)
     op.def.name = op.name;
     op.def.description = op.description;
     op.lib = c->reg_lib;
+    op.tensor_stride = c->reg_tensor_stride;
     rc = mxop__op_append(&op);
     if (rc != 0) {
         free(op.description);
@@ -202,7 +203,8 @@ static int grow_libs(void)
 }
 
 /* Runs the library's init with the registration context; see mxop__plugin_load. */
-static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size_t msglen)
+static int run_init(mxop_plugin_init_fn init, uint32_t tensor_stride, const char *lname, char *msg,
+                    size_t msglen)
 {
     struct mxop_ctx *c = &mxop__ctx;
     c->mode = MXOP__CTX_INIT;
@@ -212,6 +214,7 @@ static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size
     c->n_attrs = 0;
     c->op = NULL;
     c->reg_lib = n_libs;
+    c->reg_tensor_stride = tensor_stride;
     c->reg_code = 0;
     c->reg_msg[0] = '\0';
 
@@ -237,6 +240,64 @@ static int run_init(mxop_plugin_init_fn init, const char *lname, char *msg, size
                       rc);
         return MXOP_ELIB_INIT;
     }
+    return 0;
+}
+
+/* An mxop_plugin_info bigger than this is garbage, not a newer ABI. */
+#define INFO_SIZE_MAX 4096u
+
+/* Whether the library's mxop_plugin_info is as long as `member`'s end. */
+#define INFO_HAS(info, member)                                                                     \
+    ((info)->struct_size >= offsetof(mxop_plugin_info_t, member) + sizeof((info)->member))
+
+/*
+ * The version rule of op.h (compatibility rule 5) and the stride the
+ * library indexes tensors by (rule 4), from what the library says of
+ * itself.  Nothing of the library but its constructors has run.
+ */
+static int check_info(const mxop_plugin_info_t *info, const char *lname, uint32_t *tensor_stride,
+                      char *msg, size_t msglen)
+{
+    if (!INFO_HAS(info, abi_version) || info->struct_size > INFO_SIZE_MAX) {
+        mxop__fmt(msg, msglen,
+                  "library '%s': mxop_plugin_info has struct_size %u: not one "
+                  "(declare it with MXOP_PLUGIN)",
+                  lname, info->struct_size);
+        return MXOP_ELIB_INVALID;
+    }
+    uint32_t built = info->abi_version;
+    /* Libraries of ABI 1 and 2 have no abi_required: they need what they were built for. */
+    uint32_t required =
+        INFO_HAS(info, abi_required) && info->abi_required != 0 ? info->abi_required : built;
+    if (built < 1 || required > built) {
+        mxop__fmt(msg, msglen,
+                  "library '%s' declares plugin ABI %u, requiring ABI %u: not a valid pair (the "
+                  "required version is between 1 and the version it was built for)",
+                  lname, built, required);
+        return MXOP_EABI;
+    }
+    if (required > MXOP_ABI_VERSION) {
+        mxop__fmt(msg, msglen,
+                  "library '%s' was built for plugin ABI %u and needs a worker of ABI %u or newer; "
+                  "this worker speaks ABI %d: use a newer mxop, or rebuild the library (or declare "
+                  "with MXOP_PLUGIN_COMPAT that it runs in ABI %d)",
+                  lname, built, required, MXOP_ABI_VERSION, MXOP_ABI_VERSION);
+        return MXOP_EABI;
+    }
+    uint32_t size = INFO_HAS(info, tensor_size) ? info->tensor_size : 0;
+    if (size == 0)
+        size = (uint32_t)MXOP__TENSOR_SIZE_V1;
+    if (size < MXOP__TENSOR_SIZE_V1 || size > MXOP__TENSOR_SIZE_MAX ||
+        size % _Alignof(mxop_tensor_t) != 0) {
+        mxop__fmt(msg, msglen,
+                  "library '%s': mxop_plugin_info.tensor_size %u is not the size of an "
+                  "mxop_tensor_t (this worker's is %zu; it is between %zu and %u, a multiple of "
+                  "%zu)",
+                  lname, size, sizeof(mxop_tensor_t), (size_t)MXOP__TENSOR_SIZE_V1,
+                  MXOP__TENSOR_SIZE_MAX, _Alignof(mxop_tensor_t));
+        return MXOP_EABI;
+    }
+    *tensor_stride = size;
     return 0;
 }
 
@@ -361,6 +422,8 @@ int mxop__plugin_load(const char *path, const char *name, int fd, const char *ex
     }
 
     mxop_plugin_init_fn init;
+    /* The MXNet layer is the worker's own code: it has the worker's tensors. */
+    uint32_t tensor_stride = sizeof(mxop_tensor_t);
     const mxop_plugin_info_t *info = dlsym(h, "mxop_plugin_info");
     if (info == NULL && mxop__mx_detect(h)) {
         /* An MXNet extension library: its own layer checks it and registers its ops. */
@@ -378,21 +441,9 @@ int mxop__plugin_load(const char *path, const char *name, int fd, const char *ex
         rc = MXOP_ELIB_INVALID;
         goto err_close;
     }
-    size_t need = offsetof(mxop_plugin_info_t, abi_version) + sizeof(info->abi_version);
-    if (info->struct_size < need) {
-        mxop__fmt(msg, msglen,
-                  "library '%s': mxop_plugin_info has struct_size %u, too small to be one "
-                  "(declare it with MXOP_PLUGIN)",
-                  lname, info->struct_size);
-        rc = MXOP_ELIB_INVALID;
+    rc = check_info(info, lname, &tensor_stride, msg, msglen);
+    if (rc != 0)
         goto err_close;
-    }
-    if (info->abi_version < 1 || info->abi_version > MXOP_ABI_VERSION) {
-        mxop__fmt(msg, msglen, "library '%s' was built for plugin ABI %u; this worker speaks %d",
-                  lname, info->abi_version, MXOP_ABI_VERSION);
-        rc = MXOP_EABI;
-        goto err_close;
-    }
     void *sym = dlsym(h, "mxop_plugin_init");
     if (sym == NULL) {
         mxop__fmt(msg, msglen,
@@ -424,7 +475,7 @@ have_init:
     libs[n_libs] = (mxop__worker_lib_t){h, path_copy, name_copy, first, 0, ""};
     if (lib_fd >= 0)
         snprintf(libs[n_libs].fd_path, sizeof(libs[n_libs].fd_path), "%s", fd_path);
-    rc = run_init(init, lname, msg, msglen);
+    rc = run_init(init, tensor_stride, lname, msg, msglen);
     /* A process started by a constructor or init would be a second reader of the channels. */
     pid_t child;
     int started = mxop__children_sweep(&child);

@@ -244,32 +244,28 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *re
     if (fn == NULL && sfn == NULL)
         return mxop__no_callback(op, cb, dev, res_msg, sizeof(res_msg));
 
-    rc = mxop__ctx_begin_call(op, iv->n_attrs, iv->attrs, iv->seed, res_msg, sizeof(res_msg));
+    rc = mxop__call_begin(op, call_id, iv->deadline_ms, iv->n_attrs, iv->attrs, iv->seed, n_in,
+                          in_t, res_msg, sizeof(res_msg));
     if (rc != 0)
-        goto out_ctx;
-    mxop__status_begin(call_id, op->name, iv->deadline_ms);
-    mxop__status_inputs(n_in, in_t);
-    mxop__status_callback("check_attrs");
-    if (d->check_attrs != NULL && (rc = d->check_attrs(&mxop__ctx)) != 0) {
-        rc = mxop__op_error(op, rc, "check_attrs", res_msg, sizeof(res_msg));
-        goto out_status;
-    }
-    mxop__ctx_clear_error();
+        return rc;
     rc = check_types(op, iv->backward, n_in, n_out, k);
     if (rc != 0)
-        goto out_status;
+        goto out;
 
     if (dev >= 0 && (rc = mxop__cuda_begin_call(dev, res_msg, sizeof(res_msg))) != 0)
-        goto out_status;
+        goto out;
     if (!iv->backward && d->dynamic_outputs != 0) {
         mxop__ctx.dyn_out = out_t;
         mxop__ctx.dyn_n = n_out;
         mxop__ctx.dyn_set = 0;
     }
+    const mxop_tensor_t *lib_in;
+    mxop_tensor_t *lib_out;
+    mxop__tensor_view(op, n_in, in_t, n_out, out_t, &lib_in, &lib_out);
     mxop__fault_arm(op->name, n_ro, ro_ranges);
     mxop__status_callback(cb);
-    rc = sfn != NULL ? sfn(&mxop__ctx, state, n_in, in_t, n_out, out_t)
-                     : fn(&mxop__ctx, n_in, in_t, n_out, out_t);
+    rc = sfn != NULL ? sfn(&mxop__ctx, state, n_in, lib_in, n_out, lib_out)
+                     : fn(&mxop__ctx, n_in, lib_in, n_out, lib_out);
     mxop__fault_disarm();
     if (rc != 0)
         rc = mxop__op_error(op, rc, cb, res_msg, sizeof(res_msg));
@@ -279,10 +275,8 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *re
     if (dev >= 0)
         rc = mxop__cuda_end_call(op->name, rc, res_msg, sizeof(res_msg));
 
-out_status:
-    mxop__status_end();
-out_ctx:
-    mxop__ctx_end();
+out:
+    mxop__call_end();
     return rc;
 }
 
@@ -321,25 +315,19 @@ static int infer(uint64_t call_id, const Mxop__Infer *inf, Mxop__CallResult *res
         return rc;
     int n_in = (int)inf->n_in_dtypes, no = op->def.num_outputs;
 
-    rc = mxop__ctx_begin_call(op, inf->n_attrs, inf->attrs, 0, res_msg, sizeof(res_msg));
+    rc = mxop__call_begin(op, call_id, 0, inf->n_attrs, inf->attrs, 0, 0, NULL, res_msg,
+                          sizeof(res_msg));
     if (rc != 0)
-        goto out_ctx;
-    mxop__status_begin(call_id, op->name, 0);
-    mxop__status_callback("check_attrs");
-    if (op->def.check_attrs != NULL && (rc = op->def.check_attrs(&mxop__ctx)) != 0) {
-        rc = mxop__op_error(op, rc, "check_attrs", res_msg, sizeof(res_msg));
-        goto out_status;
-    }
-    mxop__ctx_clear_error();
+        return rc;
     rc = mxop__infer(op, n_in, in_dt, in_sh, no, inf_dt, inf_sh, res_msg, sizeof(res_msg));
     if (rc != 0)
-        goto out_status;
+        goto out;
     for (int j = 0; j < no; j++) {
         if (inf_dt[j] < 0 || inf_sh[j].ndim < 0) {
             rc = fail(MXOP_ENOT_SUPPORTED,
                       "op '%s' has no inputs and no %s: output %d cannot be inferred", op->name,
                       inf_dt[j] < 0 ? "infer_type" : "infer_shape", j);
-            goto out_status;
+            goto out;
         }
         res_dtypes[j] = inf_dt[j];
         mxop__shape__init(&res_shapes[j]);
@@ -353,10 +341,8 @@ static int infer(uint64_t call_id, const Mxop__Infer *inf, Mxop__CallResult *res
     res->n_out_shapes = (size_t)no;
     res->out_shapes = res_shape_ptrs;
 
-out_status:
-    mxop__status_end();
-out_ctx:
-    mxop__ctx_end();
+out:
+    mxop__call_end();
     return rc;
 }
 
@@ -377,22 +363,16 @@ static int state_create(uint64_t call_id, const Mxop__StateCreate *sc, Mxop__Cal
     if ((rc = mxop__states_room(res_msg, sizeof(res_msg))) != 0)
         return rc;
 
-    rc = mxop__ctx_begin_call(op, sc->n_attrs, sc->attrs, 0, res_msg, sizeof(res_msg));
+    rc = mxop__call_begin(op, call_id, 0, sc->n_attrs, sc->attrs, 0, 0, NULL, res_msg,
+                          sizeof(res_msg));
     if (rc != 0)
-        goto out_ctx;
-    mxop__status_begin(call_id, op->name, 0);
-    mxop__status_callback("check_attrs");
-    if (op->def.check_attrs != NULL && (rc = op->def.check_attrs(&mxop__ctx)) != 0) {
-        rc = mxop__op_error(op, rc, "check_attrs", res_msg, sizeof(res_msg));
-        goto out_status;
-    }
-    mxop__ctx_clear_error();
+        return rc;
     void *state = NULL;
     mxop__status_callback("state_create");
     rc = op->def.state_create(&mxop__ctx, (int)sc->n_in_dtypes, in_sh, in_dt, &state);
     if (rc != 0) {
         rc = mxop__op_error(op, rc, "state_create", res_msg, sizeof(res_msg));
-        goto out_status;
+        goto out;
     }
     uint64_t id = 0;
     rc = mxop__state_add(op->index, state, &id);
@@ -401,14 +381,12 @@ static int state_create(uint64_t call_id, const Mxop__StateCreate *sc, Mxop__Cal
         fail(rc, "op '%s': %s", op->name,
              rc == MXOP_ELIMIT ? "this worker has handed out all its state ids"
                                : "out of memory for the state table");
-        goto out_status;
+        goto out;
     }
     res->state = id;
 
-out_status:
-    mxop__status_end();
-out_ctx:
-    mxop__ctx_end();
+out:
+    mxop__call_end();
     return rc;
 }
 

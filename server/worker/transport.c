@@ -34,6 +34,7 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/worker/worker.h"
+#include "shm/worker_exit.h"
 
 struct tracked {
     int fd; /* -1: not tracked */
@@ -75,6 +76,6 @@ void mxop__transport_check(unsigned mask, const char *after)
                   "cannot answer through it and is replaced",
                   after, gone ? "closed" : "put another file in place of", t->what, t->fd);
         mxop__fault_note(MXOP_EWORKER_CRASHED, m);
-        _exit(3);
+        _exit(MXOP__W_EXIT_TRANSPORT);
     }
 }

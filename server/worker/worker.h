@@ -95,13 +95,19 @@ struct mxop_ctx {
     const struct mxop__worker_op *op;
 
     /* During a forward: its outputs, for alloc_output, and which dynamic
-     * outputs have been given their shape (runner.c sets, host.c fills). */
+     * outputs have been given their shape (runner.c sets, host.c fills).
+     * dyn_view is the library's copy of the outputs at its own stride
+     * (tensor_view.c), or NULL when it has the worker's array. */
     mxop_tensor_t *dyn_out;
     int dyn_n;
     uint64_t dyn_set;
+    void *dyn_view;
+    uint32_t dyn_stride;
 
-    /* During init: the library being registered, and its first failure. */
+    /* During init: the library being registered, its tensor stride, and
+     * its first failure. */
     uint32_t reg_lib;
+    uint32_t reg_tensor_stride;
     int reg_code;
     char reg_msg[MXOP__W_MSG_MAX];
 };
@@ -138,6 +144,21 @@ static inline void mxop__ctx_clear_error(void)
 /** Back to idle after a call or an init; forgets attributes and errors. */
 void mxop__ctx_end(void);
 
+/**
+ * The start of every call that runs op code (Invoke, Infer, StateCreate,
+ * and the in-process runner): the context (mxop__ctx_begin_call), the call
+ * published in the status page with its deadline (0: none) and, when `in`
+ * is not NULL, its inputs, then the op's check_attrs.  Returns 0, the call
+ * then ended by mxop__call_end; or an error with msg[msglen] set, the call
+ * already ended.
+ */
+int mxop__call_begin(const struct mxop__worker_op *op, uint64_t call_id, uint32_t deadline_ms,
+                     size_t n_attrs, Mxop__Attr **attrs, uint64_t seed, int n_in,
+                     const mxop_tensor_t *in, char *msg, size_t msglen);
+
+/** The end of a call begun by mxop__call_begin: the status page, then the context. */
+void mxop__call_end(void);
+
 /** Frees the workspace (at exit). */
 void mxop__ctx_free(void);
 
@@ -150,6 +171,8 @@ typedef struct mxop__worker_op {
     char *description; /* owned; "" when the op gave none */
     uint32_t lib;      /* index into the library table */
     uint32_t index;    /* OpInfo.index */
+    /* sizeof(mxop_tensor_t) its library was built with (op.h, rule 4). */
+    uint32_t tensor_stride;
 
     /* Declared attributes (attrs.c): owned copies; def.attrs points at them. */
     int n_decls;
@@ -157,6 +180,27 @@ typedef struct mxop__worker_op {
     Mxop__AttrDecl *pb_decls; /* their wire form, pointing into decls */
     Mxop__AttrDecl **pb_ptrs;
 } mxop__worker_op_t;
+
+/* ------------------------------------------------------------------------ */
+/* A call's tensors at the stride of the op's library (tensor_view.c). */
+
+/* The tensor size a library of ABI 1 or 2 was built with: the frozen members. */
+#define MXOP__TENSOR_SIZE_V1 (offsetof(mxop_tensor_t, size) + sizeof(size_t))
+
+/* The largest tensor_size a library may declare: more is garbage, not a newer ABI. */
+#define MXOP__TENSOR_SIZE_MAX 1024u
+
+/*
+ * The arrays to pass to op `op`: in and out themselves when its library
+ * has the worker's stride (no copy), else copies at its stride held until
+ * the next call, with members the worker does not know zeroed.  A forward
+ * of an op with dynamic outputs records the copy for alloc_output.
+ */
+void mxop__tensor_view(const mxop__worker_op_t *op, int n_in, const mxop_tensor_t *in, int n_out,
+                       mxop_tensor_t *out, const mxop_tensor_t **lib_in, mxop_tensor_t **lib_out);
+
+/* After alloc_output changed out[i]: the library's copy gets the same shape. */
+void mxop__tensor_view_sync(int i, const mxop_tensor_t *t);
 
 /* ------------------------------------------------------------------------ */
 /* Declared attributes (attrs.c). */

@@ -19,16 +19,45 @@
 #include "server/worker/mxnet/mxnet.h"
 #include "server/worker/worker.h"
 
-/* MXNet's dtype numbers (MXDType) and storage types. */
-enum { MX_F32 = 0, MX_F64 = 1, MX_F16 = 2, MX_U8 = 3, MX_I32 = 4, MX_I8 = 5, MX_I64 = 6 };
+/*
+ * MXNet's dtype numbers (MXDType) beside mxop's, for the dtypes both have:
+ * the one table both directions are read from.  bf16 and bool have no
+ * MXNet number here.
+ */
+#define MX_DTYPE_MAP(X)                                                                            \
+    X(MXOP_F32, 0)                                                                                 \
+    X(MXOP_F64, 1)                                                                                 \
+    X(MXOP_F16, 2)                                                                                 \
+    X(MXOP_U8, 3)                                                                                  \
+    X(MXOP_I32, 4)                                                                                 \
+    X(MXOP_I8, 5)                                                                                  \
+    X(MXOP_I64, 6)
+enum { MX_F32 = 0, MX_I64 = 6 };
 enum { MX_DENSE = 0, MX_ROW_SPARSE = 1, MX_CSR = 2 };
 
-static const int to_mx[MXOP_DTYPE_COUNT] = {
-    [MXOP_F32] = MX_F32, [MXOP_F64] = MX_F64, [MXOP_F16] = MX_F16,
-    [MXOP_BF16] = -1,    [MXOP_I32] = MX_I32, [MXOP_I64] = MX_I64,
-    [MXOP_U8] = MX_U8,   [MXOP_I8] = MX_I8,   [MXOP_BOOL] = -1,
-};
-static const int from_mx[7] = {MXOP_F32, MXOP_F64, MXOP_F16, MXOP_U8, MXOP_I32, MXOP_I8, MXOP_I64};
+/* MXNet's number of an mxop dtype, or -1. */
+static int to_mx(int32_t dtype)
+{
+    switch (dtype) {
+#define TO_MX(ours, theirs)                                                                        \
+    case ours: return theirs;
+        MX_DTYPE_MAP(TO_MX)
+#undef TO_MX
+    default: return -1;
+    }
+}
+
+/* The mxop dtype of an MXNet number in [MX_F32, MX_I64]. */
+static int32_t from_mx(int theirs)
+{
+    switch (theirs) {
+#define FROM_MX(ours, num)                                                                         \
+    case num: return ours;
+        MX_DTYPE_MAP(FROM_MX)
+#undef FROM_MX
+    default: return -1;
+    }
+}
 
 #define H (&mxop__host)
 
@@ -102,7 +131,7 @@ static int mx_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
 
     int it[MXOP__W_MAX_IN], ot[MXOP__W_MAX_OUT];
     for (int i = 0; i < n_in; i++) {
-        it[i] = in[i] >= 0 && in[i] < MXOP_DTYPE_COUNT ? to_mx[in[i]] : -1;
+        it[i] = to_mx(in[i]);
         if (it[i] < 0) {
             char b[32];
             return H->set_error(ctx, MXOP_EDTYPE,
@@ -147,7 +176,7 @@ static int mx_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
         if (ot[j] < 0 || ot[j] > MX_I64)
             return H->set_error(ctx, MXOP_EDTYPE, "op '%s': InferType gave output %d dtype %d",
                                 op_name(), j, ot[j]);
-        out[j] = from_mx[ot[j]];
+        out[j] = from_mx(ot[j]);
     }
     return 0;
 }
@@ -243,18 +272,6 @@ typedef struct frame {
     void *rng_cpu;
 } frame_t;
 
-static size_t dtype_size(int32_t dt)
-{
-    switch (dt) {
-    case MXOP_F64:
-    case MXOP_I64: return 8;
-    case MXOP_F32:
-    case MXOP_I32: return 4;
-    case MXOP_F16: return 2;
-    default: return 1;
-    }
-}
-
 /* out += tmp for an output asked for with req "add". */
 static int add_into(mxop_ctx_t *ctx, const mxop_tensor_t *t, const void *tmp, int gpu)
 {
@@ -292,19 +309,19 @@ static int build(mxop_ctx_t *ctx, frame_t *f, int n_in, const mxop_tensor_t *in,
         f->ish[i] = in[i].shape;
         f->idim[i] = in[i].ndim;
         f->idata[i] = in[i].data;
-        f->itype[i] = to_mx[in[i].dtype];
+        f->itype[i] = to_mx(in[i].dtype);
         f->idev[i] = dev;
         f->idevid[i] = in[i].device < 0 ? 0 : in[i].device;
     }
     for (int j = 0; j < n_out; j++) {
         f->osh[j] = out[j].shape;
         f->odim[j] = out[j].ndim;
-        f->otype[j] = to_mx[out[j].dtype];
+        f->otype[j] = to_mx(out[j].dtype);
         f->odev[j] = dev;
         f->odevid[j] = out[j].device < 0 ? 0 : out[j].device;
         f->odata[j] = out[j].data;
         if (out[j].req != MXOP_REQ_WRITE) {
-            size_t bytes = out[j].size * dtype_size(out[j].dtype);
+            size_t bytes = out[j].size * mxop_dtype_size(out[j].dtype);
             void *tmp = gpu ? H->gpu_workspace(ctx, bytes ? bytes : 1)
                             : H->workspace(ctx, bytes ? bytes : 1);
             if (tmp == NULL)
@@ -422,7 +439,7 @@ static int mx_state_create(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *shapes
     unsigned int *ish[MXOP__W_MAX_IN];
     int idim[MXOP__W_MAX_IN], it[MXOP__W_MAX_IN];
     for (int i = 0; i < n_in; i++) {
-        it[i] = dtypes[i] >= 0 && dtypes[i] < MXOP_DTYPE_COUNT ? to_mx[dtypes[i]] : -1;
+        it[i] = to_mx(dtypes[i]);
         if (it[i] < 0)
             return H->set_error(ctx, MXOP_EDTYPE,
                                 "op '%s': input %d has a dtype MXNet's lib_api does not have",
