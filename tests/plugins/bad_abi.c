@@ -6,7 +6,9 @@
 #include "mxop/op.h"
 
 MXOP_EXPORT extern const mxop_plugin_info_t mxop_plugin_info;
-const mxop_plugin_info_t mxop_plugin_info = {sizeof(mxop_plugin_info_t), 999, "bad_abi", "1.0"};
+/* Built for ABI 999 and requiring it: a library that runs in no worker of today. */
+const mxop_plugin_info_t mxop_plugin_info = {sizeof(mxop_plugin_info_t), 999, "bad_abi", "1.0", 999,
+                                             sizeof(mxop_tensor_t)};
 
 MXOP_PLUGIN_INIT(ctx, host)
 {

@@ -19,46 +19,6 @@
 #include "server/worker/mxnet/mxnet.h"
 #include "server/worker/worker.h"
 
-/*
- * MXNet's dtype numbers (MXDType) beside mxop's, for the dtypes both have:
- * the one table both directions are read from.  bf16 and bool have no
- * MXNet number here.
- */
-#define MX_DTYPE_MAP(X)                                                                            \
-    X(MXOP_F32, 0)                                                                                 \
-    X(MXOP_F64, 1)                                                                                 \
-    X(MXOP_F16, 2)                                                                                 \
-    X(MXOP_U8, 3)                                                                                  \
-    X(MXOP_I32, 4)                                                                                 \
-    X(MXOP_I8, 5)                                                                                  \
-    X(MXOP_I64, 6)
-enum { MX_F32 = 0, MX_I64 = 6 };
-enum { MX_DENSE = 0, MX_ROW_SPARSE = 1, MX_CSR = 2 };
-
-/* MXNet's number of an mxop dtype, or -1. */
-static int to_mx(int32_t dtype)
-{
-    switch (dtype) {
-#define TO_MX(ours, theirs)                                                                        \
-    case ours: return theirs;
-        MX_DTYPE_MAP(TO_MX)
-#undef TO_MX
-    default: return -1;
-    }
-}
-
-/* The mxop dtype of an MXNet number in [MX_F32, MX_I64]. */
-static int32_t from_mx(int theirs)
-{
-    switch (theirs) {
-#define FROM_MX(ours, num)                                                                         \
-    case num: return ours;
-        MX_DTYPE_MAP(FROM_MX)
-#undef FROM_MX
-    default: return -1;
-    }
-}
-
 #define H (&mxop__host)
 
 /* The MXNet op of the call in flight and its library. */
@@ -131,7 +91,7 @@ static int mx_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
 
     int it[MXOP__W_MAX_IN], ot[MXOP__W_MAX_OUT];
     for (int i = 0; i < n_in; i++) {
-        it[i] = to_mx(in[i]);
+        it[i] = mxop__mx_of_dtype(in[i]);
         if (it[i] < 0) {
             char b[32];
             return H->set_error(ctx, MXOP_EDTYPE,
@@ -144,7 +104,7 @@ static int mx_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
     if (mo->stype != NULL) {
         int is[MXOP__W_MAX_IN], os[MXOP__W_MAX_OUT];
         for (int i = 0; i < n_in; i++)
-            is[i] = MX_DENSE;
+            is[i] = MXOP__MX_DENSE;
         for (int j = 0; j < n_out; j++)
             os[j] = -1;
         if (l->abi.infer_stype(mo->stype, a.keys, a.vals, a.n, is, n_in, os, n_out) != MXOP__MX_OK)
@@ -153,11 +113,11 @@ static int mx_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
                                      "storage (row_sparse or CSR), which mxop does not support");
         mxop__mx_skip_msgs(mo->lib);
         for (int j = 0; j < n_out; j++) {
-            if (os[j] != MX_DENSE && os[j] != -1)
+            if (os[j] != MXOP__MX_DENSE && os[j] != -1)
                 return H->set_error(ctx, MXOP_ENOT_SUPPORTED,
                                     "op '%s': output %d has %s storage; mxop supports dense "
                                     "tensors only (sparse storage is not supported)",
-                                    op_name(), j, os[j] == MX_CSR ? "CSR" : "row_sparse");
+                                    op_name(), j, os[j] == MXOP__MX_CSR ? "CSR" : "row_sparse");
         }
     }
 
@@ -165,7 +125,7 @@ static int mx_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
         ot[j] = -1;
     if (mo->type == NULL) {
         for (int j = 0; j < n_out; j++)
-            ot[j] = n_in > 0 ? it[0] : MX_F32;
+            ot[j] = n_in > 0 ? it[0] : MXOP__MX_F32;
     } else {
         if (l->abi.infer_type(mo->type, a.keys, a.vals, a.n, it, n_in, ot, n_out) != MXOP__MX_OK)
             return mxop__mx_fail(ctx, mo->lib, MXOP_EDTYPE,
@@ -173,10 +133,10 @@ static int mx_infer_type(mxop_ctx_t *ctx, int n_in, const int32_t *in, int n_out
         mxop__mx_skip_msgs(mo->lib);
     }
     for (int j = 0; j < n_out; j++) {
-        if (ot[j] < 0 || ot[j] > MX_I64)
+        if (ot[j] < 0 || ot[j] > MXOP__MX_I64)
             return H->set_error(ctx, MXOP_EDTYPE, "op '%s': InferType gave output %d dtype %d",
                                 op_name(), j, ot[j]);
-        out[j] = from_mx(ot[j]);
+        out[j] = mxop__mx_to_dtype(ot[j]);
     }
     return 0;
 }
@@ -309,14 +269,14 @@ static int build(mxop_ctx_t *ctx, frame_t *f, int n_in, const mxop_tensor_t *in,
         f->ish[i] = in[i].shape;
         f->idim[i] = in[i].ndim;
         f->idata[i] = in[i].data;
-        f->itype[i] = to_mx(in[i].dtype);
+        f->itype[i] = mxop__mx_of_dtype(in[i].dtype);
         f->idev[i] = dev;
         f->idevid[i] = in[i].device < 0 ? 0 : in[i].device;
     }
     for (int j = 0; j < n_out; j++) {
         f->osh[j] = out[j].shape;
         f->odim[j] = out[j].ndim;
-        f->otype[j] = to_mx(out[j].dtype);
+        f->otype[j] = mxop__mx_of_dtype(out[j].dtype);
         f->odev[j] = dev;
         f->odevid[j] = out[j].device < 0 ? 0 : out[j].device;
         f->odata[j] = out[j].data;
@@ -439,7 +399,7 @@ static int mx_state_create(mxop_ctx_t *ctx, int n_in, const mxop_shape_t *shapes
     unsigned int *ish[MXOP__W_MAX_IN];
     int idim[MXOP__W_MAX_IN], it[MXOP__W_MAX_IN];
     for (int i = 0; i < n_in; i++) {
-        it[i] = to_mx(dtypes[i]);
+        it[i] = mxop__mx_of_dtype(dtypes[i]);
         if (it[i] < 0)
             return H->set_error(ctx, MXOP_EDTYPE,
                                 "op '%s': input %d has a dtype MXNet's lib_api does not have",

@@ -20,10 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/mxnet_abi.h" /* the lib_api version, return values, dtype numbers */
 #include "mxop/op.h"
-
-/* The one lib_api version this layer speaks. */
-#define MXOP__MX_LIB_VERSION 11
 
 /*
  * The MXNet versions the layer announces to initialize() (lib.c tries them
@@ -31,10 +29,6 @@
  */
 #define MXOP__MX_HOST_VERSION 10901
 #define MXOP__MX_HOST_VERSION_MASTER 20000
-
-/* MXReturnValue. */
-#define MXOP__MX_FAIL 0
-#define MXOP__MX_OK 1
 
 /* A function pointer of the library's own (fcomp_t, parseAttrs_t, ...), passed back opaque. */
 typedef void (*mxop__mx_fn)(void);
