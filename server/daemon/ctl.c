@@ -88,7 +88,7 @@ static void handle_load(mxop__client_t *cl, mxop__session_t *s, const Mxop__Requ
         return;
     }
     size_t loading = 0;
-    for (const mxop__pending_t *q = s->pend_head; q != NULL; q = q->next)
+    for (const mxop__pending_t *q = mxop__worker_queue(s->worker); q != NULL; q = q->next)
         loading += q->kind == MXOP__PENDING_LOAD && !q->replay;
     if (s->n_libs + loading >= s->d->cfg.session_max_libs) {
         mxop__reply_errorf(cl, req->id, MXOP_ELIMIT,
@@ -380,7 +380,7 @@ static void handle_shutdown(mxop__client_t *cl, const Mxop__Request *req)
     char why[96];
     mxop__fmt(why, sizeof(why), "Shutdown requested by client %llu (uid %u, pid %d)",
               (unsigned long long)cl->id, (unsigned)cl->uid, (int)cl->pid);
-    d->shutdown_cb(d, why);
+    mxop__drain_begin(d, why);
 }
 
 /* A request on a connection past its Hello. */

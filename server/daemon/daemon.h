@@ -15,8 +15,9 @@
  *                    flight.  Lives exactly as long as its client.  Its
  *                    files and their shared declarations: session.h.
  *   mxop__worker_t   one spawned worker process (one generation of a
- *                    session's worker).  Outlives its session until the
- *                    process has been reaped.
+ *                    session's worker), a handle with its own states
+ *                    (worker.h, worker.c).  Outlives its session until
+ *                    the process has been reaped.
  *
  * Ownership: the daemon owns clients and workers (intrusive lists); a
  * client owns its session; a session points at its current worker and its
@@ -71,7 +72,7 @@
 #define MXOP__SPARE_DELAY_MS 100
 /*
  * A worker not exec'd this long after its clone (stopped, starved) is
- * killed, and its start counts as failed (supervisor.c).
+ * killed, and its start counts as failed (worker_proc.c).
  */
 #define MXOP__START_TIMEOUT_MS 5000
 /*
@@ -316,22 +317,8 @@ struct mxop__daemon {
 
     uv_signal_t sigterm;
     uv_signal_t sigint;
-    uv_timer_t watchdog;
-    /* Called at each watchdog tick (the calls' deadlines, the connections' timeouts). */
-    void (*tick_cb)(mxop__daemon_t *d);
-    /*
-     * Begins the clean shutdown (a Shutdown request); set by main.c, so that
-     * the protocol reaches the daemon's lifecycle without calling into it.
-     * Idempotent.
-     */
-    void (*shutdown_cb)(mxop__daemon_t *d, const char *why);
-    /*
-     * A session left RETIRING (replaced, failed or ended): answers the
-     * Reload requests now complete (reload.c's mxop__reload_settled, set by
-     * main.c, so that the sessions reach the reloads without calling into
-     * them).
-     */
-    void (*settled_cb)(mxop__daemon_t *d);
+    uv_signal_t sigusr1; /* reopens --log-file (after logrotate moved it) */
+    uv_timer_t watchdog; /* watchdog.c */
 
     mxop__list_t clients; /* mxop__client_t.link */
     uint64_t n_clients;
@@ -359,9 +346,7 @@ struct mxop__daemon {
     bool draining;             /* stopped accepting; waiting for calls in flight */
     int64_t drain_deadline_ns; /* mxop__now_ns() past which the drain gives up */
     char drain_why[96];        /* what began it, for the final shutdown's log line */
-    /* The final shutdown (main.c): kills the workers, closes everything.  Idempotent. */
-    void (*stop_cb)(mxop__daemon_t *d, const char *why);
-    bool sock_activated; /* the listening socket came from the service manager (LISTEN_FDS) */
+    bool sock_activated;       /* the listening socket came from the service manager (LISTEN_FDS) */
 };
 
 struct mxop__client {
@@ -460,28 +445,39 @@ typedef struct mxop__stimer {
     mxop__session_t *s; /* NULL once the session is gone */
 } mxop__stimer_t;
 
-/* The news of a death, kept while the respawn waits out its backoff. */
-typedef struct mxop__death {
+/*
+ * What a worker's death looked like to the daemon: one report, made when
+ * the process is reaped (worker.c), handed to its owner by the exit
+ * callback, kept by the session (mxop__session_t.death) and sent to the
+ * client as the WorkerEvent.  `code` is derived from what the daemon
+ * observed (exit status, signal, its own clock); the worker's fault note
+ * only refines it where the observation agrees.
+ */
+typedef struct mxop__worker_exit {
     int code;
     int term_signal;
-    int exit_status;
-    uint64_t call_id;
-    char op[MXOP__STATUS_OP_MAX];
+    int exit_status;    /* -1 when a signal ended it */
+    uint64_t call_id;   /* the call in flight when it died, or 0 */
+    bool served;        /* it began at least one call */
+    bool started;       /* it had exec'd mxop-worker (false: a failed start, no library's fault) */
+    bool daemon_killed; /* the daemon killed it (a deadline, a stop, a broken channel, ...) */
+    bool retiring;      /* it had been asked to retire (a hot reload) and was not killed */
+    char op[MXOP__STATUS_OP_MAX]; /* the op in flight, or "" */
+    /* "worker 12 running op 'x' (call 3) was killed by signal 11 (SIGSEGV)" */
     char message[MXOP__MSG_MAX];
-} mxop__death_t;
+    char how[256];                /* "was killed by signal 9 (SIGKILL)" or "exited with status 1" */
+    char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, or "" */
+} mxop__worker_exit_t;
 
 /* Introspection (introspect.c, cli): how many restart reasons a session keeps. */
 #define MXOP__RECENT_RESTARTS 8
 /* ... and how many ops' crash and timeout counts (further ops count for the session only). */
 #define MXOP__FAULT_OPS 32
 
-/* One restart of a session's worker, as `mxop status` shows it. */
+/* One restart of a session's worker, as `mxop status` shows it: when, and its exit report. */
 typedef struct mxop__restart_note {
     int64_t at_ns;
-    int code;
-    int term_signal;
-    char op[MXOP__STATUS_OP_MAX];
-    char message[MXOP__MSG_MAX];
+    mxop__worker_exit_t exit;
 } mxop__restart_note_t;
 
 /* The deaths the daemon saw during calls of one op (its own observation, not the client's). */
@@ -534,13 +530,11 @@ struct mxop__session {
      */
     mxop__spare_state_t spare_state; /* changed only by spare.c's transition function */
     mxop__worker_t *spare;           /* set exactly in MXOP__SPARE_WARM */
-    mxop__pending_t *spare_head;
-    mxop__pending_t *spare_tail;
     int spare_deaths; /* consecutive deaths or failures of spares: sets the backoff */
     mxop__stimer_t *respawn_timer;
     mxop__stimer_t *spare_timer;
-    int64_t respawn_at;  /* MXOP__SESS_WAITING: when (mxop__now_ns) */
-    mxop__death_t death; /* what the event will say when it comes */
+    int64_t respawn_at;        /* MXOP__SESS_WAITING: when (mxop__now_ns) */
+    mxop__worker_exit_t death; /* the last death: what the event says when it comes */
 
     mxop__lib_t *libs;
     size_t n_libs;
@@ -556,8 +550,6 @@ struct mxop__session {
     size_t n_pending_maps;      /* new regions being mapped (counted against the limit) */
     uint64_t pending_map_bytes; /* and their bytes */
 
-    mxop__pending_t *pend_head;
-    mxop__pending_t *pend_tail;
     uint64_t next_sup_id;
     /*
      * Hot reload (session_fsm.c): supervisor requests sent to a retiring
@@ -618,28 +610,8 @@ struct mxop__session {
 };
 
 /*
- * What a worker's death looked like to the daemon, handed to the worker's
- * owner by its exit callback.  `code` is derived from what the daemon
- * observed (exit status, signal, its own clock); the worker's fault note
- * only refines it where the observation agrees (supervisor.c).
- */
-typedef struct mxop__worker_exit {
-    int code;
-    int term_signal;
-    int exit_status;     /* -1 when a signal ended it */
-    uint64_t call_id;    /* the call in flight when it died, or 0 */
-    bool served;         /* it began at least one call */
-    const char *op;      /* the op in flight, or "" */
-    const char *message; /* "worker 12 running op 'x' (call 3) was killed by signal 11 (SIGSEGV)" */
-    const char *how;     /* "was killed by signal 9 (SIGKILL)" or "exited with status 1" */
-    const char *kill_msg; /* why the daemon killed it, or "" */
-    bool started;       /* it had exec'd mxop-worker (false: a failed start, no library's fault) */
-    bool daemon_killed; /* the daemon killed it (a deadline, a stop, a broken channel, ...) */
-} mxop__worker_exit_t;
-
-/*
  * How a worker reports to its owner, as libuv reports a process exit
- * through exit_cb: supervisor.c never reaches into the owner's state.
+ * through exit_cb: worker.c never reaches into the owner's state.
  * `owner` is the pointer given at spawn; neither callback runs once the
  * worker is detached.
  */
@@ -649,33 +621,6 @@ typedef struct mxop__worker_cbs {
     /* The process was reaped; the worker is detached from then on. */
     void (*on_exit)(void *owner, mxop__worker_t *w, const mxop__worker_exit_t *e);
 } mxop__worker_cbs_t;
-
-struct mxop__worker {
-    mxop__list_t link;
-    mxop__daemon_t *d;
-    void *owner;                   /* the session, or NULL once detached */
-    const mxop__worker_cbs_t *cbs; /* borrowed, static */
-    uint64_t session_id;           /* kept for the log after detaching */
-    uint32_t generation;
-    pid_t pid;
-    mxop__spawn_t proc; /* clone3 + pidfd (spawn.c), in a pid namespace where promised */
-    struct mxop__worker_output *output; /* its stdout/stderr reader, held until the exit */
-    mxop__conn_t sup;
-    bool sup_open;
-    int open_handles; /* proc and sup; freed when both are closed */
-    bool exited;
-    mxop__status_page_t *page;
-    bool killed_timeout;
-    char timeout_msg[MXOP__MSG_MAX];
-    uint64_t timeout_call_id;             /* the call whose deadline it overran, or 0 */
-    char timeout_op[MXOP__STATUS_OP_MAX]; /* its op, as the client named it */
-    int client_fd; /* a spare's end of its data channel for the client, until promoted; else -1 */
-    char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, when not a timeout */
-    bool retiring;                /* asked to exit between calls (a hot reload, session_fsm.c) */
-    uid_t uid;                    /* the uid it runs as, from the daemon's range (workeruid.c) */
-    bool started;                 /* exec'd (spawn.c's start callback) */
-    int64_t start_deadline_ns;    /* killed when not started by then */
-};
 
 /* ------------------------------------------------------------------------ */
 /* listener.c */
@@ -702,11 +647,13 @@ void mxop__listener_tick(mxop__daemon_t *d, int64_t now_ns);
 /* drain.c */
 
 /*
- * Begins the shutdown (SIGTERM, SIGINT, a Shutdown request; set as
- * d->shutdown_cb): stops accepting, then lets the calls in flight finish
- * for up to --drain-timeout-ms before d->stop_cb.  Idempotent.
+ * Begins the shutdown (SIGTERM, SIGINT, a Shutdown request, the end of a
+ * hand-over): stops accepting, then lets the calls in flight finish for up
+ * to --drain-timeout-ms before mxop__daemon_stop.  Idempotent.
  */
 void mxop__drain_begin(mxop__daemon_t *d, const char *why);
+/* The final shutdown: kills the workers, closes every handle.  Idempotent. */
+void mxop__daemon_stop(mxop__daemon_t *d, const char *why);
 /* At each watchdog tick while draining: stops the daemon once no call is in flight, or at the
  * bound. */
 void mxop__drain_tick(mxop__daemon_t *d);
@@ -720,7 +667,7 @@ int mxop__drain_in_flight(mxop__daemon_t *d);
  * One watchdog tick over every session: kills a worker whose call, as the
  * client published it, is past its deadline or the daemon's maximum, or
  * whose supervisor request (a library's load) has run longer than
- * --init-timeout-ms.  Set as d->tick_cb.
+ * --init-timeout-ms.
  */
 void mxop__deadlines_tick(mxop__daemon_t *d);
 
@@ -739,40 +686,23 @@ void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
 void mxop__client_close(mxop__client_t *cl);
 
 /* ------------------------------------------------------------------------ */
-/* supervisor.c */
+/* worker_proc.c (the worker itself: worker.h) */
 
-/*
- * Spawns a worker for session `session_id` with `generation`, reporting to
- * `owner` through `cbs` (borrowed, must outlive the worker).  On success
- * *client_fd is the client's end of the new data channel (taken by the
- * caller) and *out the worker.  Returns 0, MXOP_EINTERNAL or MXOP_ENOMEM
- * with a sentence in err; then no callback will ever run.
- */
-int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generation,
-                       const mxop__worker_cbs_t *cbs, void *owner, mxop__worker_t **out,
-                       int *client_fd, char *err, size_t errlen);
-/* Sends a SupRequest to the worker, with fd (borrowed) when fd >= 0. */
-int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd);
-/* Detaches the worker from its session and kills its process group. */
-void mxop__worker_detach_kill(mxop__worker_t *w);
-/* Kills the worker's process group, attached or not; `why` goes into the report of its death. */
-void mxop__worker_kill(mxop__worker_t *w, const char *why);
-/*
- * Kills the worker for overrunning a deadline: its death reads
- * MXOP_ETIMEOUT with `why`, for call `call_id` (0: a supervisor request)
- * of op `op` (may be NULL).  Once per worker.
- */
-void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op,
-                               const char *why);
-/* worker_note.c: appends the backtrace a worker's fault handler left in its page to `msg`. */
-void mxop__note_add_backtrace(const mxop__status_page_t *page, char *msg, size_t msglen);
-/* The inputs of the call the worker began last, its account ("[2,3] f32, [4] f32"), or "". */
-void mxop__note_inputs(const mxop__status_page_t *page, char *out, size_t outlen);
-/* True if the worker's process is stopped (SIGSTOP, traced): it cannot serve. */
-bool mxop__worker_is_stopped(const mxop__worker_t *w);
 /* True if some live worker is `pid` or shares its session (an op's child). */
 bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid);
-/* Starts the deadline watchdog. */
+/*
+ * The workers' own checks at each watchdog tick: one not exec'd in time is
+ * killed; about once a second, stopped workers and descendants that
+ * escaped a dead worker's group.
+ */
+void mxop__workers_tick(mxop__daemon_t *d, int64_t now);
+/* Kills and reaps the daemon's children that are not workers (escaped from a dead one). */
+void mxop__workers_sweep(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* watchdog.c */
+
+/* Makes the daemon the child subreaper and starts the periodic tick. */
 int mxop__watchdog_start(mxop__daemon_t *d);
 void mxop__watchdog_stop(mxop__daemon_t *d);
 

@@ -154,10 +154,10 @@ static void check_call(mxop__session_t *s, int64_t now)
     mxop__worker_kill_timeout(s->worker, cp.call_id, cp.op, msg);
 }
 
-/* The head of a FIFO of supervisor requests, against --init-timeout-ms (loads only). */
+/* The head of a worker's queue of supervisor requests, against --init-timeout-ms (loads only). */
 static void check_head(mxop__session_t *s, int q, mxop__worker_t *w, int64_t now)
 {
-    const mxop__pending_t *head = q == MXOP__FIFO_SPARE ? s->spare_head : s->pend_head;
+    const mxop__pending_t *head = mxop__worker_queue(w);
     if (head == NULL || w == NULL) {
         s->head_sup_id[q] = 0;
         return;
@@ -220,7 +220,7 @@ static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
         s->probe_pid = 0;
         return;
     }
-    if (w->killed_timeout || w->kill_msg[0] != '\0')
+    if (mxop__worker_dying(w))
         return; /* already being replaced */
     if (w->pid != s->probe_pid) {
         /* A new live worker (spawned or promoted): its start is its first sign of life. */
@@ -231,7 +231,7 @@ static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
         return;
     }
     bool loading = false;
-    for (const mxop__pending_t *p = s->pend_head; p != NULL; p = p->next)
+    for (const mxop__pending_t *p = mxop__worker_queue(s->worker); p != NULL; p = p->next)
         loading = loading || p->kind == MXOP__PENDING_LOAD;
     if (call_in_flight || loading) {
         s->probe_ok_ns = now;
@@ -281,8 +281,7 @@ static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
 static void check_retire(mxop__session_t *s, int64_t now, uint64_t call_id)
 {
     mxop__worker_t *w = s->worker;
-    if (s->state != MXOP__SESS_RETIRING || w == NULL || w->exited || w->killed_timeout ||
-        w->kill_msg[0] != '\0')
+    if (s->state != MXOP__SESS_RETIRING || w == NULL || mxop__worker_dying(w))
         return;
     if (call_id != 0 && call_id == s->retire_call_id) {
         s->retire_since_ns = now;
@@ -294,8 +293,8 @@ static void check_retire(mxop__session_t *s, int64_t now, uint64_t call_id)
      * its own deadline (check_head); anything else it had not answered is
      * re-sent to the replacement.
      */
-    if (s->pend_head != NULL && s->pend_head->sup_id < s->retire_sup_id &&
-        s->pend_head->kind == MXOP__PENDING_LOAD) {
+    const mxop__pending_t *head = mxop__worker_queue(w);
+    if (head != NULL && head->sup_id < s->retire_sup_id && head->kind == MXOP__PENDING_LOAD) {
         s->retire_since_ns = now;
         return;
     }
@@ -336,7 +335,9 @@ void mxop__deadlines_tick(mxop__daemon_t *d)
         uint64_t call_id = have ? cp.call_id : 0;
         check_probe(s, now, !have || call_id != 0);
         check_retire(s, now, call_id);
-        check_idle(s, s->worker, !have || call_id != 0 || requests_pending(s->pend_head), call_id);
-        check_idle(s, s->spare, s->spare_head != NULL, 0);
+        check_idle(s, s->worker,
+                   !have || call_id != 0 || requests_pending(mxop__worker_queue(s->worker)),
+                   call_id);
+        check_idle(s, s->spare, mxop__worker_queue(s->spare) != NULL, 0);
     }
 }

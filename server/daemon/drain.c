@@ -1,10 +1,10 @@
 /*
- * server/daemon/drain.c - the drain before shutdown.
+ * server/daemon/drain.c - the drain before shutdown, and the shutdown.
  *
  * SIGTERM, SIGINT or a Shutdown request stop the listener at once (the
  * socket file goes, so new clients are refused), then the daemon waits
  * until no call is in flight in any session, or --drain-timeout-ms has
- * passed, before the final shutdown (main.c) kills the workers.
+ * passed, before the final shutdown (mxop__daemon_stop) kills the workers.
  *
  * Calls on the shared-memory path never pass through the daemon: what the
  * daemon knows of them is each session's call page (shm/call_page.h),
@@ -24,8 +24,52 @@
 #include "common/util.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/handover.h"
+#include "server/daemon/introspect.h"
 #include "server/daemon/log.h"
+#include "server/daemon/session.h"
+#include "server/daemon/notify.h"
 #include "shm/call_page.h"
+
+/* How long shutdown waits for killed workers to be reaped before giving up. */
+#define SHUTDOWN_GRACE_MS 5000
+
+static uv_timer_t shutdown_guard;
+
+static void guard_cb(uv_timer_t *t)
+{
+    MXOP__LOGE(0, NULL, "workers were not reaped within %d ms of shutdown; exiting anyway",
+               SHUTDOWN_GRACE_MS);
+    uv_stop(t->loop);
+}
+
+void mxop__daemon_stop(mxop__daemon_t *d, const char *why)
+{
+    if (d->shutting_down)
+        return;
+    d->shutting_down = true;
+    MXOP__LOGI(0, NULL, "shutting down: %s", why);
+    mxop__notify("STOPPING=1");
+    mxop__metrics_stop(d); /* a last write, with the sessions still there */
+
+    mxop__listener_stop(d);
+    for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next)
+        mxop__client_close(MXOP__CONTAINER_OF(n, mxop__client_t, link));
+    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next)
+        mxop__pending_free_list(
+            mxop__worker_detach_kill(MXOP__CONTAINER_OF(n, mxop__worker_t, link)));
+    mxop__watchdog_stop(d);
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
+    if (uv_is_active((uv_handle_t *)&d->sigusr1))
+        uv_close((uv_handle_t *)&d->sigusr1, NULL);
+
+    /* Unref'd: it fires only if something keeps the loop alive that long. */
+    if (uv_timer_init(d->loop, &shutdown_guard) == 0) {
+        uv_timer_start(&shutdown_guard, guard_cb, SHUTDOWN_GRACE_MS, 0);
+        uv_unref((uv_handle_t *)&shutdown_guard);
+    }
+}
 
 int mxop__drain_in_flight(mxop__daemon_t *d)
 {
@@ -37,7 +81,7 @@ int mxop__drain_in_flight(mxop__daemon_t *d)
         mxop__session_t *s = cl->session;
         if (s == NULL)
             continue;
-        if (s->pend_head != NULL)
+        if (mxop__worker_queue(s->worker) != NULL)
             n++;
         if (s->call_page == NULL)
             continue;
@@ -55,7 +99,7 @@ void mxop__drain_tick(mxop__daemon_t *d)
         return;
     int n = mxop__drain_in_flight(d);
     if (n == 0) {
-        d->stop_cb(d, d->drain_why);
+        mxop__daemon_stop(d, d->drain_why);
         return;
     }
     if (mxop__now_ns() >= d->drain_deadline_ns) {
@@ -65,7 +109,7 @@ void mxop__drain_tick(mxop__daemon_t *d)
                    n, mxop__handover_done() ? "client" : "call", n == 1 ? "" : "s",
                    mxop__handover_done() ? "connected" : "in flight",
                    (unsigned long long)d->cfg.drain_timeout_ms);
-        d->stop_cb(d, d->drain_why);
+        mxop__daemon_stop(d, d->drain_why);
     }
 }
 

@@ -489,5 +489,5 @@ void mxop__handover_tick(mxop__daemon_t *d)
         conn_done();
     }
     if (ho.handed_over && d->n_clients == 0 && !d->draining && !d->shutting_down)
-        d->shutdown_cb(d, "handed over to a new daemon and its last client left");
+        mxop__drain_begin(d, "handed over to a new daemon and its last client left");
 }

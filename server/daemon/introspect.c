@@ -103,10 +103,7 @@ void mxop__introspect_death(mxop__session_t *s, const mxop__worker_t *w,
     mxop__restart_note_t *n = &s->recent[s->n_recent % MXOP__RECENT_RESTARTS];
     s->n_recent++;
     n->at_ns = mxop__now_ns();
-    n->code = e->code;
-    n->term_signal = e->term_signal;
-    mxop__fmt(n->op, sizeof(n->op), "%s", e->op);
-    mxop__fmt(n->message, sizeof(n->message), "%s", e->message);
+    n->exit = *e;
 
     if (e->op[0] != '\0') {
         mxop__op_fault_t *f = NULL;
@@ -191,10 +188,10 @@ static Mxop__SessionStatus *session_status(pool_t *pl, const mxop__client_t *cl,
             return NULL;
         mxop__restart_note__init(rn);
         rn->ago_ms = (uint64_t)((now - n->at_ns) / 1000000);
-        rn->code = n->code;
-        rn->signal = n->term_signal;
-        rn->op = (char *)n->op;
-        rn->message = (char *)n->message;
+        rn->code = n->exit.code;
+        rn->signal = n->exit.term_signal;
+        rn->op = (char *)n->exit.op;
+        rn->message = (char *)n->exit.message;
         st->recent_restarts[k] = rn;
     }
     st->n_ops = s->n_ops;

@@ -37,13 +37,6 @@
 #include "server/daemon/workeruid.h"
 #include "server/daemon/options.h"
 
-/* How long shutdown waits for killed workers to be reaped before giving up. */
-#define SHUTDOWN_GRACE_MS 5000
-
-static uv_timer_t shutdown_guard;
-/* SIGUSR1: reopen --log-file (after logrotate moved it). */
-static uv_signal_t sigusr1;
-
 /*
  * The arguments the daemon started with (the file's and the command
  * line's; the cfg's strings point into them until exit; SIGHUP compares
@@ -53,20 +46,6 @@ static mxop__cfgargs_t start_args;
 static int run_argc;
 static char **run_argv;
 
-/* Each watchdog tick: the deadlines of calls and loads, then the connections' timeouts. */
-static void watchdog_tick(mxop__daemon_t *d)
-{
-    mxop__deadlines_tick(d);
-    mxop__clients_tick(d, mxop__now_ns());
-    mxop__reload_tick(d, mxop__now_ns());
-    mxop__drain_tick(d);
-    mxop__listener_tick(d, mxop__now_ns());
-    mxop__handover_tick(d);
-    mxop__notify_tick(mxop__now_ns());
-}
-
-static void daemon_shutdown(mxop__daemon_t *d, const char *why);
-
 static void signal_cb(uv_signal_t *h, int signum)
 {
     mxop__daemon_t *d = h->data;
@@ -75,7 +54,7 @@ static void signal_cb(uv_signal_t *h, int signum)
     /* A second signal while draining (Ctrl-C twice) means: do not wait any longer. */
     if (d->draining) {
         MXOP__LOGW(0, NULL, "%s while draining: stopping now", why);
-        d->stop_cb(d, why);
+        mxop__daemon_stop(d, why);
         return;
     }
     mxop__drain_begin(d, why);
@@ -96,41 +75,6 @@ static void sigusr1_cb(uv_signal_t *h, int signum)
         MXOP__LOGW(0, NULL, "SIGUSR1: %s", err);
     else
         MXOP__LOGI(0, NULL, "SIGUSR1: log file reopened");
-}
-
-static void guard_cb(uv_timer_t *t)
-{
-    MXOP__LOGE(0, NULL, "workers were not reaped within %d ms of shutdown; exiting anyway",
-               SHUTDOWN_GRACE_MS);
-    uv_stop(t->loop);
-}
-
-static void daemon_shutdown(mxop__daemon_t *d, const char *why)
-{
-    if (d->shutting_down)
-        return;
-    d->shutting_down = true;
-    MXOP__LOGI(0, NULL, "shutting down: %s", why);
-    mxop__notify("STOPPING=1");
-    mxop__metrics_stop(d); /* a last write, with the sessions still there */
-
-    mxop__listener_stop(d);
-    for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next)
-        mxop__client_close(MXOP__CONTAINER_OF(n, mxop__client_t, link));
-    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next)
-        mxop__worker_detach_kill(MXOP__CONTAINER_OF(n, mxop__worker_t, link));
-    mxop__watchdog_stop(d);
-    uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->sigint, NULL);
-    uv_close((uv_handle_t *)&d->sighup, NULL);
-    if (uv_is_active((uv_handle_t *)&sigusr1))
-        uv_close((uv_handle_t *)&sigusr1, NULL);
-
-    /* Unref'd: it fires only if something keeps the loop alive that long. */
-    if (uv_timer_init(d->loop, &shutdown_guard) == 0) {
-        uv_timer_start(&shutdown_guard, guard_cb, SHUTDOWN_GRACE_MS, 0);
-        uv_unref((uv_handle_t *)&shutdown_guard);
-    }
 }
 
 static void close_walk_cb(uv_handle_t *h, void *arg)
@@ -240,11 +184,6 @@ int main(int argc, char **argv)
         rc = 1;
         goto out_loop;
     }
-    /* The watchdog reaches the sessions and clients only through this callback. */
-    d.tick_cb = watchdog_tick;
-    d.shutdown_cb = mxop__drain_begin;
-    d.settled_cb = mxop__reload_settled;
-    d.stop_cb = daemon_shutdown;
     if (uv_signal_init(&loop, &d.sigterm) != 0 || uv_signal_init(&loop, &d.sigint) != 0 ||
         uv_signal_init(&loop, &d.sighup) != 0 || mxop__watchdog_start(&d) != 0) {
         MXOP__LOGE(0, NULL, "cannot set up signal handling and the watchdog");
@@ -264,8 +203,8 @@ int main(int argc, char **argv)
     uv_signal_start(&d.sigterm, signal_cb, SIGTERM);
     uv_signal_start(&d.sigint, signal_cb, SIGINT);
     uv_signal_start(&d.sighup, sighup_cb, SIGHUP);
-    if (uv_signal_init(&loop, &sigusr1) == 0)
-        uv_signal_start(&sigusr1, sigusr1_cb, SIGUSR1);
+    if (uv_signal_init(&loop, &d.sigusr1) == 0)
+        uv_signal_start(&d.sigusr1, sigusr1_cb, SIGUSR1);
     sigprocmask(SIG_SETMASK, &start_mask, NULL);
 
     if (d.cfg.take_over) {

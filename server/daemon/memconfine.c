@@ -26,6 +26,7 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/log.h"
+#include "server/daemon/worker.h"
 #include "server/daemon/memconfine.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
@@ -122,7 +123,7 @@ int mxop__memconfine_session(mxop__session_t *s, char *err, size_t errlen)
         if (!s->regions[i].cuda && !s->regions[i].scratch && s->regions[i].fd >= 0 &&
             seal(s->regions[i].fd, err, errlen) != 0)
             return MXOP_ESHM;
-    for (const mxop__pending_t *p = s->pend_head; p != NULL; p = p->next)
+    for (const mxop__pending_t *p = mxop__worker_queue(s->worker); p != NULL; p = p->next)
         if (p->kind == MXOP__PENDING_MAP && !p->scratch && p->fd >= 0 &&
             seal(p->fd, err, errlen) != 0)
             return MXOP_ESHM;

@@ -229,7 +229,7 @@ void mxop__ctl_session_libraries(mxop__client_t *cl, const Mxop__Request *req)
 static const mxop__lib_t *changed_lib(mxop__session_t *s, mxop__libver_t *now)
 {
     /* A session mid-load or mid-replay has versions about to change: look next time. */
-    if (s->state != MXOP__SESS_RUNNING || s->pend_head != NULL)
+    if (s->state != MXOP__SESS_RUNNING || mxop__worker_queue(s->worker) != NULL)
         return NULL;
     for (size_t i = 0; i < s->n_libs; i++) {
         const mxop__lib_t *lib = &s->libs[i];

@@ -169,7 +169,7 @@ bool mxop__replay_device_regions(mxop__session_t *s)
 void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r,
                               mxop__replay_verdict_t *v)
 {
-    mxop__pending_t *p = mxop__fifo_take(s, MXOP__FIFO_SPARE, r->id);
+    mxop__pending_t *p = mxop__worker_queue_take(s->spare, r->id);
     if (p == NULL) {
         MXOP__LOGW(s->id, NULL, "spare answered supervisor request %llu, which is not pending",
                    (unsigned long long)r->id);
@@ -306,13 +306,14 @@ static void sup_map_done(mxop__session_t *s, mxop__pending_t *p, const Mxop__Sup
 
 void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r, mxop__replay_verdict_t *v)
 {
-    mxop__pending_t *p = mxop__fifo_take(s, MXOP__FIFO_LIVE, r->id);
+    mxop__pending_t *p = mxop__worker_queue_take(s->worker, r->id);
     if (p == NULL) {
         MXOP__LOGW(s->id, NULL, "worker answered supervisor request %llu, which is not pending",
                    (unsigned long long)r->id);
         return;
     }
-    if (s->pend_head != NULL && s->pend_head->sup_id < p->sup_id)
+    const mxop__pending_t *head = mxop__worker_queue(s->worker);
+    if (head != NULL && head->sup_id < p->sup_id)
         MXOP__LOGW(s->id, NULL, "worker answered supervisor request %llu out of order",
                    (unsigned long long)r->id);
     switch (p->kind) {
@@ -341,12 +342,11 @@ void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r, mxop__
  * Answers every request that was waiting on the dead worker.  `load_note`
  * (may be "") is added to the answer of the load that was running.
  */
-void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message,
-                               const char *load_note)
+void mxop__replay_fail_pending(mxop__session_t *s, mxop__pending_t *queue, int code,
+                               const char *message, const char *load_note)
 {
     bool first = true;
-    mxop__pending_t *p = s->pend_head;
-    s->pend_head = s->pend_tail = NULL;
+    mxop__pending_t *p = queue;
     while (p != NULL) {
         mxop__pending_t *next = p->next;
         if (p->kind == MXOP__PENDING_PING) {

@@ -91,7 +91,7 @@ void mxop__reply_ops(mxop__session_t *s, uint64_t id)
         free(ptrs);
 }
 
-void mxop__reply_event(mxop__session_t *s, const mxop__death_t *e, const char *message,
+void mxop__reply_event(mxop__session_t *s, const mxop__worker_exit_t *e, const char *message,
                        bool restarted, int client_fd)
 {
     Mxop__WorkerEvent ev = MXOP__WORKER_EVENT__INIT;

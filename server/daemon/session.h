@@ -4,8 +4,8 @@
  * A session is split by concern, one file each:
  *
  *   reply.c        encoding replies and worker events to the client
- *   tables.c       the session's libraries, ops, regions and the FIFOs of
- *                  supervisor requests in flight
+ *   tables.c       the session's libraries, ops, regions, and sending
+ *                  supervisor requests (each waits on its worker's queue)
  *   ctl.c          the control protocol of one client (request handlers)
  *   ctl_validate.c checks of a request that need no session and no socket
  *   client.c       the client's connection (frames in, close)
@@ -15,7 +15,7 @@
  *                  function (death, respawn with backoff, failure, end)
  *   spare.c        the warm spare slot: its states and one transition function
  *
- * Events flow up: supervisor.c reports a worker's replies and death only
+ * Events flow up: worker.c reports a worker's replies and death only
  * through the callbacks the session gave at spawn (mxop__session_worker_cbs),
  * never by touching the session.
  */
@@ -23,6 +23,7 @@
 #define MXOP_SERVER_DAEMON_SESSION_H
 
 #include "server/daemon/daemon.h"
+#include "server/daemon/worker.h"
 
 /* ------------------------------------------------------------------------ */
 /* reply.c */
@@ -39,7 +40,7 @@ void mxop__reply_ok(mxop__client_t *cl, uint64_t id);
 /* The session's op list as the answer to request `id`. */
 void mxop__reply_ops(mxop__session_t *s, uint64_t id);
 /* A WorkerEvent (id 0) about the session's worker; `client_fd` (borrowed) when restarted. */
-void mxop__reply_event(mxop__session_t *s, const mxop__death_t *e, const char *message,
+void mxop__reply_event(mxop__session_t *s, const mxop__worker_exit_t *e, const char *message,
                        bool restarted, int client_fd);
 
 /* ------------------------------------------------------------------------ */
@@ -58,15 +59,13 @@ int mxop__session_add_region(mxop__session_t *s, const mxop__region_t *r);
 uint32_t mxop__session_new_region_id(mxop__session_t *s);
 mxop__pending_t *mxop__pending_new(mxop__session_t *s, int kind, uint64_t req_id, bool replay);
 void mxop__pending_free(mxop__pending_t *p);
-/* Removes and returns the entry `sup_id` from the FIFO, or NULL. */
-mxop__pending_t *mxop__fifo_take(mxop__session_t *s, enum mxop__pending_fifo q, uint64_t sup_id);
-/* Takes the whole FIFO (a NULL-terminated list through ->next) out of the session. */
-mxop__pending_t *mxop__fifo_take_all(mxop__session_t *s, enum mxop__pending_fifo q);
-void mxop__fifo_free(mxop__session_t *s, enum mxop__pending_fifo q);
+/* Frees a NULL-terminated list of entries (through ->next). */
+void mxop__pending_free_list(mxop__pending_t *p);
 /*
  * Sends the SupRequest for a pending entry to the live worker (or the
- * spare) and queues it; `fd` rides with it (borrowed) when >= 0.  On
- * failure the entry is still the caller's.
+ * spare), on whose queue it waits for its answer (worker.h); `fd` rides
+ * with it (borrowed) when >= 0.  On failure the entry is still the
+ * caller's.
  */
 int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop__pending_fifo q);
 /*
@@ -167,13 +166,13 @@ void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r,
 void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r,
                               mxop__replay_verdict_t *v);
 /*
- * Answers every request that was waiting on the dead worker.  `load_note`
- * (may be "") is added to the answer of the load that was running, which
- * gets `code` when it is MXOP_ETIMEOUT (its load overran), else
- * MXOP_EWORKER_CRASHED.
+ * Answers every request of `queue` (taken from the dead worker; freed
+ * here).  `load_note` (may be "") is added to the answer of the load that
+ * was running, which gets `code` when it is MXOP_ETIMEOUT (its load
+ * overran), else MXOP_EWORKER_CRASHED.
  */
-void mxop__replay_fail_pending(mxop__session_t *s, int code, const char *message,
-                               const char *load_note);
+void mxop__replay_fail_pending(mxop__session_t *s, mxop__pending_t *queue, int code,
+                               const char *message, const char *load_note);
 
 /* ------------------------------------------------------------------------ */
 /* session_fsm.c */
@@ -213,8 +212,8 @@ typedef enum mxop__spare_event {
 void mxop__spare_event(mxop__session_t *s, mxop__spare_event_t ev, const char *why);
 /*
  * Takes the warm spare out of the slot to become the live worker, with its
- * client fd (taken) and its FIFO moved to the live one.  NULL when there
- * is no spare able to serve (then nothing changed).
+ * client fd (taken); its requests in flight stay on its queue.  NULL when
+ * there is no spare able to serve (then nothing changed).
  */
 mxop__worker_t *mxop__spare_take(mxop__session_t *s, int *client_fd);
 

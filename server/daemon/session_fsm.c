@@ -47,7 +47,7 @@
  * MXOP__BACKOFF_MAX_MS.  Only what no new worker can fix ends service:
  * a quarantined library, or one that no longer loads (op indices would
  * shift).  Deaths reach this file only through the worker callbacks at the
- * bottom (mxop__session_worker_cbs); supervisor.c never touches a session.
+ * bottom (mxop__session_worker_cbs); worker.c never touches a session.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -71,8 +71,7 @@ static void replayed(mxop__session_t *s);
 /* A session left RETIRING (replaced, failed or ended): the daemon's reloads hear of it. */
 static void settled(mxop__daemon_t *d)
 {
-    if (d->settled_cb != NULL)
-        d->settled_cb(d);
+    mxop__reload_settled(d);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -166,15 +165,15 @@ static void enter_waiting(mxop__session_t *s, uint64_t delay_ms)
 static void respawn(mxop__session_t *s)
 {
     mxop__daemon_t *d = s->d;
-    const mxop__death_t *e = &s->death;
+    const mxop__worker_exit_t *e = &s->death;
     int client_fd = -1;
     mxop__worker_t *w = mxop__spare_take(s, &client_fd);
     bool warm = w != NULL;
     if (!warm) {
         mxop__spare_event(s, MXOP__SPARE_EV_DROP, NULL);
         char err[MXOP__MSG_MAX];
-        if (mxop__worker_spawn(d, s->id, s->generation + 1, &mxop__session_worker_cbs, s, &w,
-                               &client_fd, err, sizeof(err)) != 0) {
+        if (mxop__worker_spawn(d, s->id, s->generation + 1, &mxop__session_worker_cbs, s, &w, err,
+                               sizeof(err)) != 0) {
             s->spawn_failures++;
             uint64_t delay = mxop__backoff_ms(s->spawn_failures + 1);
             char msg[MXOP__MSG_MAX];
@@ -192,6 +191,7 @@ static void respawn(mxop__session_t *s)
             enter_waiting(s, delay);
             return;
         }
+        client_fd = mxop__worker_take_client_fd(w);
     }
     if (s->spawn_failures > 0)
         MXOP__LOGI(s->id, NULL, "a replacement worker started after %d failed attempts",
@@ -239,14 +239,11 @@ static void respawn(mxop__session_t *s)
 static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retired)
 {
     mxop__daemon_t *d = s->d;
-    mxop__death_t *e = &s->death;
-    memset(e, 0, sizeof(*e));
-    e->code = x->code;
-    e->term_signal = x->term_signal;
-    e->exit_status = x->exit_status;
-    e->call_id = x->call_id;
-    mxop__fmt(e->op, sizeof(e->op), "%s", x->op);
-    mxop__fmt(e->message, sizeof(e->message), "%s", x->message);
+    /* The report is kept as it came; only its message gains what the session knows. */
+    mxop__worker_exit_t *e = &s->death;
+    *e = *x;
+    /* What the dead worker had not answered: failed below, or re-sent to its replacement. */
+    mxop__pending_t *queue = mxop__worker_queue_take_all(s->worker);
     s->worker = NULL;
     s->state = MXOP__SESS_WAITING;
     /* A reload's replacement that dies before serving never reaches the client. */
@@ -258,18 +255,17 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
      * SIGKILL from outside or from the OOM killer, nor a timeout).
      */
     char load_note[160] = "";
-    if (!retired && x->op[0] == '\0' && s->pend_head != NULL &&
-        s->pend_head->kind == MXOP__PENDING_LOAD) {
+    if (!retired && x->op[0] == '\0' && queue != NULL && queue->kind == MXOP__PENDING_LOAD) {
         int sig = x->term_signal;
         /* A worker that never exec'd never loaded it: a failed start is no library's doing. */
         bool by_library = x->started && x->code != MXOP_ETIMEOUT && sig != SIGKILL &&
                           sig != SIGTERM && sig != SIGINT && sig != SIGHUP;
-        int n = by_library ? mxop__quarantine_crash(d, s->pend_head->path) : 0;
+        int n = by_library ? mxop__quarantine_crash(d, queue->path) : 0;
         if (n >= MXOP__QUARANTINE_CRASHES)
             mxop__fmt(load_note, sizeof(load_note),
                       "; it has crashed a worker %d times while loading and is now quarantined", n);
         mxop__fmt(e->message, sizeof(e->message), "%s while loading library '%s'%s", x->message,
-                  s->pend_head->name, load_note);
+                  queue->name, load_note);
     }
     /*
      * The backoff counts only deaths nobody asked for, of workers that never
@@ -278,15 +274,14 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
      * inside a client's call or request is followed by a restart at once:
      * the next one needs another call, so the client sets the pace.
      */
-    bool client_caused = x->call_id != 0 || (s->pend_head != NULL && !s->pend_head->replay);
+    bool client_caused = x->call_id != 0 || (queue != NULL && !queue->replay);
     if (retired) {
         /*
          * It answered everything sent before its Retire, then exited: what
          * is still pending came after, and goes to the replacement.  A
          * retirement is no death to back off from.
          */
-        s->held = mxop__fifo_take_all(s, MXOP__FIFO_LIVE);
-        s->pend_head = s->pend_tail = NULL;
+        s->held = queue;
         client_caused = true;
         s->reloading = true;
         mxop__fmt(e->message, sizeof(e->message),
@@ -294,7 +289,7 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
                   "stateful instances it held are lost",
                   s->retire_why);
     } else {
-        mxop__replay_fail_pending(s, x->code, x->message, load_note);
+        mxop__replay_fail_pending(s, queue, x->code, x->message, load_note);
     }
     if (client_caused || x->served)
         s->idle_deaths = 0;
@@ -330,11 +325,12 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
 
 static void on_unrestorable(mxop__session_t *s, const char *why)
 {
+    mxop__pending_t *queue = NULL;
     if (s->worker != NULL) {
-        mxop__worker_detach_kill(s->worker);
+        queue = mxop__worker_detach_kill(s->worker);
         s->worker = NULL;
     }
-    mxop__replay_fail_pending(s, MXOP_EWORKER_CRASHED, why, "");
+    mxop__replay_fail_pending(s, queue, MXOP_EWORKER_CRASHED, why, "");
     mxop__replay_held(s, false, MXOP_EWORKER_CRASHED, why);
     memset(&s->death, 0, sizeof(s->death));
     s->death.code = MXOP_EWORKER_CRASHED;
@@ -345,17 +341,15 @@ static void on_unrestorable(mxop__session_t *s, const char *why)
 static void on_end(mxop__session_t *s)
 {
     if (s->worker != NULL) {
-        mxop__worker_detach_kill(s->worker);
+        /* The client is gone: what its worker had not answered has no one to answer. */
+        mxop__pending_free_list(mxop__worker_detach_kill(s->worker));
         s->worker = NULL;
     }
     mxop__spare_event(s, MXOP__SPARE_EV_STOP, NULL);
     close_reload_fd(s);
     s->reloading = false;
-    /* The client is gone: requests held for a replacement have no one to answer. */
-    for (mxop__pending_t *p = s->held, *next; p != NULL; p = next) {
-        next = p->next;
-        mxop__pending_free(p);
-    }
+    /* Nor do requests held for a replacement. */
+    mxop__pending_free_list(s->held);
     s->held = NULL;
     mxop__stimer_free(s->respawn_timer);
     mxop__stimer_free(s->spare_timer);
@@ -378,12 +372,11 @@ static void on_reload(mxop__session_t *s, const char *why)
     req.body_case = MXOP__SUP_REQUEST__BODY_RETIRE;
     req.retire = &wr;
     mxop__worker_t *w = s->worker;
-    if (mxop__worker_send(w, &req, -1) != 0) {
+    if (mxop__worker_retire(w, &req) != 0) {
         /* Its channel is gone: it is dying anyway, and its replacement loads the new file. */
         MXOP__LOGI(s->id, NULL, "reload of %s: worker %d is already going", why, (int)w->pid);
         return;
     }
-    w->retiring = true;
     s->state = MXOP__SESS_RETIRING;
     /* Its bound (deadline.c): from now, or from the end of the call it may be running now. */
     s->retire_since_ns = mxop__now_ns();
@@ -475,8 +468,10 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     mxop__worker_t *w = NULL;
     int rc = mxop__call_page_create(s, &fds[1], err, sizeof(err));
     if (rc == 0)
-        rc = mxop__worker_spawn(d, s->id, s->generation, &mxop__session_worker_cbs, s, &w, &fds[0],
-                                err, sizeof(err));
+        rc = mxop__worker_spawn(d, s->id, s->generation, &mxop__session_worker_cbs, s, &w, err,
+                                sizeof(err));
+    if (rc == 0)
+        fds[0] = mxop__worker_take_client_fd(w);
     if (rc != 0) {
         MXOP__LOGE(s->id, NULL, "cannot open a session: %s", err);
         mxop__client_reply_error(cl, req_id, rc, err);
@@ -559,7 +554,7 @@ static void replayed(mxop__session_t *s)
 {
     if (s->reload_fd < 0 || s->state != MXOP__SESS_RUNNING)
         return;
-    for (const mxop__pending_t *p = s->pend_head; p != NULL; p = p->next)
+    for (const mxop__pending_t *p = mxop__worker_queue(s->worker); p != NULL; p = p->next)
         if (p->replay)
             return;
     int fd = s->reload_fd;
@@ -582,7 +577,7 @@ bool mxop__session_reload(mxop__session_t *s, const char *why)
 }
 
 /* ------------------------------------------------------------------------ */
-/* How the session's workers report (the only way supervisor.c reaches a session). */
+/* How the session's workers report (the only way worker.c reaches a session). */
 
 static void worker_reply(void *owner, mxop__worker_t *w, const Mxop__SupReply *r)
 {
@@ -605,15 +600,16 @@ static void worker_exit(void *owner, mxop__worker_t *w, const mxop__worker_exit_
     mxop__session_t *s = owner;
     if (s->spare == w) {
         /* A spare that faults while loading a library counts against that library too. */
-        if (e->started && s->spare_head != NULL && s->spare_head->kind == MXOP__PENDING_LOAD &&
+        const mxop__pending_t *head = mxop__worker_queue(w);
+        if (e->started && head != NULL && head->kind == MXOP__PENDING_LOAD &&
             e->term_signal != SIGKILL && e->term_signal != SIGTERM)
-            mxop__quarantine_crash(s->d, s->spare_head->path);
+            mxop__quarantine_crash(s->d, head->path);
         char msg[MXOP__MSG_MAX];
         mxop__fmt(msg, sizeof(msg), "spare worker %d %s%s%s", (int)w->pid, e->how,
                   e->kill_msg[0] ? ": " : "", e->kill_msg);
         mxop__spare_event(s, MXOP__SPARE_EV_DIED, msg);
     } else if (s->worker == w) {
-        if (w->retiring && e->term_signal == 0 && e->exit_status == 0 && e->call_id == 0)
+        if (e->retiring && e->term_signal == 0 && e->exit_status == 0 && e->call_id == 0)
             MXOP__LOGI(s->id, NULL, "worker %d retired for a reload", (int)w->pid);
         else
             mxop__introspect_death(s, w, e); /* notes and logs it */

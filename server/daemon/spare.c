@@ -59,10 +59,9 @@ static void arm(mxop__session_t *s)
 static void forget(mxop__session_t *s)
 {
     if (s->spare != NULL) {
-        mxop__worker_detach_kill(s->spare);
+        mxop__pending_free_list(mxop__worker_detach_kill(s->spare));
         s->spare = NULL;
     }
-    mxop__fifo_free(s, MXOP__FIFO_SPARE);
     if (s->spare_timer != NULL)
         uv_timer_stop(&s->spare_timer->timer);
 }
@@ -75,10 +74,9 @@ static void start(mxop__session_t *s)
         return;
     }
     char err[MXOP__MSG_MAX];
-    int client_fd = -1;
     mxop__worker_t *w = NULL;
-    /* The spare reports to the session as its live worker does. */
-    if (mxop__worker_spawn(s->d, s->id, s->generation + 1, s->worker->cbs, s, &w, &client_fd, err,
+    /* The spare reports to the session as its live worker does; it keeps its client fd. */
+    if (mxop__worker_spawn(s->d, s->id, s->generation + 1, &mxop__session_worker_cbs, s, &w, err,
                            sizeof(err)) != 0) {
         s->spare_deaths++;
         if (s->spare_deaths == 1 || s->spare_deaths % 10 == 0)
@@ -87,7 +85,6 @@ static void start(mxop__session_t *s)
         arm(s);
         return;
     }
-    w->client_fd = client_fd;
     s->spare = w;
     s->spare_state = MXOP__SPARE_WARM;
     if (!mxop__replay_to(s, MXOP__FIFO_SPARE)) {
@@ -146,15 +143,10 @@ void mxop__spare_event(mxop__session_t *s, mxop__spare_event_t ev, const char *w
 mxop__worker_t *mxop__spare_take(mxop__session_t *s, int *client_fd)
 {
     mxop__worker_t *w = s->spare;
-    if (s->spare_state != MXOP__SPARE_WARM || w == NULL || w->exited || !w->sup_open)
+    if (s->spare_state != MXOP__SPARE_WARM || !mxop__worker_reachable(w))
         return NULL;
-    *client_fd = w->client_fd;
-    w->client_fd = -1;
-    /* What it still has in flight joins the session's FIFO, as the replays they are. */
-    s->pend_head = mxop__fifo_take_all(s, MXOP__FIFO_SPARE);
-    s->pend_tail = s->pend_head;
-    while (s->pend_tail != NULL && s->pend_tail->next != NULL)
-        s->pend_tail = s->pend_tail->next;
+    /* What it still has in flight stays on its queue, as the replays they are. */
+    *client_fd = mxop__worker_take_client_fd(w);
     mxop__spare_event(s, MXOP__SPARE_EV_PROMOTED, NULL);
     return w;
 }

@@ -173,58 +173,8 @@ void mxop__pending_free(mxop__pending_t *p)
     free(p);
 }
 
-/* A FIFO of pending entries: the live worker's, or the spare's. */
-typedef struct fifo {
-    mxop__pending_t **head;
-    mxop__pending_t **tail;
-} fifo_t;
-
-static fifo_t fifo_of(mxop__session_t *s, enum mxop__pending_fifo q)
+void mxop__pending_free_list(mxop__pending_t *p)
 {
-    return q == MXOP__FIFO_SPARE ? (fifo_t){&s->spare_head, &s->spare_tail}
-                                 : (fifo_t){&s->pend_head, &s->pend_tail};
-}
-
-static void fifo_push(fifo_t q, mxop__pending_t *p)
-{
-    p->next = NULL;
-    if (*q.tail != NULL)
-        (*q.tail)->next = p;
-    else
-        *q.head = p;
-    *q.tail = p;
-}
-
-mxop__pending_t *mxop__fifo_take(mxop__session_t *s, enum mxop__pending_fifo which, uint64_t sup_id)
-{
-    fifo_t q = fifo_of(s, which);
-    mxop__pending_t *prev = NULL;
-    for (mxop__pending_t *p = *q.head; p != NULL; prev = p, p = p->next) {
-        if (p->sup_id != sup_id)
-            continue;
-        if (prev != NULL)
-            prev->next = p->next;
-        else
-            *q.head = p->next;
-        if (*q.tail == p)
-            *q.tail = prev;
-        p->next = NULL;
-        return p;
-    }
-    return NULL;
-}
-
-mxop__pending_t *mxop__fifo_take_all(mxop__session_t *s, enum mxop__pending_fifo which)
-{
-    fifo_t q = fifo_of(s, which);
-    mxop__pending_t *p = *q.head;
-    *q.head = *q.tail = NULL;
-    return p;
-}
-
-void mxop__fifo_free(mxop__session_t *s, enum mxop__pending_fifo which)
-{
-    mxop__pending_t *p = mxop__fifo_take_all(s, which);
     while (p != NULL) {
         mxop__pending_t *next = p->next;
         mxop__pending_free(p);
@@ -287,11 +237,10 @@ int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop
         req.unmap = &unmap;
         break;
     }
-    int rc = mxop__worker_send(q == MXOP__FIFO_SPARE ? s->spare : s->worker, &req, fd);
+    /* Sent, it joins the worker's queue until its answer. */
+    int rc = mxop__worker_send(q == MXOP__FIFO_SPARE ? s->spare : s->worker, &req, fd, p);
     if (ro_fd >= 0)
         close(ro_fd);
-    if (rc == 0)
-        fifo_push(fifo_of(s, q), p);
     return rc;
 }
 
@@ -320,8 +269,6 @@ int mxop__pending_send_client(mxop__session_t *s, mxop__pending_t *p, int fd)
 void mxop__session_free(mxop__session_t *s)
 {
     (void)mxop__worker_output_set_libs(s->id, NULL);
-    mxop__fifo_free(s, MXOP__FIFO_LIVE);
-    mxop__fifo_free(s, MXOP__FIFO_SPARE);
     for (size_t i = 0; i < s->n_regions; i++)
         if (s->regions[i].fd >= 0)
             close(s->regions[i].fd);

@@ -1,18 +1,25 @@
 /*
  * server/daemon/worker_proc.c - what /proc says about a worker and the
  * processes around it: whether a peer of the control socket descends from
- * a worker, and whether a worker is stopped.  The daemon's own reading,
- * never the worker's word.
+ * a worker, whether a worker is stopped, the descendants that escaped a
+ * dead worker; and the checks of every worker at each watchdog tick
+ * (killed through worker.h, never by writing a worker's fields).  The
+ * daemon's own reading, never the worker's word.
  */
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/util.h"
+#include "mxop/client.h"
 #include "server/daemon/cgroup.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/log.h"
 #include "server/daemon/procstat.h"
+#include "server/daemon/worker.h"
 
 /* The parent of `pid` from /proc, or 0 when it cannot be read. */
 static pid_t parent_of(pid_t pid)
@@ -34,7 +41,7 @@ bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid)
     pid_t sid = getsid(pid);
     for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
         mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
-        if (!w->exited && (w->pid == pid || sid == w->pid))
+        if (mxop__worker_alive(w) && (w->pid == pid || sid == w->pid))
             return true;
     }
     /*
@@ -58,7 +65,7 @@ bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid)
 
 bool mxop__worker_is_stopped(const mxop__worker_t *w)
 {
-    if (w->exited)
+    if (!mxop__worker_alive(w))
         return false;
     char buf[256];
     const char *fields = mxop__proc_stat(w->pid, buf, sizeof(buf));
@@ -84,4 +91,109 @@ bool mxop__worker_is_stopped(const mxop__worker_t *w)
             break;
     fclose(f);
     return tracer <= 0 || parent_of((pid_t)tracer) != w->pid;
+}
+
+/* True if `pid` has exited and waits only to be reaped. */
+static bool is_zombie(long pid)
+{
+    char buf[256];
+    const char *fields = mxop__proc_stat((pid_t)pid, buf, sizeof(buf));
+    return fields != NULL && fields[0] == 'Z';
+}
+
+/*
+ * Kills and reaps the daemon's children that are not workers: processes an
+ * op started that escaped their worker's group and were reparented to us,
+ * the subreaper, when it died.  Children are listed by /proc (needs
+ * CONFIG_PROC_CHILDREN; without it nothing is swept).
+ */
+void mxop__workers_sweep(mxop__daemon_t *d)
+{
+    char path[64];
+    mxop__fmt(path, sizeof(path), "/proc/self/task/%d/children", (int)d->pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return;
+    long pid;
+    while (fscanf(f, "%ld", &pid) == 1) {
+        bool is_worker = false;
+        pid_t sid = getsid((pid_t)pid);
+        for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+            mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+            if (w->pid == (pid_t)pid) {
+                is_worker = true;
+                break;
+            }
+            /* An orphan still in a live worker's session belongs to a running call. */
+            if (mxop__worker_alive(w) && sid == w->pid) {
+                is_worker = true;
+                break;
+            }
+        }
+        if (is_worker)
+            continue;
+        if (!is_zombie(pid)) {
+            MXOP__LOGW(0, NULL, "killing process %ld: it escaped from a dead worker", pid);
+            kill((pid_t)pid, SIGKILL);
+        }
+        /* Reap it (now or at a later sweep): libuv only waits for the pids it spawned. */
+        waitpid((pid_t)pid, NULL, WNOHANG);
+    }
+    fclose(f);
+}
+
+/*
+ * A stopped worker (SIGSTOP, a debugger that went away) cannot serve: it
+ * is replaced before a call waits on it.  Checked about once a second for
+ * every worker, live or spare, idle or not: one read of /proc each.
+ */
+static void kill_stopped(mxop__daemon_t *d)
+{
+    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+        /* Detached or killed workers are KILLING already. */
+        if (w->owner == NULL || mxop__worker_dying(w))
+            continue;
+        if (mxop__worker_is_stopped(w)) {
+            MXOP__LOGW(w->session_id, NULL, "worker %d is stopped%s; replacing it", (int)w->pid,
+                       w->started ? "" : " before its exec");
+            mxop__worker_kill(w, w->started
+                                     ? "it was stopped (SIGSTOP or a tracer) and could not serve"
+                                     : "it was stopped (SIGSTOP or a tracer) between its clone "
+                                       "and its exec, and could not start");
+        }
+    }
+}
+
+/*
+ * A worker that has not exec'd MXOP__START_TIMEOUT_MS after its clone
+ * (stopped, or starved) is killed: its exit then reports a failed start,
+ * which the session and the spare retry with their backoff.
+ */
+static void kill_unstarted(mxop__daemon_t *d, int64_t now)
+{
+    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+        if (w->owner == NULL || w->state != MXOP__WORKER_SPAWNING || now < w->start_deadline_ns)
+            continue;
+        char why[MXOP__MSG_MAX];
+        mxop__fmt(why, sizeof(why),
+                  "it did not start (exec %s) within %d ms of its clone, and was killed",
+                  d->cfg.worker_path, MXOP__START_TIMEOUT_MS);
+        MXOP__LOGW(w->session_id, NULL, "worker %d: %s", (int)w->pid, why);
+        mxop__worker_kill(w, why);
+    }
+}
+
+/* Sweep for escaped descendants every this many watchdog ticks (about 1 s). */
+#define SWEEP_TICKS 50
+
+void mxop__workers_tick(mxop__daemon_t *d, int64_t now)
+{
+    static unsigned ticks;
+    kill_unstarted(d, now);
+    if (++ticks % SWEEP_TICKS == 0) {
+        mxop__workers_sweep(d);
+        kill_stopped(d);
+    }
 }

@@ -1,28 +1,60 @@
 /*
- * server/daemon/supervisor.c - spawning, watching and reaping workers.
+ * server/daemon/worker.c - one worker process as a handle: spawning it,
+ * its supervisor channel, its queue of requests, killing it, reaping it
+ * and the report of its death.
  *
  * Each session's worker is a separate executable started by spawn.c (clone3,
  * in a pid namespace of its own where the sandbox promises one) in its own
- * session and process group, so that one
- * kill(-pid, SIGKILL) ends it with everything its ops started.  The daemon
- * is also a child subreaper: descendants that escape the group (setsid,
- * double fork) are reparented here when their worker dies and are swept.
+ * session and process group, so that one kill(-pid, SIGKILL) ends it with
+ * everything its ops started.  The daemon is also a child subreaper:
+ * descendants that escape the group (setsid, double fork) are reparented
+ * here when their worker dies and are swept (worker_proc.c).
+ *
+ * The state (mxop__worker_t.state) and the fields that go with it (the
+ * kill reason, the channel, the owner, the client's fd) change only in
+ * transition() below:
+ *
+ *   state      event          new state  action
+ *   ---------  -------------  ---------  ---------------------------------------------
+ *   (none)     spawn          SPAWNING   cloned; the client's data channel held for the
+ *                                        session; killed if not exec'd in time
+ *   SPAWNING   EXECED         SERVING    the exec succeeded (spawn.c's start callback)
+ *   SERVING    RETIRE         RETIRING   a Retire was sent: it exits between calls
+ *   any alive  KILL(reason)   KILLING    kill the group; the first reason stays, a
+ *                                        timeout replaces any other
+ *   any alive  CHANNEL_LOST   KILLING    its supervisor channel broke or spoke garbage:
+ *                                        kill the group, close the channel (no reason
+ *                                        when the kernel closed it: it was dying)
+ *   any alive  DETACH         KILLING    the owner lets it go: kill, close the channel,
+ *                                        the client's fd; its queue to the owner
+ *   any        REAPED         EXITED     hear what it still wrote, close the channel,
+ *                                        sweep what its ops left
+ *   EXITED     REPORT         EXITED     the report of its death to the owner, forgotten
+ *   EXITED     (both handles closed)     freed
+ *
+ * Beside the state, the same function keeps the worker's queue of
+ * requests sent and not yet answered (QUEUED, ANSWERED, QUEUE_TAKEN: it
+ * travels with the worker, a promoted spare's included) and hands out the
+ * client's end of its data channel once (GIVE_FD).
+ *
+ * "Any alive" is every state but EXITED; a KILLING worker killed again
+ * keeps its reason (or takes a timeout's).  The exec's outcome may arrive
+ * after a kill: it marks the worker started, the state stays KILLING.
  *
  * The worker's call in flight is read from the status page it shares with
- * the daemon (a seqlock); the watchdog timer uses it to enforce deadlines
- * even when the client is gone, and the exit callback to name the op that
- * was running when the worker died.
+ * the daemon (a seqlock), when it is reaped, to name the op that was
+ * running; deadlines are enforced from what the daemon trusts (deadline.c).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,10 +72,8 @@
 #include "server/daemon/procstat.h"
 #include "server/worker/cuda.h"
 #include "server/daemon/worker_output.h"
+#include "server/daemon/worker.h"
 #include "server/daemon/workeruid.h"
-
-/* Sweep for escaped descendants every this many watchdog ticks (about 1 s). */
-#define SWEEP_TICKS 50
 
 /* A consistent copy of the status page. */
 typedef struct page_snap {
@@ -114,34 +144,8 @@ static void kill_group(mxop__worker_t *w)
 {
     /* The group first: it holds whatever the op started; then the worker itself. */
     kill(-w->pid, SIGKILL);
-    if (!w->exited)
+    if (w->state != MXOP__WORKER_EXITED)
         kill(w->pid, SIGKILL);
-}
-
-static void worker_maybe_free(mxop__worker_t *w)
-{
-    if (w->open_handles > 0)
-        return;
-    if (w->client_fd >= 0)
-        close(w->client_fd);
-    mxop__list_remove(&w->link);
-    if (w->page != NULL)
-        munmap(w->page, sizeof(*w->page));
-    free(w);
-}
-
-static void proc_closed_cb(uv_handle_t *h)
-{
-    mxop__worker_t *w = MXOP__CONTAINER_OF((uv_poll_t *)h, mxop__worker_t, proc.poll);
-    w->open_handles--;
-    worker_maybe_free(w);
-}
-
-static void sup_closed_cb(mxop__conn_t *c)
-{
-    mxop__worker_t *w = c->data;
-    w->open_handles--;
-    worker_maybe_free(w);
 }
 
 static void close_sup(mxop__worker_t *w)
@@ -150,6 +154,169 @@ static void close_sup(mxop__worker_t *w)
         return;
     w->sup_open = false;
     mxop__conn_close(&w->sup);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The transition function: the only writer of a worker's state and of its fields after spawn. */
+
+typedef enum worker_event {
+    EV_EXECED,        /* the exec succeeded */
+    EV_RETIRE,        /* a Retire was sent */
+    EV_KILL,          /* arg: the reason (code MXOP_ETIMEOUT or MXOP_EWORKER_CRASHED) */
+    EV_CHANNEL_LOST,  /* arg: the reason, or NULL when the kernel closed it (it is exiting) */
+    EV_DETACH,        /* the owner lets it go */
+    EV_REAPED,        /* the process was reaped */
+    EV_REPORT,        /* arg: the report of its death, for the owner (forgotten then) */
+    EV_HANDLE_CLOSED, /* the process handle or the channel is closed */
+    EV_GIVE_FD,       /* arg (int *): the client's end of its data channel is taken */
+    EV_QUEUED,        /* arg: a request sent, now awaiting its answer */
+    EV_ANSWERED,      /* arg (struct take_one *): the request answered, out of the queue */
+    EV_QUEUE_TAKEN    /* arg (mxop__pending_t **): the whole queue, to the owner */
+} worker_event_t;
+
+struct take_one {
+    uint64_t sup_id;
+    mxop__pending_t *p;
+};
+
+static mxop__pending_t *unlink_request(mxop__worker_t *w, uint64_t sup_id)
+{
+    mxop__pending_t *prev = NULL;
+    for (mxop__pending_t *p = w->q_head; p != NULL; prev = p, p = p->next) {
+        if (p->sup_id != sup_id)
+            continue;
+        if (prev != NULL)
+            prev->next = p->next;
+        else
+            w->q_head = p->next;
+        if (w->q_tail == p)
+            w->q_tail = prev;
+        p->next = NULL;
+        return p;
+    }
+    return NULL;
+}
+
+/* The first reason stays, except that a timeout (the daemon's own deadline) replaces any other. */
+static void take_reason(mxop__worker_t *w, const mxop__kill_reason_t *why)
+{
+    if (why == NULL || why->code == 0)
+        return;
+    if (w->kill.code == 0 || (why->code == MXOP_ETIMEOUT && w->kill.code != MXOP_ETIMEOUT))
+        w->kill = *why;
+}
+
+static void worker_free(mxop__worker_t *w)
+{
+    if (w->client_fd >= 0)
+        close(w->client_fd);
+    mxop__list_remove(&w->link);
+    if (w->page != NULL)
+        munmap(w->page, sizeof(*w->page));
+    free(w);
+}
+
+static void transition(mxop__worker_t *w, worker_event_t ev, const void *arg)
+{
+    bool alive = w->state != MXOP__WORKER_EXITED;
+    switch (ev) {
+    case EV_EXECED:
+        w->started = true;
+        if (w->state == MXOP__WORKER_SPAWNING)
+            w->state = MXOP__WORKER_SERVING;
+        break;
+    case EV_RETIRE:
+        if (w->state == MXOP__WORKER_SERVING)
+            w->state = MXOP__WORKER_RETIRING;
+        break;
+    case EV_KILL:
+        if (!alive)
+            break;
+        take_reason(w, arg);
+        w->state = MXOP__WORKER_KILLING;
+        kill_group(w);
+        break;
+    case EV_CHANNEL_LOST:
+        if (alive && arg != NULL) {
+            take_reason(w, arg);
+            w->state = MXOP__WORKER_KILLING;
+        }
+        if (alive)
+            kill_group(w);
+        close_sup(w);
+        break;
+    case EV_DETACH:
+        w->owner = NULL;
+        /* Its client end goes now: nobody will be given it. */
+        if (w->client_fd >= 0) {
+            close(w->client_fd);
+            w->client_fd = -1;
+        }
+        if (alive) {
+            w->state = MXOP__WORKER_KILLING;
+            kill_group(w);
+        }
+        close_sup(w);
+        break;
+    case EV_REAPED: w->state = MXOP__WORKER_EXITED; break;
+    case EV_REPORT: {
+        void *owner = w->owner;
+        w->owner = NULL;
+        if (owner != NULL)
+            w->cbs->on_exit(owner, w, arg);
+        break;
+    }
+    case EV_HANDLE_CLOSED:
+        if (--w->open_handles == 0)
+            worker_free(w);
+        break;
+    case EV_GIVE_FD:
+        *(int *)arg = w->client_fd;
+        w->client_fd = -1;
+        break;
+    case EV_QUEUED: {
+        mxop__pending_t *p = (mxop__pending_t *)arg;
+        p->next = NULL;
+        if (w->q_tail != NULL)
+            w->q_tail->next = p;
+        else
+            w->q_head = p;
+        w->q_tail = p;
+        break;
+    }
+    case EV_ANSWERED: {
+        struct take_one *t = (struct take_one *)arg;
+        t->p = unlink_request(w, t->sup_id);
+        break;
+    }
+    case EV_QUEUE_TAKEN:
+        *(mxop__pending_t **)arg = w->q_head;
+        w->q_head = w->q_tail = NULL;
+        break;
+    }
+}
+
+static void proc_closed_cb(uv_handle_t *h)
+{
+    transition(MXOP__CONTAINER_OF((uv_poll_t *)h, mxop__worker_t, proc.poll), EV_HANDLE_CLOSED,
+               NULL);
+}
+
+static void sup_closed_cb(mxop__conn_t *c)
+{
+    transition(c->data, EV_HANDLE_CLOSED, NULL);
+}
+
+/* A reason of the daemon's own (MXOP_EWORKER_CRASHED) with a formatted message. */
+static mxop__kill_reason_t reason(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static mxop__kill_reason_t reason(const char *fmt, ...)
+{
+    mxop__kill_reason_t r = {.code = MXOP_EWORKER_CRASHED};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r.msg, sizeof(r.msg), fmt, ap);
+    va_end(ap);
+    return r;
 }
 
 static void sup_frame_cb(mxop__conn_t *c, uint16_t kind, const uint8_t *payload, uint32_t len)
@@ -163,12 +330,10 @@ static void sup_frame_cb(mxop__conn_t *c, uint16_t kind, const uint8_t *payload,
         MXOP__LOGE(w->session_id, NULL,
                    "worker %d sent an undecodable SupReply (%u bytes); killing it", (int)w->pid,
                    (unsigned)len);
-        mxop__fmt(w->kill_msg, sizeof(w->kill_msg),
-                  "it wrote an undecodable message (%u bytes) into its supervisor channel and "
-                  "was killed",
-                  (unsigned)len);
-        kill_group(w);
-        close_sup(w);
+        mxop__kill_reason_t why = reason("it wrote an undecodable message (%u bytes) into its "
+                                         "supervisor channel and was killed",
+                                         (unsigned)len);
+        transition(w, EV_CHANNEL_LOST, &why);
         return;
     }
     if (w->owner != NULL)
@@ -208,66 +373,12 @@ static void sup_error_cb(mxop__conn_t *c, int code, const char *msg)
      * mapped: end it, and let the exit callback report and respawn.  Say
      * why, unless it was dying anyway (the kernel closed the channel).
      */
-    if (!w->exited && w->kill_msg[0] == '\0') {
-        if (code != 0 && code != MXOP_EDISCONNECTED)
-            mxop__fmt(w->kill_msg, sizeof(w->kill_msg),
-                      "its supervisor channel broke (%s) and it was killed", msg);
-        else if (!is_exiting(w->pid))
-            mxop__fmt(w->kill_msg, sizeof(w->kill_msg),
-                      "it closed its supervisor channel (fd 3) while running and was killed");
-    }
-    if (!w->exited)
-        kill_group(w);
-    close_sup(w);
-}
-
-/* True if `pid` has exited and waits only to be reaped. */
-static bool is_zombie(long pid)
-{
-    char buf[256];
-    const char *fields = mxop__proc_stat((pid_t)pid, buf, sizeof(buf));
-    return fields != NULL && fields[0] == 'Z';
-}
-
-/*
- * Kills and reaps the daemon's children that are not workers: processes an
- * op started that escaped their worker's group and were reparented to us,
- * the subreaper, when it died.  Children are listed by /proc (needs
- * CONFIG_PROC_CHILDREN; without it nothing is swept).
- */
-static void sweep_escaped(mxop__daemon_t *d)
-{
-    char path[64];
-    mxop__fmt(path, sizeof(path), "/proc/self/task/%d/children", (int)d->pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return;
-    long pid;
-    while (fscanf(f, "%ld", &pid) == 1) {
-        bool is_worker = false;
-        pid_t sid = getsid((pid_t)pid);
-        for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
-            mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
-            if (w->pid == (pid_t)pid) {
-                is_worker = true;
-                break;
-            }
-            /* An orphan still in a live worker's session belongs to a running call. */
-            if (!w->exited && sid == w->pid) {
-                is_worker = true;
-                break;
-            }
-        }
-        if (is_worker)
-            continue;
-        if (!is_zombie(pid)) {
-            MXOP__LOGW(0, NULL, "killing process %ld: it escaped from a dead worker", pid);
-            kill((pid_t)pid, SIGKILL);
-        }
-        /* Reap it (now or at a later sweep): libuv only waits for the pids it spawned. */
-        waitpid((pid_t)pid, NULL, WNOHANG);
-    }
-    fclose(f);
+    mxop__kill_reason_t why = {0};
+    if (code != 0 && code != MXOP_EDISCONNECTED)
+        why = reason("its supervisor channel broke (%s) and it was killed", msg);
+    else if (w->state != MXOP__WORKER_EXITED && !is_exiting(w->pid))
+        why = reason("it closed its supervisor channel (fd 3) while running and was killed");
+    transition(w, EV_CHANNEL_LOST, why.code != 0 ? &why : NULL);
 }
 
 /*
@@ -292,7 +403,8 @@ static void exit_cb(mxop__spawn_t *p, int64_t exit_status, int term_signal)
 {
     mxop__worker_t *w = MXOP__CONTAINER_OF(p, mxop__worker_t, proc);
     mxop__daemon_t *d = w->d;
-    w->exited = true;
+    mxop__worker_state_t was = w->state;
+    transition(w, EV_REAPED, NULL);
 
     /* What it wrote before dying goes into the log before its death does (worker_output.c). */
     char last_err[160] = "";
@@ -304,92 +416,85 @@ static void exit_cb(mxop__spawn_t *p, int64_t exit_status, int term_signal)
     if (w->sup_open)
         mxop__conn_drain(&w->sup);
 
-    bool unasked = term_signal == SIGKILL && w->kill_msg[0] == '\0' && !w->killed_timeout;
+    const mxop__kill_reason_t *k = &w->kill;
+    bool timeout = k->code == MXOP_ETIMEOUT;
+    bool unasked = term_signal == SIGKILL && k->code == 0;
     bool oom_seen = mxop__cgroup_release(w->pid, w->page, unasked);
     page_snap_t s;
     read_page(w->page, &s, false);
     kill(-w->pid, SIGKILL); /* whatever the op started */
-    sweep_escaped(d);
+    mxop__workers_sweep(d);
     mxop__workeruid_release(&d->cfg, w->uid); /* its own uid, for a later worker */
-    close_sup(w);
+    transition(w, EV_CHANNEL_LOST, NULL);
 
-    void *owner = w->owner;
-    if (owner == NULL) {
+    if (w->owner == NULL) {
         MXOP__LOGD(w->session_id, NULL, "worker %d (generation %u) reaped", (int)w->pid,
                    (unsigned)w->generation);
         mxop__spawn_close(&w->proc, proc_closed_cb);
         return;
     }
 
+    mxop__worker_exit_t e = {
+        .term_signal = term_signal,
+        .exit_status = term_signal != 0 ? -1 : (int)exit_status,
+        /* A timeout names what the daemon enforced; otherwise the page is the only witness. */
+        .call_id = timeout  ? k->call_id
+                   : s.busy ? s.call_id
+                            : 0,
+        /* The page keeps the id of the last call begun: 0 means this worker never served one. */
+        .served = s.call_id != 0 || (timeout && k->call_id != 0),
+        .started = w->started,
+        .daemon_killed = k->code != 0,
+        .retiring = was == MXOP__WORKER_RETIRING,
+    };
+    mxop__fmt(e.op, sizeof(e.op), "%s", timeout ? k->op : s.busy ? s.op : "");
+    mxop__fmt(e.kill_msg, sizeof(e.kill_msg), "%s", k->msg);
     char what[160];
-    char how[96 + MXOP__WORKER_OUTPUT_LAST_MAX];
-    char msg[MXOP__MSG_MAX];
     describe(what, sizeof(what), w->pid, &s);
     if (term_signal != 0)
-        mxop__fmt(how, sizeof(how), "was killed by signal %d (%s)", term_signal,
+        mxop__fmt(e.how, sizeof(e.how), "was killed by signal %d (%s)", term_signal,
                   mxop__signal_name(term_signal));
     else if (last_err[0] != '\0' && s.call_id == 0)
         /* It died before serving a call: its last stderr line is most likely why. */
-        mxop__fmt(how, sizeof(how), "exited with status %lld (stderr: %s)", (long long)exit_status,
-                  last_err);
+        mxop__fmt(e.how, sizeof(e.how), "exited with status %lld (stderr: %s)",
+                  (long long)exit_status, last_err);
     else
-        mxop__fmt(how, sizeof(how), "exited with status %lld", (long long)exit_status);
+        mxop__fmt(e.how, sizeof(e.how), "exited with status %lld", (long long)exit_status);
     /*
      * The verdict comes from what the daemon observed: its own kill (the
      * watchdog's clock, a broken channel) or how the process ended.  The
      * worker's note is memory the worker (and so any op) can write: it may
      * only refine the verdict where the observation agrees with it.
      */
-    int code = MXOP_EWORKER_CRASHED;
+    e.code = MXOP_EWORKER_CRASHED;
     bool note = s.fault_code < 0;
-    if (w->killed_timeout) {
-        code = MXOP_ETIMEOUT;
-        mxop__fmt(msg, sizeof(msg), "%s", w->timeout_msg);
+    if (timeout) {
+        e.code = MXOP_ETIMEOUT;
+        mxop__fmt(e.message, sizeof(e.message), "%s", k->msg);
     } else if (note && (note_agrees(s.fault_code, term_signal, exit_status) ||
                         (oom_seen && s.fault_code == MXOP_EWORKER_OOM))) {
-        code = s.fault_code;
-        mxop__fmt(msg, sizeof(msg), "%s %s: %s", what, how, s.fault_msg);
-    } else if (w->kill_msg[0] != '\0') {
-        mxop__fmt(msg, sizeof(msg), "%s: %s", what, w->kill_msg);
+        e.code = s.fault_code;
+        mxop__fmt(e.message, sizeof(e.message), "%s %s: %s", what, e.how, s.fault_msg);
+    } else if (k->code != 0) {
+        mxop__fmt(e.message, sizeof(e.message), "%s: %s", what, k->msg);
     } else if (term_signal == 0 && exit_status == MXOP__W_EXIT_DATA_FRAMING) {
-        code = MXOP_EPROTOCOL;
-        mxop__fmt(msg, sizeof(msg),
+        e.code = MXOP_EPROTOCOL;
+        mxop__fmt(e.message, sizeof(e.message),
                   "%s exited: its data channel received a malformed frame from the client, so "
                   "the channel was lost and the worker is replaced",
                   what);
     } else if (note) {
-        mxop__fmt(msg, sizeof(msg),
+        mxop__fmt(e.message, sizeof(e.message),
                   "%s %s (its own note, which does not match how it ended, "
                   "claims %s: %s)",
-                  what, how, mxop_err_name(s.fault_code), s.fault_msg);
+                  what, e.how, mxop_err_name(s.fault_code), s.fault_msg);
     } else {
-        mxop__fmt(msg, sizeof(msg), "%s %s", what, how);
+        mxop__fmt(e.message, sizeof(e.message), "%s %s", what, e.how);
     }
-    if (!w->killed_timeout &&
-        (term_signal == SIGSEGV || term_signal == SIGBUS || term_signal == SIGABRT))
-        mxop__note_add_backtrace(w->page, msg, sizeof(msg));
+    if (!timeout && (term_signal == SIGSEGV || term_signal == SIGBUS || term_signal == SIGABRT))
+        mxop__note_add_backtrace(w->page, e.message, sizeof(e.message));
 
-    mxop__worker_exit_t e = {
-        .code = code,
-        .term_signal = term_signal,
-        .exit_status = term_signal != 0 ? -1 : (int)exit_status,
-        /* A timeout names what the daemon enforced; otherwise the page is the only witness. */
-        .call_id = w->killed_timeout ? w->timeout_call_id
-                   : s.busy          ? s.call_id
-                                     : 0,
-        /* The page keeps the id of the last call begun: 0 means this worker never served one. */
-        .served = s.call_id != 0 || w->timeout_call_id != 0,
-        .op = w->killed_timeout ? w->timeout_op
-              : s.busy          ? s.op
-                                : "",
-        .message = msg,
-        .how = how,
-        .kill_msg = w->kill_msg,
-        .started = w->started,
-        .daemon_killed = w->killed_timeout || w->kill_msg[0] != '\0',
-    };
-    w->owner = NULL;
-    w->cbs->on_exit(owner, w, &e);
+    transition(w, EV_REPORT, &e);
     mxop__spawn_close(&w->proc, proc_closed_cb);
 }
 
@@ -401,22 +506,20 @@ static void started_cb(mxop__spawn_t *p, int status)
 {
     mxop__worker_t *w = MXOP__CONTAINER_OF(p, mxop__worker_t, proc);
     if (status == 0) {
-        w->started = true;
+        transition(w, EV_EXECED, NULL);
         return;
     }
     if (status == -EINTR)
         return; /* killed before its exec: the killer said why */
-    if (w->kill_msg[0] == '\0')
-        mxop__fmt(w->kill_msg, sizeof(w->kill_msg), "cannot start worker %s: %s",
-                  w->d->cfg.worker_path, strerror(-status));
     MXOP__LOGD(w->session_id, NULL, "worker %d: exec failed: %s", (int)w->pid, strerror(-status));
-    if (!w->exited)
-        kill_group(w);
+    mxop__kill_reason_t why =
+        reason("cannot start worker %s: %s", w->d->cfg.worker_path, strerror(-status));
+    transition(w, EV_KILL, &why);
 }
 
 int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generation,
-                       const mxop__worker_cbs_t *cbs, void *owner, mxop__worker_t **out,
-                       int *client_fd, char *err, size_t errlen)
+                       const mxop__worker_cbs_t *cbs, void *owner, mxop__worker_t **out, char *err,
+                       size_t errlen)
 {
     int sup[2] = {-1, -1};
     int data[2] = {-1, -1};
@@ -442,6 +545,7 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
     w->session_id = session_id;
     w->cbs = cbs;
     w->generation = generation;
+    w->state = MXOP__WORKER_SPAWNING;
     w->client_fd = -1;
     mxop__list_init(&w->link);
 
@@ -549,13 +653,14 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
         mxop__fmt(err, errlen, "cannot start worker %s: %s", d->cfg.worker_path, strerror(-sprc));
         mxop__worker_output_release(w->output);
         w->output = NULL;
-        w->exited = true;
         if (w->proc.handles > 0) {
             /* Handles spawn.c began are still closing: the worker's memory outlives them. */
             w->open_handles++;
             w->proc.close_cb = proc_closed_cb;
         }
-        close_sup(w);
+        /* Never started, never reported (owner unset): its handles close, then it is freed. */
+        transition(w, EV_REAPED, NULL);
+        transition(w, EV_CHANNEL_LOST, NULL);
         close(data[0]);
         return MXOP_EINTERNAL;
     }
@@ -574,13 +679,13 @@ int mxop__worker_spawn(mxop__daemon_t *d, uint64_t session_id, uint32_t generati
      */
     int xrc = mxop__spawn_release(&w->proc, started_cb);
     if (xrc != 0) {
-        mxop__fmt(w->kill_msg, sizeof(w->kill_msg), "cannot start worker %s: %s",
-                  d->cfg.worker_path, strerror(-xrc));
-        kill_group(w);
+        mxop__kill_reason_t why =
+            reason("cannot start worker %s: %s", d->cfg.worker_path, strerror(-xrc));
+        transition(w, EV_KILL, &why);
     }
     w->owner = owner;
+    w->client_fd = data[0];
     *out = w;
-    *client_fd = data[0];
     MXOP__LOGD(session_id, NULL, "spawned worker %d (generation %u)", (int)w->pid,
                (unsigned)generation);
     return 0;
@@ -601,130 +706,92 @@ err_fds:
     return rc == 0 ? MXOP_EINTERNAL : rc;
 }
 
-int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd)
+int mxop__worker_take_client_fd(mxop__worker_t *w)
 {
-    if (w == NULL || w->exited || !w->sup_open)
+    int fd = -1;
+    transition(w, EV_GIVE_FD, &fd);
+    return fd;
+}
+
+bool mxop__worker_reachable(const mxop__worker_t *w)
+{
+    return w != NULL && w->state != MXOP__WORKER_EXITED && w->sup_open;
+}
+
+bool mxop__worker_alive(const mxop__worker_t *w)
+{
+    return w->state != MXOP__WORKER_EXITED;
+}
+
+bool mxop__worker_dying(const mxop__worker_t *w)
+{
+    return w->state == MXOP__WORKER_KILLING || w->state == MXOP__WORKER_EXITED;
+}
+
+int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd, mxop__pending_t *p)
+{
+    if (!mxop__worker_reachable(w))
         return MXOP_EWORKER_CRASHED;
     int rc = mxop__conn_send(&w->sup, MXOP__KIND_SUP_REQUEST, &req->base, fd >= 0 ? &fd : NULL,
                              fd >= 0 ? 1 : 0);
     /* The worker is gone but not yet reaped: that is its death, not the client's connection. */
-    return rc == MXOP_EDISCONNECTED ? MXOP_EWORKER_CRASHED : rc;
+    if (rc == MXOP_EDISCONNECTED)
+        return MXOP_EWORKER_CRASHED;
+    if (rc == 0 && p != NULL)
+        transition(w, EV_QUEUED, p);
+    return rc;
+}
+
+int mxop__worker_retire(mxop__worker_t *w, const Mxop__SupRequest *req)
+{
+    int rc = mxop__worker_send(w, req, -1, NULL);
+    if (rc == 0)
+        transition(w, EV_RETIRE, NULL);
+    return rc;
+}
+
+const mxop__pending_t *mxop__worker_queue(const mxop__worker_t *w)
+{
+    return w != NULL ? w->q_head : NULL;
+}
+
+mxop__pending_t *mxop__worker_queue_take(mxop__worker_t *w, uint64_t sup_id)
+{
+    struct take_one t = {.sup_id = sup_id};
+    transition(w, EV_ANSWERED, &t);
+    return t.p;
+}
+
+mxop__pending_t *mxop__worker_queue_take_all(mxop__worker_t *w)
+{
+    if (w == NULL)
+        return NULL;
+    mxop__pending_t *all = NULL;
+    transition(w, EV_QUEUE_TAKEN, &all);
+    return all;
 }
 
 void mxop__worker_kill(mxop__worker_t *w, const char *why)
 {
-    if (w->exited)
-        return;
-    if (w->kill_msg[0] == '\0')
-        mxop__fmt(w->kill_msg, sizeof(w->kill_msg), "%s", why);
-    kill_group(w);
+    mxop__kill_reason_t r = reason("%s", why);
+    transition(w, EV_KILL, &r);
 }
 
 void mxop__worker_kill_timeout(mxop__worker_t *w, uint64_t call_id, const char *op, const char *why)
 {
-    if (w->exited || w->killed_timeout)
+    if (!mxop__worker_alive(w) || w->kill.code == MXOP_ETIMEOUT)
         return;
-    w->killed_timeout = true;
-    w->timeout_call_id = call_id;
-    mxop__fmt(w->timeout_op, sizeof(w->timeout_op), "%s", op != NULL ? op : "");
-    mxop__fmt(w->timeout_msg, sizeof(w->timeout_msg), "%s", why);
+    mxop__kill_reason_t r = {.code = MXOP_ETIMEOUT, .call_id = call_id};
+    mxop__fmt(r.op, sizeof(r.op), "%s", op != NULL ? op : "");
+    mxop__fmt(r.msg, sizeof(r.msg), "%s", why);
     mxop__log_ctx_t ctx = {.session = w->session_id, .op = op, .worker_pid = (int)w->pid};
     mxop__log_ev(MXOP__LOG_WARN, &ctx, "watchdog: %s", why);
-    kill_group(w);
+    transition(w, EV_KILL, &r);
 }
 
-void mxop__worker_detach_kill(mxop__worker_t *w)
+mxop__pending_t *mxop__worker_detach_kill(mxop__worker_t *w)
 {
-    w->owner = NULL;
-    /* A spare's client end goes now: nobody will be given it. */
-    if (w->client_fd >= 0) {
-        close(w->client_fd);
-        w->client_fd = -1;
-    }
-    if (!w->exited)
-        kill_group(w);
-    close_sup(w);
-}
-
-/*
- * A stopped worker (SIGSTOP, a debugger that went away) cannot serve: it
- * is replaced before a call waits on it.  Checked about once a second for
- * every worker, live or spare, idle or not: one read of /proc each.
- */
-static void kill_stopped(mxop__daemon_t *d)
-{
-    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
-        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
-        if (w->owner == NULL || w->exited || w->kill_msg[0] != '\0' || w->killed_timeout)
-            continue;
-        if (mxop__worker_is_stopped(w)) {
-            MXOP__LOGW(w->session_id, NULL, "worker %d is stopped%s; replacing it", (int)w->pid,
-                       w->started ? "" : " before its exec");
-            mxop__worker_kill(w, w->started
-                                     ? "it was stopped (SIGSTOP or a tracer) and could not serve"
-                                     : "it was stopped (SIGSTOP or a tracer) between its clone "
-                                       "and its exec, and could not start");
-        }
-    }
-}
-
-/*
- * A worker that has not exec'd MXOP__START_TIMEOUT_MS after its clone
- * (stopped, or starved) is killed: its exit then reports a failed start,
- * which the session and the spare retry with their backoff.
- */
-static void kill_unstarted(mxop__daemon_t *d, int64_t now)
-{
-    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
-        mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
-        if (w->owner == NULL || w->started || w->exited || w->kill_msg[0] != '\0' ||
-            w->killed_timeout || now < w->start_deadline_ns)
-            continue;
-        char why[MXOP__MSG_MAX];
-        mxop__fmt(why, sizeof(why),
-                  "it did not start (exec %s) within %d ms of its clone, and was killed",
-                  d->cfg.worker_path, MXOP__START_TIMEOUT_MS);
-        MXOP__LOGW(w->session_id, NULL, "worker %d: %s", (int)w->pid, why);
-        mxop__worker_kill(w, why);
-    }
-}
-
-static void watchdog_cb(uv_timer_t *t)
-{
-    mxop__daemon_t *d = MXOP__CONTAINER_OF(t, mxop__daemon_t, watchdog);
-    static unsigned ticks;
-    /*
-     * Deadlines come from what the daemon trusts: the calls the client
-     * published, the daemon's own clock (d->tick_cb).  The worker's status
-     * page, which any op can write, is never read here.
-     */
-    if (d->tick_cb != NULL)
-        d->tick_cb(d);
-    kill_unstarted(d, mxop__now_ns());
-    if (++ticks % SWEEP_TICKS == 0) {
-        sweep_escaped(d);
-        kill_stopped(d);
-    }
-}
-
-int mxop__watchdog_start(mxop__daemon_t *d)
-{
-    /* Orphans of dead workers come to us instead of init, so they can be swept. */
-    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
-        MXOP__LOGW(0, NULL,
-                   "cannot become a child subreaper (%s): processes that escape a "
-                   "worker's group will not be swept",
-                   strerror(errno));
-    if (uv_timer_init(d->loop, &d->watchdog) != 0)
-        return MXOP_EINTERNAL;
-    uv_timer_start(&d->watchdog, watchdog_cb, MXOP__WATCHDOG_MS, MXOP__WATCHDOG_MS);
-    return 0;
-}
-
-void mxop__watchdog_stop(mxop__daemon_t *d)
-{
-    if (uv_is_closing((uv_handle_t *)&d->watchdog))
-        return;
-    uv_timer_stop(&d->watchdog);
-    uv_close((uv_handle_t *)&d->watchdog, NULL);
+    mxop__pending_t *all = mxop__worker_queue_take_all(w);
+    transition(w, EV_DETACH, NULL);
+    return all;
 }
