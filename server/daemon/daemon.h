@@ -10,14 +10,12 @@
  *                    connections and for each worker's supervisor channel.
  *   mxop__client_t   one accepted control connection: credentials, the
  *                    handshake state, and at most one session.
- *   mxop__session_t  what a client opened: its worker, loaded libraries,
- *                    ops, regions and the FIFO of supervisor requests in
- *                    flight.  Lives exactly as long as its client.  Its
- *                    files and their shared declarations: session.h.
- *   mxop__worker_t   one spawned worker process (one generation of a
- *                    session's worker), a handle with its own states
- *                    (worker.h, worker.c).  Outlives its session until
- *                    the process has been reaped.
+ *   mxop__session_t  what a client opened: its worker and spare, loaded
+ *                    libraries, ops, regions (each worker holds its own
+ *                    queue of supervisor requests in flight).  Lives exactly as long as its client.
+ * Its files and their shared declarations: session.h. mxop__worker_t   one spawned worker process
+ * (one generation of a session's worker), a handle with its own states (worker.h, worker.c).
+ * Outlives its session until the process has been reaped.
  *
  * Ownership: the daemon owns clients and workers (intrusive lists); a
  * client owns its session; a session points at its current worker and its
@@ -496,8 +494,18 @@ typedef enum mxop__sess_state {
     MXOP__SESS_WAITING,  /* no worker: a respawn (or a retry of a failed spawn) waits for its timer
                           */
     MXOP__SESS_RETIRING, /* a reload asked s->worker to exit between calls; it still serves */
-    MXOP__SESS_FAILED,   /* the session cannot be restored: worker-bound requests fail */
-    MXOP__SESS_ENDED     /* the client is gone */
+    /*
+     * A reload's replacement whose channel the client has not been given:
+     * RELOAD_WAITING as WAITING (after the retirement, or the replacement
+     * died unchecked); RELOAD_CHECKING as RUNNING while its replayed loads
+     * are checked (the client's end of its channel in reload_fd);
+     * RELOAD_RETIRING as RETIRING (another reload came meanwhile).
+     */
+    MXOP__SESS_RELOAD_WAITING,
+    MXOP__SESS_RELOAD_CHECKING,
+    MXOP__SESS_RELOAD_RETIRING,
+    MXOP__SESS_FAILED, /* the session cannot be restored: worker-bound requests fail */
+    MXOP__SESS_ENDED   /* the client is gone */
 } mxop__sess_state_t;
 
 /* The session's warm spare slot (spare.c owns it; its table is at the top of that file). */
@@ -514,7 +522,7 @@ struct mxop__session {
     uint64_t id;
     uint32_t generation;
     mxop__sess_state_t state; /* changed only by session_fsm.c's transition function */
-    mxop__worker_t *worker;   /* the live worker: set exactly in RUNNING and RETIRING */
+    mxop__worker_t *worker;   /* the live worker: set exactly when mxop__session_has_worker */
     int dead_code;            /* MXOP__SESS_FAILED: what requests get */
     char dead_msg[MXOP__MSG_MAX];
     uint64_t restarts;
@@ -526,7 +534,7 @@ struct mxop__session {
      * given every library and region the session has, in the same order,
      * as soon as the live worker has them.  When the live worker dies, the
      * spare takes its place at once: nothing to start, nothing to replay.
-     * Its requests in flight have their own FIFO (all replays).
+     * Its requests in flight are on its own queue (all replays).
      */
     mxop__spare_state_t spare_state; /* changed only by spare.c's transition function */
     mxop__worker_t *spare;           /* set exactly in MXOP__SPARE_WARM */
@@ -568,11 +576,10 @@ struct mxop__session {
     uint64_t retire_call_id;
     uint64_t retire_sup_id; /* the Retire's id: requests before it are answered first */
     /*
-     * After a retirement the client gets its replacement's channel only once
-     * the replacement has loaded every library again with the same ops
-     * (replay.c checks each): until then reload_fd holds the client's end.
+     * RELOAD_CHECKING (and RELOAD_RETIRING from it): the client's end of the
+     * replacement's channel, given once the replacement has loaded every
+     * library again with the same ops (replay.c checks each); else -1.
      */
-    bool reloading;
     int reload_fd;
 
     /* deadline.c: the calls the client publishes, and what the watchdog saw of them. */
@@ -580,7 +587,7 @@ struct mxop__session {
     uint64_t cp_seen_id;               /* the call in flight at the last tick */
     int64_t cp_seen_ns;                /* when the daemon first saw it (its own clock) */
     uint64_t cp_killed_id;             /* the last call whose overrun killed a worker */
-    uint64_t head_sup_id[2];           /* the supervisor request at each FIFO's head ... */
+    uint64_t head_sup_id[2];           /* the request at the head of each worker's queue ... */
     int64_t head_since_ns[2];          /* ... and since when (live, spare) */
     /* deadline.c: liveness probes of the idle live worker. */
     int64_t probe_ok_ns;    /* the last sign of life: its spawn, a call, an answer to a probe */

@@ -112,7 +112,7 @@ static void check_call(mxop__session_t *s, int64_t now)
      * goes to the replacement once the worker is gone (check_retire bounds
      * that), so it costs the worker no timeout that would fail the call.
      */
-    if (s->state == MXOP__SESS_RETIRING && cp.call_id != s->retire_call_id)
+    if (mxop__session_retiring(s) && cp.call_id != s->retire_call_id)
         return;
     int64_t max_ns = (int64_t)s->d->cfg.max_timeout_ms * 1000000LL;
     bool past_deadline = cp.deadline_ns != 0 && now > cp.deadline_ns;
@@ -216,7 +216,7 @@ static void check_idle(mxop__session_t *s, mxop__worker_t *w, bool busy, uint64_
 static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
 {
     mxop__worker_t *w = s->worker;
-    if (w == NULL || s->state != MXOP__SESS_RUNNING || s->d->cfg.probe_interval_ms == 0) {
+    if (w == NULL || !mxop__session_serving(s) || s->d->cfg.probe_interval_ms == 0) {
         s->probe_pid = 0;
         return;
     }
@@ -281,7 +281,7 @@ static void check_probe(mxop__session_t *s, int64_t now, bool call_in_flight)
 static void check_retire(mxop__session_t *s, int64_t now, uint64_t call_id)
 {
     mxop__worker_t *w = s->worker;
-    if (s->state != MXOP__SESS_RETIRING || w == NULL || mxop__worker_dying(w))
+    if (!mxop__session_retiring(s) || w == NULL || mxop__worker_dying(w))
         return;
     if (call_id != 0 && call_id == s->retire_call_id) {
         s->retire_since_ns = now;
@@ -310,7 +310,7 @@ static void check_retire(mxop__session_t *s, int64_t now, uint64_t call_id)
     mxop__worker_kill(w, why);
 }
 
-/* Whether a FIFO holds a request that makes the worker work (a probe does not count). */
+/* Whether a queue holds a request that makes the worker work (a probe does not count). */
 static bool requests_pending(const mxop__pending_t *p)
 {
     for (; p != NULL; p = p->next)

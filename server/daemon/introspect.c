@@ -74,10 +74,14 @@ static bool is_admin(const mxop__daemon_t *d, const mxop__client_t *asker)
 static const char *state_name(mxop__sess_state_t st)
 {
     switch (st) {
-    case MXOP__SESS_RUNNING: return "running";
-    case MXOP__SESS_WAITING: return "waiting";
+    /* A reload's states read as the ones they behave as (`mxop status` shows no more). */
+    case MXOP__SESS_RUNNING:
+    case MXOP__SESS_RELOAD_CHECKING: return "running";
+    case MXOP__SESS_WAITING:
+    case MXOP__SESS_RELOAD_WAITING: return "waiting";
     case MXOP__SESS_FAILED: return "failed";
-    case MXOP__SESS_RETIRING: return "retiring";
+    case MXOP__SESS_RETIRING:
+    case MXOP__SESS_RELOAD_RETIRING: return "retiring";
     default: return "ended";
     }
 }
@@ -126,7 +130,7 @@ void mxop__introspect_death(mxop__session_t *s, const mxop__worker_t *w,
      * The call's inputs travel from the client to the worker without the
      * daemon: their shapes are the worker's account (its status page),
      * quoted as such.  The message carries the signal and the worker's own
-     * note (supervisor.c).
+     * note (worker.c).
      */
     mxop__log_ctx_t ctx = {
         .session = s->id, .op = e->op, .library = library_of(s, e->op), .worker_pid = (int)w->pid};

@@ -7,7 +7,7 @@
  * With Type=notify the manager considers the service started at READY=1,
  * which the daemon sends once its socket accepts; with WatchdogSec= it
  * sets $WATCHDOG_USEC and expects WATCHDOG=1 at least that often.  The
- * pings come from the loop's own timer (main.c's tick), so they stop when
+ * pings come from the loop's own timer (watchdog.c's tick), so they stop when
  * the loop stops: a hung loop is a dead daemon for the manager.
  */
 #include "server/daemon/notify.h"

@@ -1,6 +1,6 @@
 /*
  * server/daemon/procstat.c - see procstat.h.  The daemon reads a process's
- * stat line for its parent (worker_proc.c), its state (supervisor.c,
+ * stat line for its parent (worker_proc.c), its state (worker.c,
  * worker_proc.c) and its CPU time (idle_cpu.c); the parse of the command
  * name is here once.
  */

@@ -29,9 +29,9 @@
 
 /*
  * One Reload request waiting for its sessions to run their new workers:
- * each is RETIRING, or has its replacement loading the libraries again
- * (reloading), until the client has the replacement's channel or the
- * session failed or ended.
+ * each is RETIRING or in a RELOAD_* state (its replacement loading the
+ * libraries again), until the client has the replacement's channel or the
+ * session failed or ended (mxop__session_reload_pending).
  */
 struct mxop__reload_wait {
     struct mxop__reload_wait *next;
@@ -69,7 +69,7 @@ static bool session_retiring(mxop__daemon_t *d, uint64_t sid)
     for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next) {
         mxop__client_t *cl = MXOP__CONTAINER_OF(n, mxop__client_t, link);
         if (cl->session != NULL && cl->session->id == sid)
-            return cl->session->state == MXOP__SESS_RETIRING || cl->session->reloading;
+            return mxop__session_reload_pending(cl->session);
     }
     return false;
 }
@@ -229,7 +229,7 @@ void mxop__ctl_session_libraries(mxop__client_t *cl, const Mxop__Request *req)
 static const mxop__lib_t *changed_lib(mxop__session_t *s, mxop__libver_t *now)
 {
     /* A session mid-load or mid-replay has versions about to change: look next time. */
-    if (s->state != MXOP__SESS_RUNNING || mxop__worker_queue(s->worker) != NULL)
+    if (!mxop__session_serving(s) || mxop__worker_queue(s->worker) != NULL)
         return NULL;
     for (size_t i = 0; i < s->n_libs; i++) {
         const mxop__lib_t *lib = &s->libs[i];

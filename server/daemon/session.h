@@ -183,6 +183,17 @@ extern const mxop__worker_cbs_t mxop__session_worker_cbs;
 void mxop__session_open(mxop__client_t *cl, uint64_t req_id);
 /* 0 when the session has a live worker to forward to, else the code and a message. */
 int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen);
+/* The session's state, as the other files need it (session_fsm.c owns the state): */
+/* s->worker is set (RUNNING, RETIRING, RELOAD_CHECKING, RELOAD_RETIRING). */
+bool mxop__session_has_worker(const mxop__session_t *s);
+/* Its live worker serves and was not asked to retire (RUNNING, RELOAD_CHECKING). */
+bool mxop__session_serving(const mxop__session_t *s);
+/* Its live worker was asked to retire (RETIRING, RELOAD_RETIRING). */
+bool mxop__session_retiring(const mxop__session_t *s);
+/* A reload of it is not complete: retiring, or its replacement not handed to the client. */
+bool mxop__session_reload_pending(const mxop__session_t *s);
+/* It is ending: ENDED, its client gone or going, or the daemon shutting down. */
+bool mxop__session_ending(const mxop__session_t *s);
 /* The client is gone or going: stop the workers now; memory goes when the connection closes. */
 void mxop__session_end(mxop__session_t *s);
 mxop__stimer_t *mxop__stimer_new(mxop__session_t *s);

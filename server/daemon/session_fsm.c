@@ -5,33 +5,59 @@
  * The state (mxop__session_t.state) changes only in transition() below,
  * on these events:
  *
- *   state    event          new state            action
- *   -------  -------------  -------------------  -----------------------------------------
- *   RUNNING  DIED           RUNNING              promote the warm spare, or spawn a new
- *                                                worker and replay; event restarted=1
- *   RUNNING  DIED           WAITING              a death nobody asked for (backoff), or the
- *                                                spawn failed (retry with backoff; event
- *                                                restarted=0 naming the cause); a failed
- *                                                start (exec failed, stopped or not exec'd
- *                                                in time) is a death, never a library's
- *   RUNNING  DIED           FAILED               a library of the session is quarantined
- *   WAITING  TIMER          RUNNING or WAITING   as for DIED: promote or spawn, else retry
- *   RUNNING  UNRESTORABLE   FAILED               a replayed library no longer loads: kill
- *                                                the worker, fail what was pending
- *   RUNNING  RELOAD         RETIRING             a library of the session changed: ask the
- *                                                worker to retire (it exits between calls),
- *                                                discard the warm spare (it has the old file)
- *   WAITING  RELOAD         WAITING              discard the warm spare; the respawn loads
- *                                                the new file anyway
- *   RETIRING RELOAD         RETIRING             nothing: the replacement loads the file then
- *   RETIRING (watchdog)     RETIRING             not exited MXOP__RETIRE_TIMEOUT_MS after the
- *                                                Retire or its last call: killed (deadline.c)
- *   RETIRING DIED           as RUNNING DIED      a clean exit at the Retire, or a death the
- *                                                daemon caused with no call running, is no
- *                                                crash: no backoff, no quarantine; requests
- *                                                sent after the Retire go to the replacement
- *   RETIRING UNRESTORABLE   FAILED               as from RUNNING
- *   any      END            ENDED                kill the worker, stop the spare, timers
+ *   state           event         new state            action
+ *   --------------  ------------  -------------------  ---------------------------------
+ *   RUNNING         DIED          RUNNING              promote the warm spare, or spawn a
+ *                                                      new worker and replay; event
+ *                                                      restarted=1
+ *   RUNNING         DIED          WAITING              a death nobody asked for (backoff),
+ *                                                      or the spawn failed (retry with
+ *                                                      backoff; event restarted=0 naming
+ *                                                      the cause); a failed start (exec
+ *                                                      failed, stopped or not exec'd in
+ *                                                      time) is a death, never a library's
+ *   RUNNING         DIED          FAILED               a library of the session is
+ *                                                      quarantined
+ *   WAITING         TIMER         RUNNING or WAITING   as for DIED: promote or spawn, else
+ *                                                      retry
+ *   RUNNING         UNRESTORABLE  FAILED               a replayed library no longer loads:
+ *                                                      kill the worker, fail what was
+ *                                                      pending
+ *   RUNNING         RELOAD        RETIRING             a library of the session changed:
+ *                                                      ask the worker to retire (it exits
+ *                                                      between calls), discard the warm
+ *                                                      spare (it has the old file)
+ *   WAITING         RELOAD        WAITING              discard the warm spare; the respawn
+ *                                                      loads the new file anyway
+ *   RETIRING        RELOAD        RETIRING             nothing: the replacement loads the
+ *                                                      file then
+ *   RETIRING        (watchdog)    RETIRING             not exited MXOP__RETIRE_TIMEOUT_MS
+ *                                                      after the Retire or its last call:
+ *                                                      killed (deadline.c)
+ *   RETIRING        DIED          RELOAD_CHECKING      retired (a clean exit at the Retire,
+ *                                 or RELOAD_WAITING    or a death the daemon caused with no
+ *                                                      call running): no crash, no backoff,
+ *                                                      no quarantine; a replacement spawned
+ *                                                      cold, requests sent after the Retire
+ *                                                      re-sent to it, the client's end of
+ *                                                      its channel held (reload_fd); if the
+ *                                                      spawn failed, RELOAD_WAITING
+ *   RETIRING        DIED          as RUNNING DIED      a death in a call: a crash
+ *   RELOAD_CHECKING REPLAYED      RUNNING              every replayed load answered and
+ *                                                      checked: event restarted=1 with the
+ *                                                      held channel
+ *   RELOAD_WAITING  TIMER         RELOAD_CHECKING      spawn and replay as from RETIRING
+ *                                 or RELOAD_WAITING    DIED, else retry
+ *   RELOAD_*        (others)      RELOAD_* or FAILED   as their plain states (RELOAD_CHECKING
+ *                                                      as RUNNING, RELOAD_WAITING as
+ *                                                      WAITING, RELOAD_RETIRING as
+ *                                                      RETIRING), keeping the channel held
+ *                                                      until a replacement is checked
+ *   any             END           ENDED                kill the worker, stop the spare,
+ *                                                      timers
+ *
+ * After every transition the Reload requests whose sessions all left
+ * RETIRING and the RELOAD_* states are answered (reload.c).
  *
  * Hot reload replaces the worker between calls without the daemon knowing
  * when a call starts: the worker itself serves supervisor requests only
@@ -63,7 +89,14 @@
 #include "server/daemon/session.h"
 #include "shm/call_page.h"
 
-typedef enum sess_event { EV_DIED, EV_TIMER, EV_UNRESTORABLE, EV_END, EV_RELOAD } sess_event_t;
+typedef enum sess_event {
+    EV_DIED,
+    EV_TIMER,
+    EV_UNRESTORABLE,
+    EV_END,
+    EV_RELOAD,
+    EV_REPLAYED /* the live worker answered a replayed request */
+} sess_event_t;
 
 static void transition(mxop__session_t *s, sess_event_t ev, const void *arg);
 static void replayed(mxop__session_t *s);
@@ -131,14 +164,21 @@ static void close_reload_fd(mxop__session_t *s)
     s->reload_fd = -1;
 }
 
+/*
+ * True in the states of a reload's replacement whose channel the client
+ * has not been given yet (RELOAD_*): the next worker's channel is held
+ * until its replayed loads are checked.
+ */
+static bool reload_held(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RELOAD_WAITING || s->state == MXOP__SESS_RELOAD_CHECKING ||
+           s->state == MXOP__SESS_RELOAD_RETIRING;
+}
+
 /* Enters FAILED: requests fail with `code` and `msg` from now on; the client is told. */
 static void enter_failed(mxop__session_t *s, int code, const char *msg)
 {
     close_reload_fd(s);
-    if (s->reloading) {
-        s->reloading = false;
-        settled(s->d);
-    }
     s->state = MXOP__SESS_FAILED;
     s->dead_code = code == MXOP_EQUARANTINED ? code : MXOP_EWORKER_CRASHED;
     mxop__fmt(s->dead_msg, sizeof(s->dead_msg), "%s", msg);
@@ -147,10 +187,10 @@ static void enter_failed(mxop__session_t *s, int code, const char *msg)
     mxop__reply_event(s, &s->death, msg, false, -1);
 }
 
-/* Enters WAITING: the timer brings the next attempt after `delay_ms`. */
+/* Enters WAITING (RELOAD_WAITING after a retirement): the timer brings the next attempt. */
 static void enter_waiting(mxop__session_t *s, uint64_t delay_ms)
 {
-    s->state = MXOP__SESS_WAITING;
+    s->state = reload_held(s) ? MXOP__SESS_RELOAD_WAITING : MXOP__SESS_WAITING;
     s->respawn_at = mxop__now_ns() + (int64_t)delay_ms * 1000000LL;
     if (s->respawn_timer != NULL)
         uv_timer_start(&s->respawn_timer->timer, respawn_cb, delay_ms, 0);
@@ -197,7 +237,14 @@ static void respawn(mxop__session_t *s)
         MXOP__LOGI(s->id, NULL, "a replacement worker started after %d failed attempts",
                    s->spawn_failures);
     s->spawn_failures = 0;
-    s->state = MXOP__SESS_RUNNING;
+    /*
+     * A reload's replacement may have loaded a file with other ops: the
+     * client gets its channel once every replayed load was checked
+     * (replayed()), so that no call reaches it before.  A promoted spare
+     * (no reload discarded it since) has been checked already.
+     */
+    bool hold = s->state == MXOP__SESS_RELOAD_WAITING && !warm;
+    s->state = hold ? MXOP__SESS_RELOAD_CHECKING : MXOP__SESS_RUNNING;
     s->generation = w->generation;
     s->worker = w;
     s->restarts++;
@@ -214,17 +261,11 @@ static void respawn(mxop__session_t *s)
         mxop__worker_kill(w, "it could not be given the session's libraries and regions");
     /* After the libraries and regions: requests a retired worker never read. */
     mxop__replay_held(s, true, MXOP_EWORKER_CRASHED, "it could not be sent to the new worker");
-    if (s->reloading && !warm) {
-        /*
-         * A reload's replacement may have loaded a file with other ops: the
-         * client gets its channel once every replayed load was checked
-         * (mxop__session_replayed), so that no call reaches it before.
-         */
+    if (hold) {
         close_reload_fd(s);
         s->reload_fd = client_fd;
         replayed(s);
     } else {
-        s->reloading = false;
         mxop__reply_event(s, e, e->message, true, client_fd);
         close(client_fd);
     }
@@ -245,7 +286,8 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
     /* What the dead worker had not answered: failed below, or re-sent to its replacement. */
     mxop__pending_t *queue = mxop__worker_queue_take_all(s->worker);
     s->worker = NULL;
-    s->state = MXOP__SESS_WAITING;
+    /* After a retirement, or a reload's replacement not yet checked: hold the next one too. */
+    s->state = retired || reload_held(s) ? MXOP__SESS_RELOAD_WAITING : MXOP__SESS_WAITING;
     /* A reload's replacement that dies before serving never reaches the client. */
     close_reload_fd(s);
 
@@ -283,7 +325,6 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
          */
         s->held = queue;
         client_caused = true;
-        s->reloading = true;
         mxop__fmt(e->message, sizeof(e->message),
                   "the session's worker retired between calls and was replaced to reload %s; "
                   "stateful instances it held are lost",
@@ -295,7 +336,7 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
         s->idle_deaths = 0;
     if (!client_caused)
         s->idle_deaths++;
-    if (s->client == NULL || s->client->conn.closing || d->shutting_down) {
+    if (mxop__session_ending(s)) {
         mxop__replay_held(s, false, MXOP_EWORKER_CRASHED, "the session is ending");
         return;
     }
@@ -347,7 +388,6 @@ static void on_end(mxop__session_t *s)
     }
     mxop__spare_event(s, MXOP__SPARE_EV_STOP, NULL);
     close_reload_fd(s);
-    s->reloading = false;
     /* Nor do requests held for a replacement. */
     mxop__pending_free_list(s->held);
     s->held = NULL;
@@ -361,7 +401,8 @@ static void on_end(mxop__session_t *s)
                (unsigned long long)s->restarts);
 }
 
-/* RUNNING + RELOAD: the worker retires between calls; the spare has the old file. */
+/* RUNNING (RELOAD_CHECKING) + RELOAD: the worker retires between calls; the spare has the old
+ * file. */
 static void on_reload(mxop__session_t *s, const char *why)
 {
     mxop__spare_event(s, MXOP__SPARE_EV_DROP, NULL);
@@ -377,7 +418,8 @@ static void on_reload(mxop__session_t *s, const char *why)
         MXOP__LOGI(s->id, NULL, "reload of %s: worker %d is already going", why, (int)w->pid);
         return;
     }
-    s->state = MXOP__SESS_RETIRING;
+    s->state =
+        s->state == MXOP__SESS_RELOAD_CHECKING ? MXOP__SESS_RELOAD_RETIRING : MXOP__SESS_RETIRING;
     /* Its bound (deadline.c): from now, or from the end of the call it may be running now. */
     s->retire_since_ns = mxop__now_ns();
     s->retire_sup_id = req.id;
@@ -393,10 +435,12 @@ static void on_reload(mxop__session_t *s, const char *why)
 
 static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
 {
+    mxop__sess_state_t was = s->state;
+    bool has_worker = mxop__session_has_worker(s);
+    bool retiring = was == MXOP__SESS_RETIRING || was == MXOP__SESS_RELOAD_RETIRING;
     switch (ev) {
     case EV_DIED: {
-        mxop__sess_state_t was = s->state;
-        if (was != MXOP__SESS_RUNNING && was != MXOP__SESS_RETIRING)
+        if (!has_worker)
             break;
         const mxop__worker_exit_t *x = arg;
         /*
@@ -404,43 +448,41 @@ static void transition(mxop__session_t *s, sess_event_t ev, const void *arg)
          * ran no call (past its retirement's bound, found stopped): either
          * way what is pending goes to the replacement, nothing is lost.
          */
-        bool retired = was == MXOP__SESS_RETIRING && x->call_id == 0 &&
+        bool retired = retiring && x->call_id == 0 &&
                        ((x->term_signal == 0 && x->exit_status == 0) || x->daemon_killed);
         on_died(s, x, retired);
-        if (was == MXOP__SESS_RETIRING || !s->reloading)
-            settled(s->d);
         break;
     }
     case EV_RELOAD:
-        if (s->state == MXOP__SESS_RUNNING)
+        if (mxop__session_serving(s))
             on_reload(s, arg);
-        else if (s->state == MXOP__SESS_WAITING)
+        else if (was == MXOP__SESS_WAITING || was == MXOP__SESS_RELOAD_WAITING)
             mxop__spare_event(s, MXOP__SPARE_EV_DROP, NULL);
         break;
     case EV_TIMER:
-        if (s->state != MXOP__SESS_WAITING)
+        if (was != MXOP__SESS_WAITING && was != MXOP__SESS_RELOAD_WAITING)
             break;
-        if (s->client == NULL || s->client->conn.closing || s->d->shutting_down)
+        if (mxop__session_ending(s))
             break;
         respawn(s);
         break;
-    case EV_UNRESTORABLE: {
-        mxop__sess_state_t was = s->state;
-        if (was != MXOP__SESS_RUNNING && was != MXOP__SESS_RETIRING)
-            break;
-        on_unrestorable(s, arg);
-        if (was == MXOP__SESS_RETIRING)
-            settled(s->d);
+    case EV_UNRESTORABLE:
+        if (has_worker)
+            on_unrestorable(s, arg);
         break;
-    }
-    case EV_END: {
-        mxop__sess_state_t was = s->state;
+    case EV_END:
         if (was != MXOP__SESS_ENDED)
             on_end(s);
-        settled(s->d);
         break;
+    case EV_REPLAYED: replayed(s); break;
     }
-    }
+    /*
+     * A session that left a reload's states (replaced and checked, failed
+     * or ended) may complete Reload requests: reload.c answers those whose
+     * sessions all did.  Asking after every transition asks no more than
+     * that.
+     */
+    settled(s->d);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -510,15 +552,45 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     mxop__spare_event(s, MXOP__SPARE_EV_WANTED, NULL);
 }
 
+bool mxop__session_has_worker(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RUNNING || s->state == MXOP__SESS_RETIRING ||
+           s->state == MXOP__SESS_RELOAD_CHECKING || s->state == MXOP__SESS_RELOAD_RETIRING;
+}
+
+bool mxop__session_serving(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RUNNING || s->state == MXOP__SESS_RELOAD_CHECKING;
+}
+
+bool mxop__session_retiring(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RETIRING || s->state == MXOP__SESS_RELOAD_RETIRING;
+}
+
+bool mxop__session_reload_pending(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RETIRING || reload_held(s);
+}
+
+bool mxop__session_ending(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_ENDED || s->client == NULL || s->client->conn.closing ||
+           s->d->shutting_down;
+}
+
 int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen)
 {
     switch (s->state) {
     case MXOP__SESS_RUNNING:
-    case MXOP__SESS_RETIRING: return 0;
+    case MXOP__SESS_RETIRING:
+    case MXOP__SESS_RELOAD_CHECKING:
+    case MXOP__SESS_RELOAD_RETIRING: return 0;
     case MXOP__SESS_FAILED:
         mxop__fmt(err, errlen, "%s", s->dead_msg);
         return s->dead_code != 0 ? s->dead_code : MXOP_EWORKER_CRASHED;
-    case MXOP__SESS_WAITING: {
+    case MXOP__SESS_WAITING:
+    case MXOP__SESS_RELOAD_WAITING: {
         int64_t left = (s->respawn_at - mxop__now_ns()) / 1000000;
         if (s->spawn_failures > 0)
             mxop__fmt(err, errlen,
@@ -552,17 +624,16 @@ static void unrestorable(mxop__session_t *s, const char *why)
  */
 static void replayed(mxop__session_t *s)
 {
-    if (s->reload_fd < 0 || s->state != MXOP__SESS_RUNNING)
+    if (s->state != MXOP__SESS_RELOAD_CHECKING)
         return;
     for (const mxop__pending_t *p = mxop__worker_queue(s->worker); p != NULL; p = p->next)
         if (p->replay)
             return;
     int fd = s->reload_fd;
     s->reload_fd = -1;
-    s->reloading = false;
+    s->state = MXOP__SESS_RUNNING;
     mxop__reply_event(s, &s->death, s->death.message, true, fd);
     close(fd);
-    settled(s->d);
 }
 
 void mxop__session_end(mxop__session_t *s)
@@ -573,7 +644,7 @@ void mxop__session_end(mxop__session_t *s)
 bool mxop__session_reload(mxop__session_t *s, const char *why)
 {
     transition(s, EV_RELOAD, why);
-    return s->state == MXOP__SESS_RETIRING;
+    return mxop__session_retiring(s);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -592,7 +663,7 @@ static void worker_reply(void *owner, mxop__worker_t *w, const Mxop__SupReply *r
     if (v.unrestorable)
         unrestorable(s, v.why);
     if (v.replayed)
-        replayed(s);
+        transition(s, EV_REPLAYED, NULL);
 }
 
 static void worker_exit(void *owner, mxop__worker_t *w, const mxop__worker_exit_t *e)

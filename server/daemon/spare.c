@@ -69,7 +69,7 @@ static void forget(mxop__session_t *s)
 /* SCHEDULED + TIMER. */
 static void start(mxop__session_t *s)
 {
-    if (s->state != MXOP__SESS_RUNNING || s->client == NULL || s->worker == NULL) {
+    if (!mxop__session_serving(s) || s->client == NULL || s->worker == NULL) {
         s->spare_state = MXOP__SPARE_NONE;
         return;
     }

@@ -1,9 +1,9 @@
 /*
  * server/daemon/tables.c - what a session holds: its libraries and their
- * ops, its regions, and the FIFOs of supervisor requests in flight (the
- * live worker's and the spare's).
+ * ops, its regions, and the supervisor requests it sends (each then waits
+ * on its worker's queue, worker.h: the live worker's or the spare's).
  *
- * The worker answers supervisor requests in order; each FIFO entry
+ * The worker answers supervisor requests in order; each queued entry
  * records which client request a SupReply completes, or that it was a
  * replay nobody waits for.
  */
@@ -254,7 +254,7 @@ int mxop__pending_send_client(mxop__session_t *s, mxop__pending_t *p, int fd)
      * requests after a Retire do, instead of failing with another's crash.
      * (A held load or map is re-sent with its descriptor, p->fd.)
      */
-    if (rc != MXOP_EWORKER_CRASHED || s->state != MXOP__SESS_RUNNING)
+    if (rc != MXOP_EWORKER_CRASHED || !mxop__session_serving(s))
         return rc;
     p->next = NULL;
     mxop__pending_t **tail = &s->held;

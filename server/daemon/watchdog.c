@@ -5,7 +5,7 @@
  * this order: the deadlines of calls and loads (deadline.c), the clients'
  * timeouts, the --watch reload check, the drain, the listener's refusal
  * log, the hand-over, the service manager's watchdog, then the workers'
- * own checks (supervisor.c: not started in time, stopped, escaped
+ * own checks (worker_proc.c: not started in time, stopped, escaped
  * descendants).  Deadlines come from what the daemon trusts: the calls
  * the client published and the daemon's own clock; a worker's status
  * page, which any op can write, is never read here.

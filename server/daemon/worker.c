@@ -757,6 +757,8 @@ const mxop__pending_t *mxop__worker_queue(const mxop__worker_t *w)
 
 mxop__pending_t *mxop__worker_queue_take(mxop__worker_t *w, uint64_t sup_id)
 {
+    if (w == NULL)
+        return NULL;
     struct take_one t = {.sup_id = sup_id};
     transition(w, EV_ANSWERED, &t);
     return t.p;

@@ -81,7 +81,7 @@ int mxop__worker_send(mxop__worker_t *w, const Mxop__SupRequest *req, int fd, mx
 int mxop__worker_retire(mxop__worker_t *w, const Mxop__SupRequest *req);
 /* The oldest request it has not answered (the queue, through ->next), or NULL (also for NULL). */
 const mxop__pending_t *mxop__worker_queue(const mxop__worker_t *w);
-/* Removes and returns the request `sup_id` from its queue, or NULL. */
+/* Removes and returns the request `sup_id` from its queue, or NULL (also for NULL). */
 mxop__pending_t *mxop__worker_queue_take(mxop__worker_t *w, uint64_t sup_id);
 /* Takes its whole queue (a NULL-terminated list through ->next); NULL for NULL. */
 mxop__pending_t *mxop__worker_queue_take_all(mxop__worker_t *w);

@@ -1,6 +1,6 @@
 /*
  * server/daemon/worker_note.c - quoting what a dead worker wrote about its
- * own death beyond the note's code and sentence (supervisor.c): the
+ * own death beyond the note's code and sentence (worker.c): the
  * faulting thread's backtrace from its fault handler (server/worker/fault.c).
  *
  * It is memory the worker, and so any op, could write: it never changes a

@@ -154,7 +154,7 @@ static void say_dropped(stream_t *st)
 static void emit(stream_t *st)
 {
     {
-        /* Kept whatever the rate limit says: the exit report may need it (supervisor.c). */
+        /* Kept whatever the rate limit says: the exit report may need it (worker.c). */
         char esc[MXOP__WORKER_OUTPUT_LAST_MAX * 4 + 1];
         size_t n =
             st->len < MXOP__WORKER_OUTPUT_LAST_MAX - 1 ? st->len : MXOP__WORKER_OUTPUT_LAST_MAX - 1;
