@@ -23,8 +23,9 @@
  *   any alive  KILL(reason)   KILLING    kill the group; the first reason stays, a
  *                                        timeout replaces any other
  *   any alive  CHANNEL_LOST   KILLING    its supervisor channel broke or spoke garbage:
- *                                        kill the group, close the channel (no reason
- *                                        when the kernel closed it: it was dying)
+ *                                        kill the group, close the channel
+ *   any alive  CHANNEL_LOST   (same)     the kernel closed it (the worker is exiting):
+ *                                        kill the group, close the channel, no reason
  *   any alive  DETACH         KILLING    the owner lets it go: kill, close the channel,
  *                                        the client's fd; its queue to the owner
  *   any        REAPED         EXITED     hear what it still wrote, close the channel,
