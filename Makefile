@@ -116,7 +116,7 @@ PROTOS    := $(wildcard proto/*.proto)
 GEN_C     := $(patsubst proto/%.proto,$(B)/gen/%.pb-c.c,$(PROTOS))
 GEN_H     := $(GEN_C:.c=.h)
 COMMON_C  := $(wildcard common/*.c) $(wildcard wire/*.c) $(wildcard shm/*.c)
-DAEMON_C  := $(wildcard server/daemon/*.c)
+DAEMON_C  := $(wildcard server/daemon/*/*.c)
 WORKER_C  := $(wildcard server/worker/*.c) $(wildcard server/worker/mxnet/*.c)
 # The MXNet compatibility layer's one C++ file (MXNet's random states are C++ objects).
 WORKER_CC := $(wildcard server/worker/mxnet/*.cc)
@@ -482,7 +482,7 @@ FUZZ_COMMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(COMMON_C)) \
 # (the MXNet layer's one C++ object comes from the ordinary build: it is not fuzzed itself)
 FUZZ_WORKER_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter-out server/worker/main.c,$(WORKER_C))) \
                  $(patsubst %.cc,$(B)/obj/%.o,$(WORKER_CC))
-FUZZ_DAEMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter server/daemon/ctl_validate.c,$(DAEMON_C)))
+FUZZ_DAEMON_O := $(patsubst %.c,$(FB)/obj/%.o,$(filter server/daemon/session/ctl_validate.c,$(DAEMON_C)))
 FUZZ_CLIENT_O := $(patsubst %.c,$(FB)/obj/%.o,$(CLIENT_C))
 
 .PHONY: fuzz fuzz-build fuzz-smoke fuzz-seeds

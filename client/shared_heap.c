@@ -290,7 +290,7 @@ static void cache_trim(block_t **grave)
 /*
  * One memfd of `size` bytes, mapped here.  MFD_ALLOW_SEALING and no
  * F_SEAL_SEAL: the daemon seals a region of a session in scratch mode
- * against new writable mappings (server/daemon/memconfine.c), which
+ * against new writable mappings (server/daemon/session/memconfine.c), which
  * leaves this mapping writable.  Shrinking is sealed (a mapping of a
  * shrunk file faults).  Pages come with their first touch, as malloc's
  * do.  Returns 0, or -1 with errno set.

@@ -1,7 +1,7 @@
 /*
  * common/sha256.c - SHA-256 (FIPS 180-4) of an open file, for the
  * library allowlist (server/worker/integrity.c) and the library versions
- * of hot reload (server/daemon/libver.c, `mxop load`).  Written here from the standard: the
+ * of hot reload (server/daemon/session/libver.c, `mxop load`).  Written here from the standard: the
  * worker links nothing cryptographic, and one digest of a file at load
  * time needs no speed beyond a straightforward implementation.
  */

@@ -7,7 +7,7 @@
  * trusted (shared/DESIGN.md), the worker is not, and this area lives in
  * the call page, which the worker never maps.  Nothing here comes from
  * memory a worker can write.  Crashes and timeouts are the daemon's own
- * observations and are kept by the daemon (server/daemon/introspect.c).
+ * observations and are kept by the daemon (server/daemon/core/introspect.c).
  *
  * One slot per op, indexed by the op's index in the session (OpInfo.index);
  * ops past MXOP__STATS_OPS are not counted.  Each field is written by one

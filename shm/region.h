@@ -23,7 +23,7 @@ int mxop__region_create_fd(const char *name, size_t size, int *fd_out);
 /**
  * The same; with `sealable` the memfd is not sealed against further seals
  * (no F_SEAL_SEAL), so that the daemon can seal it read-only when its
- * session goes to scratch mode (server/daemon/memconfine.c).  Only the
+ * session goes to scratch mode (server/daemon/session/memconfine.c).  Only the
  * bytes from `reserve_from` on are reserved here; the caller reserves the
  * rest with mxop__region_reserve_pages before anyone relies on them
  * (client/regions.c does it while its registration is on its way).

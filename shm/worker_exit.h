@@ -34,7 +34,7 @@
 #define MXOP__W_EXIT_DATA_FRAMING 71
 
 /*
- * A worker that is pid 1 of its pid namespace (server/daemon/spawn.c)
+ * A worker that is pid 1 of its pid namespace (server/daemon/worker/spawn.c)
  * exits with this plus N to say "signal N killed me": the kernel ignores
  * the signals pid 1 sends itself with the default action (abort(),
  * raise()), so server/worker/fault.c cannot die by them.  The daemon maps

@@ -27,7 +27,7 @@
 #include "harness.h"
 #include "shm/lease_page.h"
 
-/* A page as the daemon makes it (server/daemon/lease_pages.c), with `slots` slots. */
+/* A page as the daemon makes it (server/daemon/core/lease_pages.c), with `slots` slots. */
 static int page_fd(uint32_t slots)
 {
     int fd = memfd_create("test-lease", MFD_CLOEXEC);

@@ -1,6 +1,6 @@
 /*
  * tests/test_loop_blocking.c - the daemon's loop never waits for a process
- * it started (server/daemon/spawn.c, supervisor.c, deadline.c).
+ * it started (server/daemon/worker/spawn.c, worker/worker.c, session/deadline.c).
  *
  * One client (B, session 1) is served while the start of another
  * session's worker (A, session 2) is stopped (SIGSTOP) at each stage of

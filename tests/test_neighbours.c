@@ -13,7 +13,7 @@
  * and limits as they were, its calls succeeding on the same worker.
  * tests/plugins/hostile_escape.c makes namespaces, fills /dev/shm, grows a
  * file and sends on its channels.  The tests run as root: each worker
- * then has a uid of its own (server/daemon/workeruid.c), and the
+ * then has a uid of its own (server/daemon/worker/workeruid.c), and the
  * neighbours_shared* suites give every worker one account (--worker-uid
  * 65534), where server/worker/neighbours.c's filter does the work (as for
  * a daemon that is not root).  The gpu profile is chosen with

@@ -1,6 +1,6 @@
 /*
  * tests/test_pid1.c - a strict worker is pid 1 of its own pid namespace
- * (server/daemon/spawn.c), and its deaths are reported as before.
+ * (server/daemon/worker/spawn.c), and its deaths are reported as before.
  *
  * The kernel ignores the signals pid 1 sends itself while their action is
  * the default, so abort() or raise() alone would not end the worker; its

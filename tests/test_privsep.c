@@ -69,7 +69,7 @@ static void expect_back_to(const mxt_baseline_t *b)
     mxt_baseline_expect(b);
 }
 
-/* The uids the daemon chooses from, one per worker (server/daemon/workeruid.h). */
+/* The uids the daemon chooses from, one per worker (server/daemon/worker/workeruid.h). */
 #define UID_FIRST 1836580864u
 #define UID_COUNT 4096u
 

@@ -1,6 +1,6 @@
 /*
  * tests/test_upgrade.c - upgrading mxop-serverd under running clients
- * (--take-over, server/daemon/handover.c): the new daemon takes the old
+ * (--take-over, server/daemon/core/handover.c): the new daemon takes the old
  * one's listening socket, new clients go to it with none refused, the old
  * one's sessions run on with the same results and it exits once they have
  * left (a SIGTERM then waits for them too); a new daemon that fails to

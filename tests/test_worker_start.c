@@ -1,6 +1,6 @@
 /*
  * tests/test_worker_start.c - a worker that cannot start says why
- * (server/daemon/worker_output.c, server/daemon/supervisor.c).
+ * (server/daemon/worker/worker_output.c, server/daemon/worker/worker.c).
  *
  * A worker that dies at start-up writes its reason on stderr
  * ("mxop-worker: ...") and exits at once, often before the daemon's loop

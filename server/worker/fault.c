@@ -31,7 +31,7 @@
  * Then it returns, the handler having been reset to the default action
  * (SA_RESETHAND), so the faulting instruction runs again (abort() raises
  * again) and the worker dies by the signal.  A worker that is pid 1 of its
- * pid namespace (server/daemon/spawn.c) cannot die by a signal it sends
+ * pid namespace (server/daemon/worker/spawn.c) cannot die by a signal it sends
  * itself (the kernel ignores it): for those (abort(), raise(), kill()) it
  * exits with MXOP__W_EXIT_SIGNAL + the signal instead, which the daemon
  * maps back; a real fault is forced by the kernel and kills pid 1 too.

@@ -25,7 +25,7 @@
  *     bound from the host; nothing else of /dev);
  *   - a fresh /proc mounted with hidepid=invisible where the worker is root
  *     in the host's user namespace: that of the worker's own pid namespace
- *     when the daemon started it in one (server/daemon/spawn.c; the worker
+ *     when the daemon started it in one (server/daemon/worker/spawn.c; the worker
  *     is pid 1 and mounts it), so it lists the worker's tree alone, and
  *     hidepid still hides what the worker may not ptrace there (a process
  *     entered from outside): another process's directory is listed
@@ -37,7 +37,7 @@
  *   - /tmp: a private tmpfs of TMP_MB MiB owned by the worker's uid, mode
  *     0700 (TMPDIR points at it); each worker has its own, gone with it;
  *   - no plugin directory and no allowlist: the daemon opens each library
- *     and sends the descriptor with the load (server/daemon/libfd.c), and
+ *     and sends the descriptor with the load (server/daemon/session/libfd.c), and
  *     checks the allowlist itself, so the worker opens neither by path;
  *   - the gpu profile adds the driver's nodes (/dev/nvidia*, the
  *     /dev/nvidia-caps directory), /proc/driver/nvidia comes with /proc,
@@ -431,7 +431,7 @@ out:
  * host's later mounts still appear), with a private tmpfs of SHM_MB MiB on
  * /dev/shm, owned by the worker's uid and gone with it; the pages count
  * against the worker's cgroup like any of its memory.  The daemon's probe
- * (server/daemon/layers.c) says in its start-up line whether workers get
+ * (server/daemon/core/layers.c) says in its start-up line whether workers get
  * it; not root, or where the kernel refuses the namespace, they do not.
  */
 static void basic_namespaces(long run_uid, long run_gid)

@@ -36,7 +36,7 @@ int mxop__ns_profile_parse(const char *name, int *out);
  * namespaces of `profile` and, for cpu and gpu, pivots into the minimal
  * root.  `run_uid`/`run_gid` are the ids the worker will run as (-1: its
  * own); they own the private /tmp.  No library path is bound in: libraries
- * arrive as descriptors (server/daemon/libfd.c).  `basic` asks only
+ * arrive as descriptors (server/daemon/session/libfd.c).  `basic` asks only
  * for the ipc and uts namespaces (root only, best effort).
  * Returns 0, or a negative MXOP_E* code with a sentence in err.
  */

@@ -4,7 +4,7 @@
  *
  * The kernel lets a process renice, reschedule, re-pin, change the I/O
  * class of and lower the limits of any process of its own uid.  A root
- * daemon gives each worker a uid of its own (server/daemon/workeruid.c),
+ * daemon gives each worker a uid of its own (server/daemon/worker/workeruid.c),
  * and then the kernel's uid checks keep these calls on the worker, its
  * threads included.  Where workers share a uid (--worker-uid, or a daemon
  * that is not root: they run as its uid, as do the daemon and its clients)

@@ -1,7 +1,7 @@
 /*
  * server/worker/pid1.c - the worker reaps the orphans of its libraries.
  *
- * A worker is pid 1 of its own pid namespace (server/daemon/spawn.c) or,
+ * A worker is pid 1 of its own pid namespace (server/daemon/worker/spawn.c) or,
  * without one, its processes' child subreaper (main.c): either way, every
  * process a library started whose parent died is reparented to it.  A
  * library that forks and exits (a double fork, a daemonising helper, a

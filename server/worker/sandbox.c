@@ -470,7 +470,7 @@ static const char *const strict_denied[] = {
     "io_uring_enter",
     "io_uring_register",
     /*
-     * Memory integrity (server/daemon/memconfine.c): a region's file that
+     * Memory integrity (server/daemon/session/memconfine.c): a region's file that
      * takes no seals is made read-only by its mode; a worker of the same
      * uid owns it and must not be able to give the write bits (or an ACL)
      * back.

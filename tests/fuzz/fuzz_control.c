@@ -17,7 +17,7 @@
 #include "mxop/client.h"
 #include "mxop/errors.h"
 #include "wire/frame.h"
-#include "server/daemon/session.h"
+#include "server/daemon/session/session.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

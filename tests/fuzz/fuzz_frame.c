@@ -19,7 +19,7 @@
 #include "wire/rxbuf.h"
 #include "supervisor.pb-c.h"
 
-/* The daemon's per-connection arena size (server/daemon/daemon.h). */
+/* The daemon's per-connection arena size (server/daemon/core/daemon.h). */
 #define ARENA_BYTES 16384
 
 static mxop__pbarena_t arena;

@@ -1,0 +1,306 @@
+/*
+ * server/daemon/session/session.h - what the files of one session share.
+ *
+ * A session is split by concern, one file each:
+ *
+ *   reply.c        encoding replies and worker events to the client
+ *   tables.c       the session's libraries, ops, regions, and sending
+ *                  supervisor requests (each waits on its worker's queue)
+ *   ctl.c          the control protocol of one client (request handlers)
+ *   ctl_validate.c checks of a request that need no session and no socket
+ *   client.c       the client's connection (frames in, close)
+ *   replay.c       giving a worker what the session has (replay, mirror to
+ *                  the spare) and the worker's answers to it
+ *   session_fsm.c  the live worker slot: its states and one transition
+ *                  function (death, respawn with backoff, failure, end)
+ *   spare.c        the warm spare slot: its states and one transition function
+ *
+ * Events flow up: worker.c reports a worker's replies and death only
+ * through the callbacks the session gave at spawn (mxop__session_worker_cbs),
+ * never by touching the session.
+ */
+#ifndef MXOP_SERVER_DAEMON_SESSION_H
+#define MXOP_SERVER_DAEMON_SESSION_H
+
+#include "server/daemon/core/daemon.h"
+#include "server/daemon/worker/worker.h"
+
+/* ------------------------------------------------------------------------ */
+/* reply.c */
+
+/* Sends a Reply to the client (nothing if it is gone); `fd` rides along when >= 0 (borrowed). */
+void mxop__reply_send(mxop__client_t *cl, Mxop__Reply *r, int fd);
+/* The same with `nfds` descriptors (borrowed) on the frame. */
+void mxop__reply_send_fds(mxop__client_t *cl, Mxop__Reply *r, const int *fds, int nfds);
+/* Sends an error Reply (id, code, message) to a client. */
+void mxop__client_reply_error(mxop__client_t *cl, uint64_t id, int code, const char *msg);
+void mxop__reply_errorf(mxop__client_t *cl, uint64_t id, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void mxop__reply_ok(mxop__client_t *cl, uint64_t id);
+/* The session's op list as the answer to request `id`. */
+void mxop__reply_ops(mxop__session_t *s, uint64_t id);
+/* A WorkerEvent (id 0) about the session's worker; `client_fd` (borrowed) when restarted. */
+void mxop__reply_event(mxop__session_t *s, const mxop__worker_exit_t *e, const char *message,
+                       bool restarted, int client_fd);
+
+/* ------------------------------------------------------------------------ */
+/* tables.c */
+
+enum mxop__pending_fifo { MXOP__FIFO_LIVE, MXOP__FIFO_SPARE };
+
+const mxop__lib_t *mxop__session_find_lib(const mxop__session_t *s, const char *path);
+/* Appends a loaded library and its ops.  On failure nothing is added (MXOP_ENOMEM). */
+int mxop__session_add_lib(mxop__session_t *s, const char *path, const char *name,
+                          const Mxop__SupReply *r);
+ssize_t mxop__session_find_region(const mxop__session_t *s, uint32_t id);
+/* Appends a region (taking its fd).  MXOP_ENOMEM leaves the session unchanged. */
+int mxop__session_add_region(mxop__session_t *s, const mxop__region_t *r);
+/* Gives a new region of the session its id (never 0, never one held). */
+uint32_t mxop__session_new_region_id(mxop__session_t *s);
+mxop__pending_t *mxop__pending_new(mxop__session_t *s, int kind, uint64_t req_id, bool replay);
+void mxop__pending_free(mxop__pending_t *p);
+/* Frees a NULL-terminated list of entries (through ->next). */
+void mxop__pending_free_list(mxop__pending_t *p);
+/*
+ * Sends the SupRequest for a pending entry to the live worker (or the
+ * spare), on whose queue it waits for its answer (worker.h); `fd` rides
+ * with it (borrowed) when >= 0.  On failure the entry is still the
+ * caller's.
+ */
+int mxop__pending_send(mxop__session_t *s, mxop__pending_t *p, int fd, enum mxop__pending_fifo q);
+/*
+ * A client's request for the live worker: sent as mxop__pending_send does,
+ * or, when the live worker is dying (its channel gone, its exit not yet
+ * reaped), held for its replacement (s->held), which gets it after the
+ * session's libraries and regions.  Returns 0 when sent or held; on failure
+ * the entry is still the caller's.
+ */
+int mxop__pending_send_client(mxop__session_t *s, mxop__pending_t *p, int fd);
+/* Frees the session's memory and descriptors (the workers are already detached). */
+void mxop__session_free(mxop__session_t *s);
+
+/* ------------------------------------------------------------------------ */
+/* deadline.c */
+
+/* Creates and maps the session's call page; *fd_out (taken) is for the client. */
+int mxop__call_page_create(mxop__session_t *s, int *fd_out, char *err, size_t errlen);
+void mxop__call_page_free(mxop__session_t *s);
+
+/* ------------------------------------------------------------------------ */
+/* ctl.c */
+
+/* What the connection does after a request: stays, or closes once the reply is out. */
+typedef enum { MXOP__CTL_KEEP = 0, MXOP__CTL_CLOSE = 1 } mxop__ctl_verdict_t;
+
+/*
+ * Serves one decoded request of a client (`payload` is its wire form, for
+ * checks).  The caller (client.c) closes the connection on MXOP__CTL_CLOSE:
+ * a first request that is not Hello, or a Hello with no common version.
+ */
+mxop__ctl_verdict_t mxop__ctl_handle(mxop__client_t *cl, const Mxop__Request *req,
+                                     const uint8_t *payload, uint32_t len);
+
+/* ------------------------------------------------------------------------ */
+/* ctl_validate.c */
+
+/* What one control request may ask for (all fields are limits; see docs/protocol.md). */
+typedef struct mxop__limits {
+    uint32_t max_fields; /* protobuf fields in one request, nested ones counted */
+    uint32_t max_depth;  /* nesting of messages in one request */
+} mxop__limits_t;
+
+/* The limits a daemon without options applies. */
+#define MXOP__LIMITS_DEFAULT                                                                       \
+    {                                                                                              \
+        .max_fields = 4096, .max_depth = 8                                                         \
+    }
+
+/*
+ * Checks one control request without sockets or session state.  With `req`
+ * NULL, only its wire form (`payload`, `len` bytes): malformed fields, more
+ * fields (known or unknown, nested ones counted) or deeper nesting than
+ * `lim` allows (NULL: MXOP__LIMITS_DEFAULT).  Run this before decoding.
+ * With `req` (the decoded `payload`), also: a NUL byte inside any string
+ * field (which the decoded string would hide), an id of 0, and the form of
+ * each body (sizes, handle lengths, ordinals).  Returns 0, or
+ * MXOP_EPROTOCOL, MXOP_ELIMIT, MXOP_EINVAL or MXOP_EUNKNOWN_REGION with a
+ * sentence naming the field in msg.
+ */
+int mxop__ctl_validate(const uint8_t *payload, size_t len, const mxop__limits_t *lim,
+                       const Mxop__Request *req, char *msg, size_t msglen);
+/* The name of a request body ("LoadLibrary"), for messages. */
+const char *mxop__ctl_body_name(int body_case);
+
+/* ------------------------------------------------------------------------ */
+/* replay.c */
+
+/* Gives a new worker (or the spare) every library, in order, and every region; false if cut short.
+ */
+bool mxop__replay_to(mxop__session_t *s, enum mxop__pending_fifo q);
+/* The device regions a promoted spare did not get while it waited. */
+bool mxop__replay_device_regions(mxop__session_t *s);
+/*
+ * Mirrors what the live worker now has onto the spare (nothing without
+ * one): 0, or -1 with the reason in why (the spare could not be sent it;
+ * the caller tells spare.c, MXOP__SPARE_EV_FAILED).
+ */
+int mxop__mirror_load(mxop__session_t *s, const mxop__lib_t *lib, char *why, size_t whylen);
+int mxop__mirror_map(mxop__session_t *s, const mxop__region_t *r, char *why, size_t whylen);
+int mxop__mirror_unmap(mxop__session_t *s, uint32_t region, char *why, size_t whylen);
+/*
+ * What a worker's answer means for its session, beyond the request it
+ * completes: replay.c says so, session_fsm.c acts on it (replay.c calls
+ * neither the session's state machine nor the spare's).
+ */
+typedef struct mxop__replay_verdict {
+    bool replayed;     /* a replayed request was answered: the replacement may be complete */
+    bool unrestorable; /* the session's ops cannot be restored, for `why` */
+    bool spare_failed; /* the spare could not be given or could not take something: `spare_why` */
+    char why[MXOP__MSG_MAX];
+    char spare_why[MXOP__MSG_MAX];
+} mxop__replay_verdict_t;
+/* A SupReply of the live worker: completes the pending entry it answers. */
+void mxop__replay_live_reply(mxop__session_t *s, const Mxop__SupReply *r,
+                             mxop__replay_verdict_t *v);
+/* A SupReply of the spare. */
+void mxop__replay_spare_reply(mxop__session_t *s, const Mxop__SupReply *r,
+                              mxop__replay_verdict_t *v);
+/*
+ * Answers every request of `queue` (taken from the dead worker; freed
+ * here).  `load_note` (may be "") is added to the answer of the load that
+ * was running, which gets `code` when it is MXOP_ETIMEOUT (its load
+ * overran), else MXOP_EWORKER_CRASHED.
+ */
+void mxop__replay_fail_pending(mxop__session_t *s, mxop__pending_t *queue, int code,
+                               const char *message, const char *load_note);
+
+/* ------------------------------------------------------------------------ */
+/* session_fsm.c */
+
+/* How every worker of a session (live or spare) reports to it. */
+extern const mxop__worker_cbs_t mxop__session_worker_cbs;
+/* Creates a session for `cl` with its first worker; answers OpenSession `req_id`. */
+void mxop__session_open(mxop__client_t *cl, uint64_t req_id);
+/* 0 when the session has a live worker to forward to, else the code and a message. */
+int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen);
+/* The session's state, as the other files need it (session_fsm.c owns the state): */
+/* s->worker is set (RUNNING, RETIRING, RELOAD_CHECKING, RELOAD_RETIRING). */
+bool mxop__session_has_worker(const mxop__session_t *s);
+/* Its live worker serves and was not asked to retire (RUNNING, RELOAD_CHECKING). */
+bool mxop__session_serving(const mxop__session_t *s);
+/* Its live worker was asked to retire (RETIRING, RELOAD_RETIRING). */
+bool mxop__session_retiring(const mxop__session_t *s);
+/* A reload of it is not complete: retiring, or its replacement not handed to the client. */
+bool mxop__session_reload_pending(const mxop__session_t *s);
+/* It is ending: ENDED, its client gone or going, or the daemon shutting down. */
+bool mxop__session_ending(const mxop__session_t *s);
+/* The client is gone or going: stop the workers now; memory goes when the connection closes. */
+void mxop__session_end(mxop__session_t *s);
+mxop__stimer_t *mxop__stimer_new(mxop__session_t *s);
+void mxop__stimer_free(mxop__stimer_t *t);
+
+/* ------------------------------------------------------------------------ */
+/* backoff.c */
+
+/* 0 for the first failure in a row, then doubling from MXOP__BACKOFF_FIRST_MS, capped. */
+uint64_t mxop__backoff_ms(int failures);
+
+/* ------------------------------------------------------------------------ */
+/* spare.c */
+
+/* Events of the spare slot (the table at the top of spare.c). */
+typedef enum mxop__spare_event {
+    MXOP__SPARE_EV_WANTED,   /* the live worker runs (session open, after a respawn) */
+    MXOP__SPARE_EV_TIMER,    /* spare_timer fired */
+    MXOP__SPARE_EV_FAILED,   /* the spare could not follow the session (send, reply, replay) */
+    MXOP__SPARE_EV_DIED,     /* the spare's process was reaped */
+    MXOP__SPARE_EV_PROMOTED, /* it became the live worker */
+    MXOP__SPARE_EV_DROP,     /* the live worker died with no usable spare: forget it for now */
+    MXOP__SPARE_EV_STOP      /* the session failed or ended: never again */
+} mxop__spare_event_t;
+
+/* The spare slot's one transition function; `why` explains FAILED and DIED (may be NULL). */
+void mxop__spare_event(mxop__session_t *s, mxop__spare_event_t ev, const char *why);
+/*
+ * Takes the warm spare out of the slot to become the live worker, with its
+ * client fd (taken); its requests in flight stay on its queue.  NULL when
+ * there is no spare able to serve (then nothing changed).
+ */
+mxop__worker_t *mxop__spare_take(mxop__session_t *s, int *client_fd);
+
+/* ------------------------------------------------------------------------ */
+/* libver.c: the version of each library a session runs (hot reload). */
+
+struct stat;
+/* Reads `path`'s identity and SHA-256 into *v (v->known false, a sentence in err, on failure). */
+int mxop__libver_read(const char *path, mxop__libver_t *v, char *err, size_t errlen);
+/* The same from an open descriptor `fd` whose fstat is `st`. */
+int mxop__libver_fd(int fd, const struct stat *st, mxop__libver_t *v, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* libfd.c */
+
+/*
+ * Opens the LOAD entry p's library (p->path), takes its version into
+ * p->ver from that descriptor and checks it against the allowlist; the
+ * descriptor goes into p->fd, sent with the WorkerLoad and closed with p.
+ * Returns 0, or MXOP_ELIB_NOT_FOUND, MXOP_ELIB_INVALID (not a regular
+ * file, a symbolic link, unreadable), MXOP_EDENIED (allowlist: not listed,
+ * or a digest mismatch naming both digests) or MXOP_ENOMEM with a sentence.
+ */
+int mxop__libfd_open(const mxop__daemon_t *d, mxop__pending_t *p, char *err, size_t errlen);
+/* The identity fields of *v from a stat. */
+void mxop__libver_identity(const struct stat *st, mxop__libver_t *v);
+/* True if the file `st` describes is not the one *v was read from (or *v is unknown). */
+bool mxop__libver_changed(const mxop__libver_t *v, const struct stat *st);
+/* The session's library at resolved `path`, or NULL. */
+mxop__lib_t *mxop__libver_lib(mxop__session_t *s, const char *path);
+/*
+ * The session's libraries in load order (for `mxop status`): each has its
+ * name, path and ver (identity, sha256, loaded_at_ms).  Returns the count;
+ * *libs is valid until the session changes.
+ */
+size_t mxop__session_libs(const mxop__session_t *s, const mxop__lib_t **libs);
+/*
+ * 0 if a replayed load's reply (`r`, library `name`) registers the ops the
+ * session has for it, at the same indices and with the same signatures;
+ * else MXOP_ELIB_INVALID with a sentence in why.
+ */
+int mxop__libver_same_ops(const mxop__session_t *s, const char *name, const Mxop__SupReply *r,
+                          char *why, size_t whylen);
+/* Fills a LibraryVersion (strings borrowed from the arguments). */
+void mxop__libver_pb(const char *name, const char *path, const mxop__libver_t *v,
+                     Mxop__LibraryVersion *out);
+
+/* ------------------------------------------------------------------------ */
+/* reload.c */
+
+/* Reload (administrators only): replaces the workers of every session using a library. */
+void mxop__ctl_reload(mxop__client_t *cl, const Mxop__Request *req);
+/* SessionLibraries: the versions the client's session runs. */
+void mxop__ctl_session_libraries(mxop__client_t *cl, const Mxop__Request *req);
+/* A session left RETIRING (replaced, failed or ended): answers the Reloads now complete. */
+void mxop__reload_settled(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* session_fsm.c, hot reload */
+
+/*
+ * The session's library changed (EV_RELOAD): the live worker is asked to
+ * exit between calls and its replacement loads the file now at the path;
+ * the warm spare is discarded.  True if the session now waits for that
+ * (RETIRING), false if it had nothing to replace (no worker yet, failed,
+ * ended: its next worker loads the new file anyway).
+ */
+bool mxop__session_reload(mxop__session_t *s, const char *why);
+
+/* ------------------------------------------------------------------------ */
+/* replay.c, hot reload */
+
+/*
+ * The requests held from a retired worker (s->held): sent to the new live
+ * worker when `send`, else answered as lost with the worker (`code`, `msg`).
+ */
+void mxop__replay_held(mxop__session_t *s, bool send, int code, const char *msg);
+
+#endif /* MXOP_SERVER_DAEMON_SESSION_H */
