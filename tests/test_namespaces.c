@@ -267,7 +267,8 @@ Test(namespaces, files_outside_the_minimal_root_are_absent)
     /* What libraries need is there. */
     cr_assert_eq(open_in_worker(c, "/etc/ld.so.cache"), 1);
     cr_assert_eq(open_in_worker(c, "/dev/urandom"), 1);
-    /* Nor is the plugin directory: libraries arrive as descriptors (server/daemon/session/libfd.c). */
+    /* Nor is the plugin directory: libraries arrive as descriptors (server/daemon/session/libfd.c).
+     */
     char lib[400];
     snprintf(lib, sizeof(lib), "%s/relu.so", daemon_.plugins);
     cr_assert_eq(open_in_worker(c, lib), -(double)ENOENT, "the plugin directory");
