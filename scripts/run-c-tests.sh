@@ -14,7 +14,7 @@ PATHS=${MXOP_TEST_PATHS:-shm socket}
 LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/.." && pwd)/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export LSAN_OPTIONS
 # Unit tests that never make a call: one pass is enough.
-ONCE="test_frame test_headers"
+ONCE="test_frame test_headers test_pbwalk"
 passed=0 failed=0 status=0 first=1
 log=$(mktemp)
 for path in $PATHS; do
