@@ -338,7 +338,7 @@ $(B)/bin/%: $(B)/obj/demo/%.o $(LIB_A)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(MX_LDFLAGS) $(LDFLAGS) $^ -o $@ $(PB_LIBS) -lm
 
-# The Python bindings' call path in C (python/mxop/_fastcall.c, issue 12),
+# The Python bindings' call path in C (python/mxop/_fastcall.c),
 # built against Debian's python3-dev and NumPy's headers for $(PYTHON).  It
 # links no libmxop: the package hands it libmxop's functions from the copy
 # ctypes loaded, so one libmxop serves both paths.  Without Python.h it is
@@ -352,8 +352,8 @@ $(B)/python/_fastcall.so: python/mxop/_fastcall.c include/mxop/client.h include/
 	    -I"$$($(PYTHON) -c 'import numpy; print(numpy.get_include())')" \
 	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
 
-# torch.ops.mxop's CPU and Autograd kernels in C++ (python/mxop/_torchops.cpp,
-# issue 12), against $(PYTHON)'s torch.  Like _fastcall.so it links no
+# torch.ops.mxop's CPU and Autograd kernels in C++ (python/mxop/_torchops.cpp),
+# against $(PYTHON)'s torch.  Like _fastcall.so it links no
 # libmxop (it is handed libmxop's functions); when that interpreter has no
 # torch it is left out, and the Python kernels serve (the package says so once).
 # torch's include directories and lib/ come from the interpreter's torch
@@ -383,7 +383,7 @@ $(TORCH_BENCH_OP): bench/torch/relu_op.cpp $(PYEXT_DEP) | $(DEPS_OK)
 	$(CXX) -std=c++20 -O2 $$flags -Wall -Wextra -Werror -shared -fPIC \
 	    $< -o $@ -ltorch -ltorch_cpu -lc10
 
-# ---- JAX and the pip package (issue 31) -----------------------------------
+# ---- JAX and the pip package ------------------------------------------
 # mxop.jax's XLA FFI handler (python/mxop/_jaxffi.c) is C against the FFI
 # headers jaxlib ships (jax.ffi.include_dir()), built against the JAX of
 # $(PYTHON)'s environment (build/venv: python/requirements.txt): `make jax`.

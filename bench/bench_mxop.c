@@ -1235,7 +1235,7 @@ static void threads_row(bench_t *b, mxop_client_t *c, threads_op_t kind, int64_t
 
 static void bench_threads(bench_t *b)
 {
-    /* A client with a pool of THREAD_MAX sessions (issue 15): a call made
+    /* A client with a pool of THREAD_MAX sessions: a call made
      * while the other thread's holds the session runs on a sibling. */
     mxop_client_t *c = NULL;
     mxop_connect_opts_t o = {.struct_size = sizeof(o),
@@ -1249,7 +1249,7 @@ static void bench_threads(bench_t *b)
     check(c, mxop_load_library(c, "gemm.so"), "gemm.so");
     check(c, mxop_load_library(c, "softmax.so"), "softmax.so");
     /*
-     * The target (issue 15) is for an op of about 100 us, one that keeps
+     * The target is for an op of about 100 us, one that keeps
      * one CPU busy.  relu of 4 MiB: about 90 us a call here, bound by memory
      * bandwidth, which the two threads share.  softmax of 64 x 160: about
      * 100 us of exp() on one thread, data in the cache, bound by the CPU.

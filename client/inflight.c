@@ -1,5 +1,5 @@
 /*
- * client/inflight.c - which worker runs the calling thread's call (issue 12).
+ * client/inflight.c - which worker runs the calling thread's call.
  *
  * Python's Ctrl-C abandons a call by killing the worker running it (the
  * session then gets a new worker, as after a crash).  With a pool of

@@ -1,6 +1,6 @@
 /*
  * client/pool.c - calls in flight from several threads on one client
- * (issue 15): a pool of sibling sessions.
+ * a pool of sibling sessions.
  *
  * A client runs one call at a time under its lock.  With a pool
  * (mxop_connect_opts_t.max_sessions > 1), a forward or backward that finds

@@ -1,6 +1,6 @@
 /*
- * tests/test_opkit_inplace.c - an op that writes an input in place (issue
- * 11), from C: a heap array the client stages is copied back after the
+ * tests/test_opkit_inplace.c - an op that writes an input in place, from
+ * C: a heap array the client stages is copied back after the
  * call (and counted as staging), a shared-memory array is written directly.
  */
 #include <criterion/criterion.h>

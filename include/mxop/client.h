@@ -80,7 +80,7 @@ typedef struct mxop_connect_opts {
     /* Appended later: read only when struct_size covers it. */
     int32_t data_path; /* enum mxop_data_path */
     /*
-     * Sessions this client may use at once (issue 15); 0 or 1: one, as
+     * Sessions this client may use at once; 0 or 1: one, as
      * before.  With N > 1, up to N - 1 sibling sessions are opened on
      * demand, each when a forward or backward finds every session busy
      * with another thread's call; a sibling loads the client's libraries
@@ -448,14 +448,12 @@ typedef struct mxop_call {
     uint64_t seed;            /* 0: the session's random sequence */
 
     /*
-     * Appended (issue 11): strides, in elements, of the call's arrays.
-     * NULL, or one pointer per array: NULL (contiguous row-major) or
-     * `ndim` strides (negative ones allowed).  An op with MXOP_OP_STRIDED
-     * (mxop_op_flags) receives a shared-memory array's non-negative strides
-     * as they are; for any other op, and for heap arrays, the client copies
-     * a non-contiguous array into contiguous staging memory for the call
-     * (and, for outputs and mutated inputs, back after it), counted in
-     * mxop_stats_t.staged_bytes.
+     * Appended after the first release (struct_size tells): strides, in elements, of the call's
+     * arrays. NULL, or one pointer per array: NULL (contiguous row-major) or `ndim` strides
+     * (negative ones allowed).  An op with MXOP_OP_STRIDED (mxop_op_flags) receives a shared-memory
+     * array's non-negative strides as they are; for any other op, and for heap arrays, the client
+     * copies a non-contiguous array into contiguous staging memory for the call (and, for outputs
+     * and mutated inputs, back after it), counted in mxop_stats_t.staged_bytes.
      */
     const int64_t *const *in_strides;
     const int64_t *const *out_strides;

@@ -243,7 +243,7 @@ typedef struct mxop__config {
     uint64_t session_max_region_mb; /* bytes of regions of one session; 0: none */
     uint64_t session_max_libs;      /* libraries of one session */
 
-    /* Supervision (issue 9): liveness probes of idle workers, per-session quotas. */
+    /* Supervision: liveness probes of idle workers, per-session quotas. */
     uint64_t probe_interval_ms;  /* an idle live worker is probed this long after its last answer */
     uint64_t probe_timeout_ms;   /* no answer within this: it is stopped or deadlocked, replaced */
     uint64_t session_max_states; /* op states one session may hold (enforced by its worker) */
@@ -611,7 +611,7 @@ struct mxop__session {
      * client sends outputs through its scratch region.
      */
     bool mem_confined;
-    /* deadline.c: the live worker was killed for CPU used with no call in flight (issue 10);
+    /* deadline.c: the live worker was killed for CPU used with no call in flight;
      * the next WorkerEvent says so, and the client fails its next call with the reason. */
     bool idle_cpu_killed;
 };

@@ -33,7 +33,7 @@
 #define DEFAULT_WORKER_MAX_FDS 1024ull
 /* Below the client's control timeout (its 30 s call default plus 5 s grace). */
 #define DEFAULT_INIT_TIMEOUT_MS 20000ull
-/* Supervision (issue 9): liveness probes of idle workers, and the op states of a session. */
+/* Supervision: liveness probes of idle workers, and the op states of a session. */
 #define DEFAULT_PROBE_INTERVAL_MS 2000ull
 #define DEFAULT_PROBE_TIMEOUT_MS 5000ull
 #define DEFAULT_SESSION_MAX_STATES 4096ull
@@ -262,7 +262,7 @@ static uint64_t *limit_field(mxop__config_t *cfg, const char *opt)
     return NULL;
 }
 
-/* Supervision (issue 9): the config field of a probe or state-quota option, or NULL. */
+/* Supervision: the config field of a probe or state-quota option, or NULL. */
 static uint64_t *supervise_field(mxop__config_t *cfg, const char *opt)
 {
     if (strcmp(opt, "--probe-interval-ms") == 0)
