@@ -279,7 +279,9 @@ static void bench_null(bench_t *b)
                                NULL, 0, 0, 0);
         mxb_row_note(row, "not measured: the session is on the socket path (MXOP_DATA_PATH)");
     }
-    mxb_row_target(row, MXB_TIME_AT_MOST, 3000);
+    /* iceoryx2's zero-copy round trip is about 0.2 us on a desktop CPU: a call through
+     * a shared mailbox should cost a few cache-line crossings, not a syscall. */
+    mxb_row_target(row, MXB_TIME_AT_MOST, 500);
     for (int k = 0; k < N_PING; k++)
         mxb_samples_free(&ping[k]);
     mxb_samples_free(&mx);
