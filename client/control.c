@@ -140,27 +140,37 @@ static void take_fds(mxop_client_t *c, const Mxop__Reply *r, int *fds, int nfds,
     }
 }
 
+/*
+ * One receive on the control connection, its failure recorded: the next
+ * frame (id 0; a WorkerEvent is handled and MXOP__CTL_EVENT returned) or
+ * the reply to `id`, handling the events that come first.
+ */
+static int receive(mxop_client_t *c, uint64_t id, int timeout_ms, Mxop__Reply **reply, int *fds,
+                   int *nfds)
+{
+    char why[MXOP__ERR_MAX];
+    *reply = NULL;
+    if (c->sess.state == MXOP__SESS_DEAD)
+        return ctl_refused(c);
+    int rc = id == 0 ? mxop__ctlchan_next(&c->ctl, timeout_ms, on_event, c, reply, fds,
+                                          MXOP__FRAME_MAX_FDS, nfds, why, sizeof why)
+                     : mxop__ctlchan_await(&c->ctl, id, timeout_ms, on_event, c, reply, fds,
+                                           MXOP__FRAME_MAX_FDS, nfds, why, sizeof why);
+    if (rc == MXOP__CTLCHAN_EVENT)
+        return MXOP__CTL_EVENT;
+    return rc < 0 ? ctl_error(c, rc, why) : 0;
+}
+
 int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *fd_out)
 {
     int fds[MXOP__FRAME_MAX_FDS];
     int nfds = 0;
-    char why[MXOP__ERR_MAX];
-
     if (fd_out != NULL)
         *fd_out = -1;
-    *reply = NULL;
-    if (c->sess.state == MXOP__SESS_DEAD)
-        return ctl_refused(c);
-    Mxop__Reply *r;
-    int rc = mxop__ctlchan_next(&c->ctl, timeout_until(end_ns), on_event, c, &r, fds,
-                                MXOP__FRAME_MAX_FDS, &nfds, why, sizeof why);
-    if (rc == MXOP__CTLCHAN_EVENT)
-        return MXOP__CTL_EVENT;
-    if (rc < 0)
-        return ctl_error(c, rc, why);
-    take_fds(c, r, fds, nfds, fd_out);
-    *reply = r;
-    return 0;
+    int rc = receive(c, 0, timeout_until(end_ns), reply, fds, &nfds);
+    if (rc == 0)
+        take_fds(c, *reply, fds, nfds, fd_out);
+    return rc;
 }
 
 int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds,
@@ -189,19 +199,12 @@ int mxop__ctl_await(mxop_client_t *c, uint64_t id, int timeout_ms, Mxop__Reply *
     int fds[MXOP__FRAME_MAX_FDS];
     int nfds = 0;
     char why[MXOP__ERR_MAX];
-
-    *reply = NULL;
     if (fd_out != NULL)
         *fd_out = -1;
-    if (c->sess.state == MXOP__SESS_DEAD)
-        return ctl_refused(c);
-    Mxop__Reply *r;
-    int rc = mxop__ctlchan_await(&c->ctl, id, timeout_ms, on_event, c, &r, fds, MXOP__FRAME_MAX_FDS,
-                                 &nfds, why, sizeof why);
+    int rc = receive(c, id, timeout_ms, reply, fds, &nfds);
     if (rc < 0)
-        return ctl_error(c, rc, why);
-    rc = mxop__ctlchan_status(r, why, sizeof why);
-    take_fds(c, r, fds, nfds, rc == 0 ? fd_out : NULL);
-    *reply = r;
+        return rc;
+    rc = mxop__ctlchan_status(*reply, why, sizeof why);
+    take_fds(c, *reply, fds, nfds, rc == 0 ? fd_out : NULL);
     return rc < 0 ? mxop__fail(c, rc, "%s", why) : 0;
 }

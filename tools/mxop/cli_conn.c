@@ -38,6 +38,33 @@ static void conn_init(mxop__cli_conn_t *c)
     mxop__ctlchan_init(&c->ch, NULL);
 }
 
+static void hello_request(Mxop__Hello *h, Mxop__Request *req)
+{
+    *h = (Mxop__Hello)MXOP__HELLO__INIT;
+    h->min_version = MXOP_PROTOCOL_VERSION;
+    h->max_version = MXOP_PROTOCOL_VERSION;
+    h->client_name = "mxop";
+    *req = (Mxop__Request)MXOP__REQUEST__INIT;
+    req->body_case = MXOP__REQUEST__BODY_HELLO;
+    req->hello = h;
+}
+
+/*
+ * Sends `req` and waits for its reply (events skipped): the control layer's
+ * code, with *sent saying whether the request went out.
+ */
+static int exchange(mxop__cli_conn_t *c, Mxop__Request *req, int timeout_ms, Mxop__Reply **out,
+                    bool *sent, char *why, size_t whylen)
+{
+    *out = NULL;
+    int rc = mxop__ctlchan_send(&c->ch, req, NULL, 0, why, whylen);
+    *sent = rc == 0;
+    if (*sent)
+        rc = mxop__ctlchan_await(&c->ch, req->id, timeout_ms, NULL, NULL, out, NULL, 0, NULL, why,
+                                 whylen);
+    return rc;
+}
+
 void mxop__cli_close(mxop__cli_conn_t *c)
 {
     mxop__ctlchan_reply_free(&c->ch, c->last);
@@ -61,13 +88,9 @@ int mxop__cli_connect(const char *prog, const char *path, mxop__cli_conn_t *c)
         mxop__cli_close(c);
         return MXOP_CLI_EXIT_NO_DAEMON;
     }
-    Mxop__Hello h = MXOP__HELLO__INIT;
-    h.min_version = MXOP_PROTOCOL_VERSION;
-    h.max_version = MXOP_PROTOCOL_VERSION;
-    h.client_name = "mxop";
-    Mxop__Request req = MXOP__REQUEST__INIT;
-    req.body_case = MXOP__REQUEST__BODY_HELLO;
-    req.hello = &h;
+    Mxop__Hello h;
+    Mxop__Request req;
+    hello_request(&h, &req);
     Mxop__Reply *r;
     rc = mxop__cli_request(prog, c, &req, &r);
     if (rc != 0) {
@@ -89,12 +112,8 @@ int mxop__cli_connect(const char *prog, const char *path, mxop__cli_conn_t *c)
 int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req, Mxop__Reply **out)
 {
     char why[1024];
-    *out = NULL;
-    int rc = mxop__ctlchan_send(&c->ch, req, NULL, 0, why, sizeof(why));
-    bool sent = rc == 0;
-    if (sent)
-        rc = mxop__ctlchan_await(&c->ch, req->id, REPLY_TIMEOUT_MS, NULL, NULL, out, NULL, 0, NULL,
-                                 why, sizeof(why));
+    bool sent;
+    int rc = exchange(c, req, REPLY_TIMEOUT_MS, out, &sent, why, sizeof(why));
     if (rc != 0 && c->ch.refused) {
         fprintf(stderr, "mxop %s: mxop-serverd refused the connection: %s: %s\n", prog,
                 mxop_err_name(rc), why);
@@ -143,13 +162,9 @@ int mxop__cli_open(mxop__cli_conn_t *c, const char *socket_path, int timeout_ms,
         mxop__cli_close(c);
         return MXOP_EDISCONNECTED;
     }
-    Mxop__Hello h = MXOP__HELLO__INIT;
-    h.min_version = MXOP_PROTOCOL_VERSION;
-    h.max_version = MXOP_PROTOCOL_VERSION;
-    h.client_name = "mxop";
-    Mxop__Request req = MXOP__REQUEST__INIT;
-    req.body_case = MXOP__REQUEST__BODY_HELLO;
-    req.hello = &h;
+    Mxop__Hello h;
+    Mxop__Request req;
+    hello_request(&h, &req);
     Mxop__Reply *r;
     rc = mxop__cli_ask(c, &req, timeout_ms, &r, err, errlen);
     if (rc != 0)
@@ -161,14 +176,10 @@ int mxop__cli_ask(mxop__cli_conn_t *c, Mxop__Request *req, int timeout_ms, Mxop_
                   char *err, size_t errlen)
 {
     char why[1024];
+    bool sent;
     *out = NULL;
     mxop__ctlchan_reply_free(&c->ch, c->last);
-    c->last = NULL;
-    int rc = mxop__ctlchan_send(&c->ch, req, NULL, 0, why, sizeof(why));
-    bool sent = rc == 0;
-    if (sent)
-        rc = mxop__ctlchan_await(&c->ch, req->id, timeout_ms, NULL, NULL, &c->last, NULL, 0, NULL,
-                                 why, sizeof(why));
+    int rc = exchange(c, req, timeout_ms, &c->last, &sent, why, sizeof(why));
     if (rc != 0 && c->ch.refused)
         mxop__fmt(err, errlen, "mxop-serverd: %s", why);
     else if (rc != 0 && !sent)

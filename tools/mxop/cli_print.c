@@ -11,18 +11,29 @@
 #include "mxop/types.h"
 #include "tools/mxop/cli.h"
 
-void mxop__cli_json_str(FILE *f, const char *s)
+/* A JSON string literal; bytes past ASCII escaped as Latin-1 (`ascii`) or written as they are. */
+static void json_str(FILE *f, const char *s, bool ascii)
 {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)(s != NULL ? s : ""); *p; p++) {
         if (*p == '"' || *p == '\\')
             fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p >= 0x7f)
-            fprintf(f, "\\u%04x", (unsigned)*p); /* bytes past ASCII as Latin-1: always valid */
+        else if (*p < 0x20 || (ascii && *p >= 0x7f))
+            fprintf(f, "\\u%04x", (unsigned)*p); /* Latin-1 past ASCII: always valid */
         else
             fputc(*p, f);
     }
     fputc('"', f);
+}
+
+void mxop__cli_json_str(FILE *f, const char *s)
+{
+    json_str(f, s, true);
+}
+
+void mxop__json_str(FILE *f, const char *s)
+{
+    json_str(f, s, false);
 }
 
 const char *mxop__cli_dur(uint64_t ns, char *buf, size_t len)
@@ -223,20 +234,6 @@ void mxop__cli_sanitize(ProtobufCMessage *m)
             mxop__cli_sanitize(*(ProtobufCMessage **)base);
         }
     }
-}
-
-void mxop__json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)(s != NULL ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
 }
 
 static void fmt_time(char *out, size_t n, int64_t ns)
