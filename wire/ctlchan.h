@@ -66,8 +66,9 @@ int mxop__ctlchan_send(mxop__ctlchan_t *ch, Mxop__Request *req, const int *fds, 
 /*
  * Receives one frame within timeout_ms.  A WorkerEvent goes to on_event
  * (NULL: dropped) and MXOP__CTLCHAN_EVENT is returned; a reply with an id
- * is returned in *out (0), with its descriptors in fds[0..*nfds) (fds NULL:
- * closed).  The daemon's last word returns its status (MXOP_EPROTOCOL when
+ * is returned in *out (0), with its descriptors in fds[0..*nfds) (more than
+ * max_fds, or any when fds is NULL, are closed; nfds may be NULL only with
+ * fds NULL).  The daemon's last word returns its status (MXOP_EPROTOCOL when
  * that is not an error code) and sets ch->refused.  Free *out with
  * mxop__ctlchan_reply_free.
  */

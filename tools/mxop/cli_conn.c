@@ -4,7 +4,6 @@
  * layer (wire/ctlchan.h) on a plain blocking socket, without a session
  * unless a command opens one, and the sentences the command prints.
  */
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

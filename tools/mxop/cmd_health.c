@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
-#include <unistd.h>
 
 #include "mxop/client.h"
 #include "mxop/errors.h"
