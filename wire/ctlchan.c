@@ -89,6 +89,7 @@ int mxop__ctlchan_connect(mxop__ctlchan_t *ch, const char *path, int timeout_ms,
 
     ch->dead = 0;
     ch->refused = 0;
+    ch->garbled = 0;
     ch->sys_errno = 0;
     if (plen == 0) {
         mxop__fmt(err, errlen, "socket path is empty");
@@ -189,6 +190,7 @@ int mxop__ctlchan_next(mxop__ctlchan_t *ch, int timeout_ms, mxop__ctlchan_event_
         return dead(ch, rc, err, errlen, "bad frame from mxop-serverd on the control socket");
     if (kind != MXOP__KIND_CTL_REPLY) {
         close_fds(got, ngot);
+        ch->garbled = 1;
         return dead(ch, MXOP_EPROTOCOL, err, errlen, "unexpected frame kind from mxop-serverd");
     }
     ProtobufCAllocator *alloc = NULL;
@@ -199,6 +201,7 @@ int mxop__ctlchan_next(mxop__ctlchan_t *ch, int timeout_ms, mxop__ctlchan_event_
     Mxop__Reply *r = mxop__reply__unpack(alloc, len, ch->fb.data);
     if (r == NULL) {
         close_fds(got, ngot);
+        ch->garbled = 1;
         return dead(ch, MXOP_EPROTOCOL, err, errlen, "undecodable reply from mxop-serverd");
     }
 

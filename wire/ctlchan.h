@@ -31,6 +31,7 @@ typedef struct mxop__ctlchan {
     /* The daemon hung up, said its last word or sent garbage: nothing more will come. */
     int dead;
     int refused;   /* that last word was an id-0 reply (its message is the error's sentence) */
+    int garbled;   /* the frame came whole but held no Reply (another kind, or undecodable) */
     int sys_errno; /* errno of the last failed connect, 0: none */
 } mxop__ctlchan_t;
 

@@ -122,7 +122,7 @@ int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req,
         fprintf(stderr, "mxop %s: cannot send to mxop-serverd: %s\n", prog, mxop_strerror(rc));
         return MXOP_CLI_EXIT_NO_DAEMON;
     }
-    if (rc == MXOP_EPROTOCOL) {
+    if (rc != 0 && c->ch.garbled) {
         fprintf(stderr, "mxop %s: mxop-serverd sent a reply that does not decode\n", prog);
         return MXOP_CLI_EXIT_FAILED;
     }
@@ -183,8 +183,8 @@ int mxop__cli_ask(mxop__cli_conn_t *c, Mxop__Request *req, int timeout_ms, Mxop_
         mxop__fmt(err, errlen, "mxop-serverd: %s", why);
     else if (rc != 0 && !sent)
         mxop__fmt(err, errlen, "cannot send to mxop-serverd: %s", mxop_strerror(rc));
-    else if (rc == MXOP_EPROTOCOL)
-        mxop__fmt(err, errlen, "%s", why);
+    else if (rc != 0 && c->ch.garbled)
+        mxop__fmt(err, errlen, "mxop-serverd sent a reply that does not decode");
     else if (rc != 0)
         mxop__fmt(err, errlen, "%s waiting for mxop-serverd's reply",
                   rc == MXOP_ETIMEOUT ? "timed out" : mxop_strerror(rc));
