@@ -107,7 +107,7 @@ int mxop__call_ready(mxop_client_t *c)
      * frame that has begun to arrive.
      */
     for (int i = 0; i < 8 && s->data_fd < 0 && s->state != MXOP__SESS_DEAD; i++) {
-        struct pollfd pfd = {.fd = c->ctl_fd, .events = POLLIN};
+        struct pollfd pfd = {.fd = c->ctl.fd, .events = POLLIN};
         if (poll(&pfd, 1, 0) != 1)
             break;
         Mxop__Reply *r;

@@ -17,6 +17,7 @@
 #include "client/session_state.h"
 #include "client/shared_heap.h"
 #include "mxop/client.h"
+#include "wire/ctlchan.h"
 #include "wire/frame.h"
 #include "shm/mailbox.h"
 #include "wire/rxbuf.h"
@@ -152,10 +153,10 @@ typedef struct mxop__callbufs {
 struct mxop_client {
     pthread_mutex_t lock;
 
-    int ctl_fd; /* the control socket to mxop-serverd */
+    /* The control connection to mxop-serverd; its replies are decoded into pba. */
+    mxop__ctlchan_t ctl;
     /* The session's state, its reason and the data channel: written by session_state.c alone. */
     mxop__sess_t sess;
-    mxop__framebuf_t ctl_fb;
     mxop__framebuf_t data_fb; /* calls on the way out */
     mxop__rxbuf_t data_rx;    /* results coming in on the data socket */
     int64_t rcvtimeo_ms;      /* SO_RCVTIMEO set on sess.data_fd, 0: not yet */
@@ -172,7 +173,6 @@ struct mxop_client {
     mxop__mbox_t mbox; /* the current worker's, while sess.chan is MXOP__CHAN_MBOX */
     uint8_t *mbox_buf; /* a result copied out of the mailbox (NULL on the socket path) */
 
-    uint64_t next_req_id;
     uint64_t next_call_id;
     int32_t timeout_ms;         /* default call deadline */
     int32_t connect_timeout_ms; /* hello and session set-up */
@@ -258,7 +258,7 @@ int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_
 /**
  * Connects c (no control socket yet) to `path`, says Hello as `name`
  * (may be NULL), opens a session and attaches its data channel.  On
- * failure c->err says why and c->ctl_fd may be open (the caller closes it).
+ * failure c->err says why and c->ctl may be connected (the caller closes it).
  */
 int mxop__session_open(mxop_client_t *c, const char *path, const char *name);
 

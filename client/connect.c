@@ -2,15 +2,12 @@
  * client/connect.c - opening a session with mxop-serverd, and closing it.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client/client_internal.h"
@@ -37,105 +34,16 @@ const char *mxop_connect_error(void)
     return connect_err;
 }
 
-/*
- * connect() with a deadline.  A Unix socket connects at once or refuses;
- * only a full listen backlog (EAGAIN on a non-blocking socket) is worth
- * waiting for, so that is retried until the deadline.
- */
-static int connect_unix(const char *path, int timeout_ms, int *fd_out, char *err, size_t errlen)
-{
-    struct sockaddr_un addr;
-    size_t plen = strlen(path);
-
-    if (plen == 0) {
-        mxop__fmt(err, errlen, "socket path is empty");
-        return MXOP_EINVAL;
-    }
-    if (plen >= sizeof addr.sun_path) {
-        mxop__fmt(err, errlen, "socket path is too long (%zu bytes, at most %zu): %s", plen,
-                  sizeof addr.sun_path - 1, path);
-        return MXOP_EINVAL;
-    }
-    memset(&addr, 0, sizeof addr);
-    addr.sun_family = AF_UNIX;
-    memcpy(addr.sun_path, path, plen + 1);
-
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-        mxop__fmt(err, errlen, "socket: %s", strerror(errno));
-        return MXOP_EIO;
-    }
-
-    int64_t end = mxop__now_ns() + (int64_t)timeout_ms * 1000000;
-    for (;;) {
-        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
-            break;
-        int e = errno;
-        if (e == EINTR)
-            continue;
-        if ((e == EAGAIN || e == EINPROGRESS) && mxop__now_ns() < end) {
-            if (e == EINPROGRESS) {
-                struct pollfd p = {.fd = fd, .events = POLLOUT};
-                int left = (int)((end - mxop__now_ns()) / 1000000) + 1;
-                if (poll(&p, 1, left) > 0) {
-                    int soerr = 0;
-                    socklen_t sl = sizeof soerr;
-                    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-                    if (soerr == 0)
-                        break;
-                    e = soerr;
-                    goto fail;
-                }
-                continue;
-            }
-            struct timespec ts = {0, 2 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            continue;
-        }
-    fail:
-        close(fd);
-        if (e == ENOENT || e == ECONNREFUSED || e == ENOTSOCK) {
-            mxop__fmt(err, errlen, "no mxop-serverd listening on %s", path);
-            return MXOP_EDISCONNECTED;
-        }
-        if (e == EACCES || e == EPERM) {
-            mxop__fmt(err, errlen, "not allowed to connect to %s: %s", path, strerror(e));
-            return MXOP_EDENIED;
-        }
-        if (e == EAGAIN || e == EINPROGRESS) {
-            mxop__fmt(err, errlen, "mxop-serverd at %s did not accept within %d ms", path,
-                      timeout_ms);
-            return MXOP_ETIMEOUT;
-        }
-        mxop__fmt(err, errlen, "cannot connect to %s: %s", path, strerror(e));
-        return MXOP_EDISCONNECTED;
-    }
-
-    /* The frame helpers expect a blocking socket with their own deadlines. */
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-        mxop__fmt(err, errlen, "fcntl: %s", strerror(errno));
-        close(fd);
-        return MXOP_EIO;
-    }
-    *fd_out = fd;
-    return 0;
-}
-
 static int hello(mxop_client_t *c, const char *name)
 {
-    Mxop__Hello body = MXOP__HELLO__INIT;
-    body.min_version = MXOP_PROTOCOL_VERSION;
-    body.max_version = MXOP_PROTOCOL_VERSION;
-    body.client_name = (char *)(name != NULL ? name : "");
-    Mxop__Request req = MXOP__REQUEST__INIT;
-    req.body_case = MXOP__REQUEST__BODY_HELLO;
-    req.hello = &body;
-
     Mxop__Reply *r;
-    int rc = mxop__ctl_request(c, &req, NULL, 0, c->connect_timeout_ms, &r, NULL);
+    char why[MXOP__ERR_MAX];
+    int rc = mxop__ctlchan_hello(&c->ctl, name, c->connect_timeout_ms, &r, why, sizeof why);
     if (rc < 0)
-        return rc;
+        return mxop__fail(c, rc, "%s%s", c->ctl.refused ? "mxop-serverd: " : "", why);
+    rc = mxop__ctlchan_status(r, why, sizeof why);
+    if (rc < 0)
+        return mxop__fail(c, rc, "%s", why);
     if (r->body_case != MXOP__REPLY__BODY_HELLO || r->hello == NULL)
         return mxop__fail(c, MXOP_EPROTOCOL, "mxop-serverd answered Hello without a HelloReply");
     if (r->hello->version != MXOP_PROTOCOL_VERSION)
@@ -176,7 +84,7 @@ static int open_session(mxop_client_t *c)
 
 int mxop__session_open(mxop_client_t *c, const char *path, const char *name)
 {
-    int rc = connect_unix(path, c->connect_timeout_ms, &c->ctl_fd, c->err, sizeof c->err);
+    int rc = mxop__ctlchan_connect(&c->ctl, path, c->connect_timeout_ms, c->err, sizeof c->err);
     if (rc < 0)
         return rc;
     rc = hello(c, name);
@@ -195,8 +103,7 @@ static void client_free(mxop_client_t *c)
 {
     mxop__pool_free(c);
     mxop__reconnect_free(c);
-    if (c->ctl_fd >= 0)
-        close(c->ctl_fd);
+    mxop__ctlchan_free(&c->ctl);
     mxop__sess_to(c, MXOP__SESS_CLOSED, -1, 0, NULL);
     if (c->call_page != NULL)
         munmap(c->call_page, sizeof(mxop__call_page_t));
@@ -206,7 +113,6 @@ static void client_free(mxop_client_t *c)
     mxop__arena_free_all(c);
     mxop__regions_free(c);
     mxop__ops_free(c);
-    mxop__framebuf_free(&c->ctl_fb);
     mxop__framebuf_free(&c->data_fb);
     mxop__pbarena_destroy(&c->pba);
     pthread_mutex_destroy(&c->arena_lock);
@@ -222,9 +128,8 @@ int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_
     mxop_client_t *c = calloc(1, sizeof *c);
     if (c == NULL)
         return MXOP_ENOMEM;
-    c->ctl_fd = -1;
+    mxop__ctlchan_init(&c->ctl, &c->pba);
     mxop__sess_to(c, MXOP__SESS_OPENING, -1, 0, NULL);
-    c->next_req_id = 1;
     c->next_call_id = 1;
     c->timeout_ms = timeout_ms;
     c->connect_timeout_ms = connect_timeout_ms;
@@ -415,14 +320,14 @@ err_msg_set:
 static void hang_up(mxop_client_t *c)
 {
     uint8_t buf[4096];
-    if (c->ctl_fd < 0 || shutdown(c->ctl_fd, SHUT_WR) < 0)
+    if (c->ctl.fd < 0 || shutdown(c->ctl.fd, SHUT_WR) < 0)
         return;
     int64_t end = mxop__now_ns() + (int64_t)CLOSE_WAIT_MS * 1000000;
     for (;;) {
         int64_t left = end - mxop__now_ns();
         if (left <= 0)
             return;
-        struct pollfd p = {.fd = c->ctl_fd, .events = POLLIN};
+        struct pollfd p = {.fd = c->ctl.fd, .events = POLLIN};
         int n = poll(&p, 1, (int)((left + 999999) / 1000000));
         if (n < 0 && errno == EINTR)
             continue;
@@ -430,7 +335,7 @@ static void hang_up(mxop_client_t *c)
             return;
         /* Whatever still arrives (an event and its descriptor) is dropped. */
         int fds[MXOP__FRAME_MAX_FDS], nfds = 0;
-        ssize_t r = mxop__recv_fds(c->ctl_fd, buf, sizeof buf, fds, MXOP__FRAME_MAX_FDS, &nfds);
+        ssize_t r = mxop__recv_fds(c->ctl.fd, buf, sizeof buf, fds, MXOP__FRAME_MAX_FDS, &nfds);
         for (int i = 0; i < nfds; i++)
             close(fds[i]);
         if (r == 0 || (r < 0 && r != -EINTR && r != -EAGAIN))

@@ -2,8 +2,6 @@
  * client/control.c - the control plane: requests to mxop-serverd and the
  * WorkerEvents it sends unasked.
  */
-#include <errno.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -83,65 +81,43 @@ static void handle_event(mxop_client_t *c, const Mxop__WorkerEvent *ev, int fd)
     }
 }
 
-int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *fd_out)
+/* The control layer's handler of WorkerEvents: the first descriptor is the new data channel. */
+static void on_event(void *arg, const Mxop__WorkerEvent *ev, int *fds, int nfds)
 {
-    int fds[MXOP__FRAME_MAX_FDS];
-    int nfds = 0;
-    uint16_t kind;
-    uint32_t len;
-    int rc;
+    handle_event(arg, ev, nfds > 0 ? fds[0] : -1);
+    if (nfds > 1)
+        close_fds(fds + 1, nfds - 1);
+}
 
-    if (fd_out != NULL)
-        *fd_out = -1;
-    *reply = NULL;
-    if (c->sess.state == MXOP__SESS_DEAD)
-        return ctl_refused(c);
+/* A failure of the control layer: fatal to the connection unless only time ran out. */
+static int ctl_error(mxop_client_t *c, int rc, const char *why)
+{
+    if (!c->ctl.dead)
+        return mxop__fail(c, rc, "%s", why);
+    if (!c->ctl.refused)
+        return ctl_kill(c, rc, why);
+    char msg[MXOP__ERR_MAX];
+    mxop__fmt(msg, sizeof msg, "mxop-serverd: %s", why);
+    return ctl_kill(c, rc, msg);
+}
 
+static int timeout_until(int64_t end_ns)
+{
     int64_t left = end_ns - mxop__now_ns();
     if (left < 0)
         left = 0;
     left = (left + 999999) / 1000000;
-    int timeout_ms = left > INT32_MAX ? INT32_MAX : (int)left;
-    rc = mxop__frame_recv(c->ctl_fd, &c->ctl_fb, &kind, &len, fds, MXOP__FRAME_MAX_FDS, &nfds,
-                          timeout_ms);
-    if (rc == MXOP_ETIMEOUT)
-        return mxop__fail(c, rc, "no reply from mxop-serverd in time");
-    if (rc == MXOP_EDISCONNECTED)
-        return ctl_kill(c, rc, "mxop-serverd closed the connection");
-    if (rc < 0)
-        return ctl_kill(c, rc, "bad frame from mxop-serverd on the control socket");
-    if (kind != MXOP__KIND_CTL_REPLY) {
-        close_fds(fds, nfds);
-        return ctl_kill(c, MXOP_EPROTOCOL, "unexpected frame kind from mxop-serverd");
-    }
+    return left > INT32_MAX ? INT32_MAX : (int)left;
+}
 
-    mxop__pbarena_reset(&c->pba);
-    Mxop__Reply *r = mxop__reply__unpack(&c->pba.allocator, len, c->ctl_fb.data);
-    if (r == NULL) {
-        close_fds(fds, nfds);
-        return ctl_kill(c, MXOP_EPROTOCOL, "undecodable reply from mxop-serverd");
-    }
-
-    if (r->id == 0) {
-        if (r->body_case == MXOP__REPLY__BODY_EVENT && r->event != NULL) {
-            handle_event(c, r->event, nfds > 0 ? fds[0] : -1);
-            if (nfds > 1)
-                close_fds(fds + 1, nfds - 1);
-            return MXOP__CTL_EVENT;
-        }
-        /* An unasked reply without an event is the daemon's last word. */
-        close_fds(fds, nfds);
-        char msg[MXOP__ERR_MAX];
-        mxop__fmt(msg, sizeof msg, "mxop-serverd: %s",
-                  r->message != NULL && r->message[0] != '\0' ? r->message
-                                                              : mxop_strerror(r->status));
-        return ctl_kill(c, r->status < 0 ? r->status : MXOP_EPROTOCOL, msg);
-    }
-
-    /*
-     * The session's call page rides second on the OpenSession reply: the
-     * client publishes its calls' deadlines there for the daemon's watchdog.
-     */
+/*
+ * Takes what a reply carried: the session's call page rides second on the
+ * OpenSession reply (the client publishes its calls' deadlines there for
+ * the daemon's watchdog), the spin lease third; the first descriptor goes to
+ * fd_out (closed when NULL).
+ */
+static void take_fds(mxop_client_t *c, const Mxop__Reply *r, int *fds, int nfds, int *fd_out)
+{
     if (r->body_case == MXOP__REPLY__BODY_OPEN_SESSION && nfds > 1 && c->call_page == NULL) {
         void *m =
             mmap(NULL, sizeof(mxop__call_page_t), PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
@@ -151,8 +127,7 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
         fds[1] = -1;
     }
     if (r->body_case == MXOP__REPLY__BODY_OPEN_SESSION && nfds > 2 && c->lease.page == NULL) {
-        /* Third, the spin lease (client/lease.c): one that does not map leaves the
-         * session without it. */
+        /* A lease (client/lease.c) that does not map leaves the session without it. */
         (void)mxop__lease_map(&c->lease, fds[2]);
         close(fds[2]);
         fds[2] = -1;
@@ -163,8 +138,39 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
     } else {
         close_fds(fds, nfds);
     }
-    *reply = r;
-    return 0;
+}
+
+/*
+ * One receive on the control connection, its failure recorded: the next
+ * frame (id 0; a WorkerEvent is handled and MXOP__CTL_EVENT returned) or
+ * the reply to `id`, handling the events that come first.
+ */
+static int receive(mxop_client_t *c, uint64_t id, int timeout_ms, Mxop__Reply **reply, int *fds,
+                   int *nfds)
+{
+    char why[MXOP__ERR_MAX];
+    *reply = NULL;
+    if (c->sess.state == MXOP__SESS_DEAD)
+        return ctl_refused(c);
+    int rc = id == 0 ? mxop__ctlchan_next(&c->ctl, timeout_ms, on_event, c, reply, fds,
+                                          MXOP__FRAME_MAX_FDS, nfds, why, sizeof why)
+                     : mxop__ctlchan_await(&c->ctl, id, timeout_ms, on_event, c, reply, fds,
+                                           MXOP__FRAME_MAX_FDS, nfds, why, sizeof why);
+    if (rc == MXOP__CTLCHAN_EVENT)
+        return MXOP__CTL_EVENT;
+    return rc < 0 ? ctl_error(c, rc, why) : 0;
+}
+
+int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *fd_out)
+{
+    int fds[MXOP__FRAME_MAX_FDS];
+    int nfds = 0;
+    if (fd_out != NULL)
+        *fd_out = -1;
+    int rc = receive(c, 0, timeout_until(end_ns), reply, fds, &nfds);
+    if (rc == 0)
+        take_fds(c, *reply, fds, nfds, fd_out);
+    return rc;
 }
 
 int mxop__ctl_request(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfds,
@@ -183,57 +189,22 @@ int mxop__ctl_send(mxop_client_t *c, Mxop__Request *req, const int *fds, int nfd
 {
     if (c->sess.state == MXOP__SESS_DEAD)
         return ctl_refused(c);
-
-    req->id = c->next_req_id++;
-    int rc = mxop__frame_send(c->ctl_fd, &c->ctl_fb, MXOP__KIND_CTL_REQUEST,
-                              (const ProtobufCMessage *)req, fds, nfds);
-    if (rc == MXOP_EDISCONNECTED) {
-        /* The daemon may have said why before it closed: read that first. */
-        Mxop__Reply *r;
-        rc = mxop__ctl_next(c, mxop__now_ns() + 1000 * 1000000LL, &r, NULL);
-        if (rc < 0)
-            return rc;
-        return ctl_kill(c, MXOP_EDISCONNECTED, "mxop-serverd closed the connection");
-    }
-    if (rc < 0)
-        return mxop__fail(c, rc, "cannot send a request to mxop-serverd");
-    return 0;
+    char why[MXOP__ERR_MAX];
+    int rc = mxop__ctlchan_send(&c->ctl, req, fds, nfds, why, sizeof why);
+    return rc < 0 ? ctl_error(c, rc, why) : 0;
 }
 
 int mxop__ctl_await(mxop_client_t *c, uint64_t id, int timeout_ms, Mxop__Reply **reply, int *fd_out)
 {
-    *reply = NULL;
+    int fds[MXOP__FRAME_MAX_FDS];
+    int nfds = 0;
+    char why[MXOP__ERR_MAX];
     if (fd_out != NULL)
         *fd_out = -1;
-    int rc;
-    int64_t end = mxop__now_ns() + (int64_t)timeout_ms * 1000000;
-    for (;;) {
-        Mxop__Reply *r;
-        int fd = -1;
-        rc = mxop__ctl_next(c, end, &r, &fd);
-        if (rc == MXOP__CTL_EVENT)
-            continue;
-        if (rc < 0)
-            return rc;
-        if (r->id != id) {
-            if (fd >= 0)
-                close(fd);
-            continue;
-        }
-        if (r->status != 0) {
-            if (fd >= 0)
-                close(fd);
-            *reply = r;
-            return mxop__fail(c, r->status < 0 ? r->status : MXOP_EPROTOCOL, "%s",
-                              r->message != NULL && r->message[0] != '\0'
-                                  ? r->message
-                                  : mxop_strerror(r->status));
-        }
-        if (fd_out != NULL)
-            *fd_out = fd;
-        else if (fd >= 0)
-            close(fd);
-        *reply = r;
-        return 0;
-    }
+    int rc = receive(c, id, timeout_ms, reply, fds, &nfds);
+    if (rc < 0)
+        return rc;
+    rc = mxop__ctlchan_status(*reply, why, sizeof why);
+    take_fds(c, *reply, fds, nfds, rc == 0 ? fd_out : NULL);
+    return rc < 0 ? mxop__fail(c, rc, "%s", why) : 0;
 }

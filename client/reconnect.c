@@ -308,9 +308,7 @@ static int reload_libraries(mxop_client_t *c)
 /* Drops everything of the session on the daemon that went away. */
 static void forget_session(mxop_client_t *c)
 {
-    if (c->ctl_fd >= 0)
-        close(c->ctl_fd);
-    c->ctl_fd = -1;
+    mxop__ctlchan_hangup(&c->ctl);
     mxop__sess_to(c, MXOP__SESS_OPENING, -1, 0, NULL);
     if (c->call_page != NULL)
         munmap(c->call_page, sizeof(mxop__call_page_t));
@@ -347,9 +345,7 @@ static int reconnect(mxop_client_t *c, int budget_ms, int full)
         rc = mxop__session_open(c, r->path, r->name);
         if (rc == 0)
             break;
-        if (c->ctl_fd >= 0)
-            close(c->ctl_fd);
-        c->ctl_fd = -1;
+        mxop__ctlchan_hangup(&c->ctl);
         mxop__sess_to(c, MXOP__SESS_OPENING, -1, 0, NULL);
         int64_t left = end - mxop__now_ns();
         if (left <= 0 || rc == MXOP_EDENIED || rc == MXOP_EVERSION || rc == MXOP_EINVAL) {
@@ -379,8 +375,7 @@ static int reconnect(mxop_client_t *c, int budget_ms, int full)
         /* Half a session is worse than none: the next call tries again. */
         char last[MXOP__ERR_MAX];
         memcpy(last, c->err, sizeof last);
-        close(c->ctl_fd);
-        c->ctl_fd = -1;
+        mxop__ctlchan_hangup(&c->ctl);
         mxop__sess_to(c, MXOP__SESS_OPENING, -1, 0, NULL);
         char msg[MXOP__ERR_MAX];
         mxop__fmt(msg, sizeof msg,

@@ -63,7 +63,7 @@
  * An attach that fails leaves the channel on SOCKET for that worker's
  * life (the socket always works); its replacement wants a mailbox again.
  *
- * The control socket itself (c->ctl_fd) is connect.c's and reconnect.c's:
+ * The control socket itself (c->ctl) is connect.c's and reconnect.c's:
  * the state says whether it may be used.  Nothing here reads the wire: the
  * files that hear the news (control.c, call.c, reconnect.c) decide, and
  * ask for the transition.

@@ -280,7 +280,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a) != 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b) != 0)
         abort();
-    c->ctl_fd = ctl[0];
+    c->ctl.fd = ctl[0];
     mxop__sess_to(c, MXOP__SESS_SERVING, a[0], 0, NULL);
     if (give_ops(c) != 0 || give_region(c) != 0)
         abort();

@@ -1,23 +1,24 @@
 /*
- * tools/mxop/cli.h - what the observability subcommands (status, ops,
- * stats, top) share: reaching the daemon (cli_conn.c) and printing
- * (cli_print.c).
+ * tools/mxop/cli.h - what the subcommands that ask the daemon (status,
+ * ops, stats, top, load, reload) share: reaching it (cli_conn.c) and
+ * printing (cli_print.c).
  */
 #ifndef MXOP_TOOLS_CLI_H
 #define MXOP_TOOLS_CLI_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "common.pb-c.h"
 #include "control.pb-c.h"
-#include "wire/frame.h"
+#include "wire/ctlchan.h"
 
 /* A control connection to mxop-serverd, after Hello. */
 typedef struct mxop__cli_conn {
-    int fd;
-    mxop__framebuf_t fb;
-    uint64_t next_id;
+    mxop__ctlchan_t ch; /* replies on the heap */
+    Mxop__Reply *last;  /* mxop__cli_ask's, until the next ask or close */
     char server_version[64];
 } mxop__cli_conn_t;
 
@@ -44,8 +45,29 @@ void mxop__cli_close(mxop__cli_conn_t *c);
  */
 int mxop__cli_request(const char *prog, mxop__cli_conn_t *c, Mxop__Request *req, Mxop__Reply **out);
 
-/* A JSON string literal of `s` (NULL: ""). */
+/*
+ * The same connection for a command that words its own errors (load,
+ * reload): connects to `socket_path` (NULL: $MXOP_SOCKET) and says Hello.
+ * Returns 0, or an MXOP_E* code with a sentence in err (MXOP_EINVAL: no or
+ * too long a path).
+ */
+int mxop__cli_open(mxop__cli_conn_t *c, const char *socket_path, int timeout_ms, char *err,
+                   size_t errlen);
+/*
+ * Sends `req` (its id is set here) and waits for its reply, skipping
+ * events; descriptors that come with the reply are closed.  *out is valid
+ * until the next request or mxop__cli_close.  Returns 0, the daemon's
+ * error code (its message in err), or a transport error.
+ */
+int mxop__cli_ask(mxop__cli_conn_t *c, Mxop__Request *req, int timeout_ms, Mxop__Reply **out,
+                  char *err, size_t errlen);
+
+/* A JSON string literal of `s` (NULL: ""); bytes past ASCII escaped as Latin-1. */
 void mxop__cli_json_str(FILE *f, const char *s);
+/* A JSON string literal of `s`, bytes past ASCII as they are (library paths, op names). */
+void mxop__json_str(FILE *f, const char *s);
+/* Prints a library's version, as text lines (indented by `indent`) or as one JSON object. */
+void mxop__print_libver(FILE *f, const Mxop__LibraryVersion *v, bool json, const char *indent);
 /* A duration in ns as "812ns", "3.2us", "1.50ms", "2.00s". */
 const char *mxop__cli_dur(uint64_t ns, char *buf, size_t len);
 /* A byte count as "512B", "4.0KiB", "1.5MiB", "2.0GiB". */

@@ -1,25 +1,39 @@
 /*
  * tools/mxop/cli_print.c - how `mxop` shows durations, sizes, strings in
- * JSON, and an op's signature (shared by `mxop ops` and `mxop status`).
+ * JSON, an op's signature (shared by `mxop ops` and `mxop status`) and a
+ * library's version (`mxop load` and `mxop reload`).
  */
 #include <inttypes.h>
 #include <string.h>
+#include <time.h>
 
+#include "common/util.h"
 #include "mxop/types.h"
 #include "tools/mxop/cli.h"
 
-void mxop__cli_json_str(FILE *f, const char *s)
+/* A JSON string literal; bytes past ASCII escaped as Latin-1 (`ascii`) or written as they are. */
+static void json_str(FILE *f, const char *s, bool ascii)
 {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)(s != NULL ? s : ""); *p; p++) {
         if (*p == '"' || *p == '\\')
             fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p >= 0x7f)
-            fprintf(f, "\\u%04x", (unsigned)*p); /* bytes past ASCII as Latin-1: always valid */
+        else if (*p < 0x20 || (ascii && *p >= 0x7f))
+            fprintf(f, "\\u%04x", (unsigned)*p); /* Latin-1 past ASCII: always valid */
         else
             fputc(*p, f);
     }
     fputc('"', f);
+}
+
+void mxop__cli_json_str(FILE *f, const char *s)
+{
+    json_str(f, s, true);
+}
+
+void mxop__json_str(FILE *f, const char *s)
+{
+    json_str(f, s, false);
 }
 
 const char *mxop__cli_dur(uint64_t ns, char *buf, size_t len)
@@ -220,4 +234,49 @@ void mxop__cli_sanitize(ProtobufCMessage *m)
             mxop__cli_sanitize(*(ProtobufCMessage **)base);
         }
     }
+}
+
+static void fmt_time(char *out, size_t n, int64_t ns)
+{
+    time_t t = (time_t)(ns / 1000000000LL);
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL || strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+        mxop__fmt(out, n, "%lld", (long long)t);
+    else
+        mxop__fmt(out + strlen(out), n - strlen(out), ".%03lldZ",
+                  (long long)(ns % 1000000000LL / 1000000));
+}
+
+void mxop__print_libver(FILE *f, const Mxop__LibraryVersion *v, bool json, const char *indent)
+{
+    const char *sha = v->sha256 != NULL && v->sha256[0] ? v->sha256 : "";
+    if (json) {
+        fprintf(f, "{\"name\": ");
+        mxop__json_str(f, v->name);
+        fprintf(f, ", \"path\": ");
+        mxop__json_str(f, v->path);
+        fprintf(f,
+                ", \"dev\": %llu, \"ino\": %llu, \"size\": %llu, \"mtime_ns\": %lld, "
+                "\"sha256\": ",
+                (unsigned long long)v->dev, (unsigned long long)v->ino, (unsigned long long)v->size,
+                (long long)v->mtime_ns);
+        mxop__json_str(f, sha);
+        fprintf(f, ", \"loaded_at_ms\": %lld}", (long long)v->loaded_at_ms);
+        return;
+    }
+    char mt[48], la[48];
+    fmt_time(mt, sizeof(mt), v->mtime_ns);
+    fmt_time(la, sizeof(la), v->loaded_at_ms * 1000000LL);
+    fprintf(f, "%slibrary: %s\n", indent, v->name != NULL ? v->name : "");
+    fprintf(f, "%spath:    %s\n", indent, v->path != NULL ? v->path : "");
+    if (sha[0] == '\0') {
+        fprintf(f, "%sversion: unknown (the daemon could not read the file)\n", indent);
+        return;
+    }
+    fprintf(f, "%sdevice:  %llu\n%sinode:   %llu\n", indent, (unsigned long long)v->dev, indent,
+            (unsigned long long)v->ino);
+    fprintf(f, "%ssize:    %llu\n", indent, (unsigned long long)v->size);
+    fprintf(f, "%smtime:   %s\n", indent, mt);
+    fprintf(f, "%ssha256:  %s\n", indent, sha);
+    fprintf(f, "%sloaded:  %s\n", indent, la);
 }

@@ -24,10 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/un.h>
-#include <unistd.h>
 
 #include "mxop/client.h"
 #include "mxop/errors.h"
@@ -52,90 +49,53 @@ static void usage(FILE *f)
                "ready (no worker could start), 2 bad arguments, 3 no daemon at the socket\n");
 }
 
-/* One request on the blocking connection fd, its reply within timeout_ms into *out. */
-static int ask(int fd, mxop__framebuf_t *fb, Mxop__Request *req, int timeout_ms, Mxop__Reply **out)
-{
-    *out = NULL;
-    int rc =
-        mxop__frame_send(fd, fb, MXOP__KIND_CTL_REQUEST, (const ProtobufCMessage *)req, NULL, 0);
-    if (rc != 0)
-        return rc;
-    for (;;) {
-        uint16_t kind;
-        uint32_t len;
-        int nfds = 0;
-        rc = mxop__frame_recv(fd, fb, &kind, &len, NULL, 0, &nfds, timeout_ms);
-        if (rc != 0)
-            return rc;
-        if (kind != MXOP__KIND_CTL_REPLY)
-            continue;
-        Mxop__Reply *r = mxop__reply__unpack(NULL, len, fb->data);
-        if (r == NULL)
-            return MXOP_EPROTOCOL;
-        if (r->id != req->id && !(r->id == 0 && r->status != 0)) {
-            mxop__reply__free_unpacked(r, NULL);
-            continue;
-        }
-        *out = r;
-        return 0;
-    }
-}
-
 /*
- * The liveness check: connect, Hello, DaemonStatus.  Returns an exit status;
- * on success *st is the status reply (the caller frees it).
+ * The liveness check: connect, Hello, DaemonStatus, each within timeout_ms
+ * and tried once.  Returns an exit status; on success *st is the status
+ * reply (the caller frees it).
  */
 static int live(const char *path, int timeout_ms, Mxop__Reply **st)
 {
     *st = NULL;
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof(sa.sun_path)) {
+    char why[1024];
+    mxop__ctlchan_t ch;
+    /* Replies on the heap: the status outlives the connection. */
+    mxop__ctlchan_init(&ch, NULL);
+    /* A full backlog (a hung loop accepts nothing) must not block connect for ever. */
+    int rc = mxop__ctlchan_connect(&ch, path, timeout_ms, why, sizeof(why));
+    if (rc == MXOP_EINVAL) {
         fprintf(stderr, "mxop health: socket path '%s' is longer than %zu bytes\n", path,
-                sizeof(sa.sun_path) - 1);
+                sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
         return MXOP_CLI_EXIT_USAGE;
     }
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        fprintf(stderr, "mxop health: socket: %s\n", strerror(errno));
+    if (rc == MXOP_EIO) {
+        fprintf(stderr, "mxop health: %s\n", why);
         return MXOP_CLI_EXIT_FAILED;
     }
-    /* A full backlog (a hung loop accepts nothing) must not block connect for ever. */
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        int e = errno;
-        close(fd);
+    if (rc != 0) {
         fprintf(stderr, "mxop health: not live: cannot reach mxop-serverd at %s: %s\n", path,
-                strerror(e));
-        return e == EAGAIN || e == EINPROGRESS ? MXOP_CLI_EXIT_FAILED : MXOP_CLI_EXIT_NO_DAEMON;
+                strerror(ch.sys_errno));
+        return rc == MXOP_ETIMEOUT ? MXOP_CLI_EXIT_FAILED : MXOP_CLI_EXIT_NO_DAEMON;
     }
-    mxop__framebuf_t fb;
-    memset(&fb, 0, sizeof(fb));
-    Mxop__Hello h = MXOP__HELLO__INIT;
-    h.min_version = 1;
-    h.max_version = 1;
-    h.client_name = "mxop health";
-    Mxop__Request req = MXOP__REQUEST__INIT;
-    req.id = 1;
-    req.body_case = MXOP__REQUEST__BODY_HELLO;
-    req.hello = &h;
     Mxop__Reply *r = NULL;
-    int rc = ask(fd, &fb, &req, timeout_ms, &r);
+    rc = mxop__ctlchan_hello(&ch, "mxop health", timeout_ms, &r, why, sizeof(why));
     if (rc == 0 && r->status == 0) {
-        mxop__reply__free_unpacked(r, NULL);
+        mxop__ctlchan_reply_free(&ch, r);
         r = NULL;
         Mxop__DaemonStatus body = MXOP__DAEMON_STATUS__INIT;
         Mxop__Request sreq = MXOP__REQUEST__INIT;
-        sreq.id = 2;
         sreq.body_case = MXOP__REQUEST__BODY_DAEMON_STATUS;
         sreq.daemon_status = &body;
-        rc = ask(fd, &fb, &sreq, timeout_ms, &r);
+        rc = mxop__ctlchan_request(&ch, &sreq, timeout_ms, NULL, NULL, &r, why, sizeof(why));
     }
-    close(fd);
-    mxop__framebuf_free(&fb);
+    int refused = ch.refused;
+    mxop__ctlchan_free(&ch);
+    if (rc != 0 && refused) {
+        /* A refusal (this uid is not allowed) says nothing of the loop: still a failure. */
+        fprintf(stderr, "mxop health: not live: mxop-serverd answered %s: %s\n", mxop_err_name(rc),
+                why);
+        return MXOP_CLI_EXIT_FAILED;
+    }
     if (rc != 0) {
         fprintf(stderr,
                 "mxop health: not live: mxop-serverd at %s did not answer within %d ms: %s\n", path,
@@ -146,7 +106,6 @@ static int live(const char *path, int timeout_ms, Mxop__Reply **st)
         fprintf(stderr, "mxop health: not live: mxop-serverd answered %s: %s\n",
                 mxop_err_name(r->status), r->message != NULL ? r->message : "");
         mxop__reply__free_unpacked(r, NULL);
-        /* A refusal (this uid is not allowed) says nothing of the loop: still a failure. */
         return MXOP_CLI_EXIT_FAILED;
     }
     *st = r;

@@ -12,8 +12,8 @@
 
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "tools/mxop/cli.h"
 #include "tools/mxop/commands.h"
-#include "tools/mxop/reload_conn.h"
 
 static void usage(FILE *f)
 {
@@ -77,9 +77,9 @@ int mxop__cmd_load(int argc, char **argv)
     }
     const char *lib = argv[optind];
 
-    mxop__rconn_t c;
+    mxop__cli_conn_t c;
     char err[1024];
-    int rc = mxop__rconn_open(&c, sock, 10000, err, sizeof(err));
+    int rc = mxop__cli_open(&c, sock, 10000, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "mxop load: %s\n", err);
         return rc == MXOP_EINVAL ? MXOP_CLI_EXIT_USAGE : MXOP_CLI_EXIT_NO_DAEMON;
@@ -89,10 +89,10 @@ int mxop__cmd_load(int argc, char **argv)
     Mxop__Request req = MXOP__REQUEST__INIT;
     req.body_case = MXOP__REQUEST__BODY_OPEN_SESSION;
     req.open_session = &os;
-    rc = mxop__rconn_request(&c, &req, 30000, &r, err, sizeof(err));
+    rc = mxop__cli_ask(&c, &req, 30000, &r, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "mxop load: cannot open a session: %s: %s\n", mxop_err_name(rc), err);
-        mxop__rconn_close(&c);
+        mxop__cli_close(&c);
         return MXOP_CLI_EXIT_FAILED;
     }
 
@@ -101,12 +101,12 @@ int mxop__cmd_load(int argc, char **argv)
     req = (Mxop__Request)MXOP__REQUEST__INIT;
     req.body_case = MXOP__REQUEST__BODY_LOAD_LIBRARY;
     req.load_library = &ll;
-    rc = mxop__rconn_request(&c, &req, 60000, &r, err, sizeof(err));
+    rc = mxop__cli_ask(&c, &req, 60000, &r, err, sizeof(err));
     if (rc != 0 || r->body_case != MXOP__REPLY__BODY_OPS) {
         fprintf(stderr, "mxop load: %s: %s: %s\n", lib,
                 rc != 0 ? mxop_err_name(rc) : "MXOP_EPROTOCOL",
                 rc != 0 ? err : "the reply carries no op list");
-        mxop__rconn_close(&c);
+        mxop__cli_close(&c);
         return MXOP_CLI_EXIT_FAILED;
     }
     /* The reply lives in the connection's arena until the next request: print it now. */
@@ -129,7 +129,7 @@ int mxop__cmd_load(int argc, char **argv)
     req = (Mxop__Request)MXOP__REQUEST__INIT;
     req.body_case = MXOP__REQUEST__BODY_SESSION_LIBRARIES;
     req.session_libraries = &sl;
-    rc = mxop__rconn_request(&c, &req, 10000, &r, err, sizeof(err));
+    rc = mxop__cli_ask(&c, &req, 10000, &r, err, sizeof(err));
     const Mxop__LibraryVersion *v = NULL;
     if (rc == 0 && r->body_case == MXOP__REPLY__BODY_SESSION_LIBRARIES)
         for (size_t i = 0; i < r->session_libraries->n_libraries; i++)
@@ -145,7 +145,7 @@ int mxop__cmd_load(int argc, char **argv)
     } else if (v != NULL) {
         mxop__print_libver(stdout, v, false, "  ");
     }
-    mxop__rconn_close(&c);
+    mxop__cli_close(&c);
     if (v == NULL) {
         fprintf(stderr, "mxop load: %s loaded, but its version could not be had: %s\n", lib,
                 rc != 0 ? err : "not in the session's library list");

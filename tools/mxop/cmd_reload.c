@@ -12,8 +12,8 @@
 
 #include "mxop/client.h"
 #include "mxop/errors.h"
+#include "tools/mxop/cli.h"
 #include "tools/mxop/commands.h"
-#include "tools/mxop/reload_conn.h"
 
 static void usage(FILE *f)
 {
@@ -67,9 +67,9 @@ int mxop__cmd_reload(int argc, char **argv)
     }
     const char *lib = argv[optind];
 
-    mxop__rconn_t c;
+    mxop__cli_conn_t c;
     char err[1024];
-    int rc = mxop__rconn_open(&c, sock, 10000, err, sizeof(err));
+    int rc = mxop__cli_open(&c, sock, 10000, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "mxop reload: %s\n", err);
         return rc == MXOP_EINVAL ? MXOP_CLI_EXIT_USAGE : MXOP_CLI_EXIT_NO_DAEMON;
@@ -80,11 +80,11 @@ int mxop__cmd_reload(int argc, char **argv)
     req.body_case = MXOP__REQUEST__BODY_RELOAD;
     req.reload = &rl;
     Mxop__Reply *r;
-    rc = mxop__rconn_request(&c, &req, (int)timeout_ms, &r, err, sizeof(err));
+    rc = mxop__cli_ask(&c, &req, (int)timeout_ms, &r, err, sizeof(err));
     if (rc != 0 || r->body_case != MXOP__REPLY__BODY_RELOAD || r->reload->version == NULL) {
         fprintf(stderr, "mxop reload: %s: %s\n", rc != 0 ? mxop_err_name(rc) : "MXOP_EPROTOCOL",
                 rc != 0 ? err : "the daemon's reply carries no ReloadReply");
-        mxop__rconn_close(&c);
+        mxop__cli_close(&c);
         return MXOP_CLI_EXIT_FAILED;
     }
     const Mxop__ReloadReply *rr = r->reload;
@@ -103,6 +103,6 @@ int mxop__cmd_reload(int argc, char **argv)
             printf("%s%llu", i ? ", " : " (", (unsigned long long)rr->session_ids[i]);
         printf("%s\n", rr->n_session_ids ? ")" : "");
     }
-    mxop__rconn_close(&c);
+    mxop__cli_close(&c);
     return MXOP_CLI_EXIT_OK;
 }
