@@ -10,7 +10,10 @@
  *   1. the null op ("noop": no tensors) through mxop vs a raw Unix-socket
  *      ping-pong between two processes;
  *   2. relu on 1 MiB and 64 MiB of f32 and gemm 1024x1024 f32 through mxop
- *      vs the same plugin function called in-process (the same .so);
+ *      vs the same plugin function called in-process (the same .so); relu
+ *      also as a framework with the shared heap on makes it: its input in
+ *      a shared-heap block, its output from mxop_shared_alloc_output (a
+ *      warm block, freed after each call);
  *   3. relu with plain heap pointers (staged through the arena) vs
  *      zero-copy shared-memory arrays; zero-copy relu whose result the
  *      caller leaves unread between calls vs in-process (what section 2's
@@ -293,7 +296,14 @@ static void bench_null(bench_t *b)
  * two is what moving the result between the worker's CPU and the
  * caller's costs, apart from the call itself.
  */
-enum { MODE_INPROC = 0, MODE_ZEROCOPY = 1, MODE_HEAP = 2, MODE_UNREAD = 3, N_MODES = 4 };
+enum {
+    MODE_INPROC = 0,
+    MODE_ZEROCOPY = 1,
+    MODE_HEAP = 2,
+    MODE_UNREAD = 3,
+    MODE_SHARED = 4, /* input in a shared-heap block, output from mxop_shared_alloc_output */
+    N_MODES = 5
+};
 
 typedef struct relu_case {
     size_t n;
@@ -303,6 +313,7 @@ typedef struct relu_case {
     mxop_array_t ax[2], ay; /* zero-copy arrays in the client's arena */
     mxop_array_t ay_unread; /* MODE_UNREAD's output, never read between calls */
     mxop_array_t hx[2], hy; /* heap arrays (region 0) */
+    float *sx[2];           /* MODE_SHARED's inputs, in shared-heap blocks */
 } relu_case_t;
 
 static void relu_check(const float *got, const float *want, size_t n, const char *what)
@@ -332,6 +343,25 @@ static void relu_call(bench_t *b, relu_case_t *rcase, int mode, int k, mxb_sampl
             die("in-process relu: %s: %s", mxop_err_name(rc), mxb_inproc_error(b->relu_lib));
         got = rcase->y_inproc;
         what = "in-process relu";
+    } else if (mode == MODE_SHARED) {
+        /* As a framework's binding does it: a fresh output from the session's warm blocks. */
+        size_t bytes = rcase->n * sizeof(float);
+        t0 = mxb_now_ns();
+        float *y = mxop_shared_alloc_output(b->c, bytes);
+        if (y == NULL)
+            die("mxop_shared_alloc_output: %s", strerror(errno));
+        mxop_array_t in = heap_array(rcase->sx[k], 1, rcase->shape, bytes);
+        mxop_array_t out = heap_array(y, 1, rcase->shape, bytes);
+        rc = mxop_forward(b->c, b->relu, NULL, &in, 1, &out, 1);
+        t1 = mxb_now_ns();
+        check(b->c, rc, "relu forward (shared heap)");
+        if (read)
+            relu_check(y, rcase->ref[k], rcase->n, "relu through mxop (shared heap)");
+        if (mxop_shared_free(y) != 0)
+            die("mxop_shared_free refused its own block");
+        if (s != NULL)
+            mxb_samples_add(s, t1 - t0);
+        return;
     } else {
         const mxop_array_t *in = mode == MODE_HEAP ? &rcase->hx[k] : &rcase->ax[k];
         mxop_array_t *out = mode == MODE_ZEROCOPY ? &rcase->ay
@@ -372,6 +402,10 @@ static void bench_relu(bench_t *b, size_t bytes, const char *label, int rounds, 
         alloc_array(b->c, 1, rcase.shape, &rcase.ax[k]);
         memcpy(rcase.ax[k].data, rcase.x[k], bytes);
         rcase.hx[k] = heap_array(rcase.x[k], 1, rcase.shape, bytes);
+        rcase.sx[k] = mxop_shared_alloc(bytes);
+        if (rcase.sx[k] == NULL)
+            die("mxop_shared_alloc(%zu): %s", bytes, strerror(errno));
+        memcpy(rcase.sx[k], rcase.x[k], bytes);
     }
     alloc_array(b->c, 1, rcase.shape, &rcase.ay);
     memset(rcase.ay.data, 0, bytes);
@@ -409,11 +443,16 @@ static void bench_relu(bench_t *b, size_t bytes, const char *label, int rounds, 
     row = mxb_report_add("3", name, &s[MODE_UNREAD], "in-process, same .so", &s[MODE_INPROC]);
     mxb_row_note(row, "the call without moving its result to the caller's CPU; the row above "
                       "with a target reads each result, as an engine does");
+    snprintf(name, sizeof(name), "relu f32 %s, shared heap (warm output)", label);
+    row = mxb_report_add("2", name, &s[MODE_SHARED], "in-process, same .so", &s[MODE_INPROC]);
+    mxb_row_note(row, "input in a shared-heap block, output from mxop_shared_alloc_output (timed "
+                      "with the call) and freed after it, as the framework hooks do");
 
     for (int m = 0; m < N_MODES; m++)
         mxb_samples_free(&s[m]);
     for (int k = 0; k < 2; k++) {
         mxop_array_free(b->c, &rcase.ax[k]);
+        (void)mxop_shared_free(rcase.sx[k]);
         free(rcase.x[k]);
         free(rcase.ref[k]);
     }

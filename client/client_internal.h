@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "client/lease.h"
+#include "client/shared_heap.h"
 #include "mxop/client.h"
 #include "proto/frame.h"
 #include "shm/mailbox.h"
@@ -63,9 +64,10 @@ struct mxop__reconn;
 
 /* What a region of the table is for; only user regions may be released. */
 enum mxop__region_kind {
-    MXOP__REGION_USER = 0,  /* mxop_region_create / mxop_region_register_fd */
-    MXOP__REGION_ARENA = 1, /* a chunk of the array arena */
-    MXOP__REGION_STAGE = 2, /* the staging area of heap arrays */
+    MXOP__REGION_USER = 0,   /* mxop_region_create / mxop_region_register_fd */
+    MXOP__REGION_ARENA = 1,  /* a chunk of the array arena */
+    MXOP__REGION_STAGE = 2,  /* the staging area of heap arrays */
+    MXOP__REGION_SHARED = 3, /* a shared-heap block (shared_heap.c owns its fd and mapping) */
 };
 
 typedef struct mxop__region {
@@ -141,6 +143,9 @@ typedef struct mxop__callbufs {
     uint64_t out_stage[MXOP_MAX_TENSORS];
     uint64_t in_span[MXOP_MAX_TENSORS];
     uint64_t out_span[MXOP_MAX_TENSORS];
+    /* The call's arrays with those in shared-heap blocks described by region (invoke.c). */
+    mxop_array_t in_ref[MXOP_MAX_TENSORS];
+    mxop_array_t out_ref[MXOP_MAX_TENSORS];
 } mxop__callbufs_t;
 
 struct mxop_client {
@@ -362,6 +367,16 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
 
 /** Unregisters a region with the daemon and drops it from the table. */
 int mxop__region_drop(mxop_client_t *c, uint32_t id);
+
+/** Drops a region from the table without telling the daemon (it could not be told). */
+void mxop__region_forget(mxop_client_t *c, uint32_t id);
+
+/**
+ * Registers a shared-heap block (shared_heap.c): `fd` and the mapping
+ * `base` of `size` bytes stay the heap's (borrowed until the region is
+ * dropped or the client closed).  *id gets the region.
+ */
+int mxop__region_add_block(mxop_client_t *c, int fd, void *base, size_t size, uint32_t *id);
 
 /** Makes room for one more region entry.  Returns 0 or MXOP_ENOMEM (reason in c->err). */
 int mxop__region_reserve(mxop_client_t *c);

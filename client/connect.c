@@ -464,6 +464,7 @@ void mxop_close(mxop_client_t *c)
 {
     if (c == NULL)
         return;
+    mxop__shared_forget(c); /* the heap forgets the blocks it registered with this session */
     /* Closing the control socket is what ends the session: the daemon
      * kills the worker and drops the regions when it sees the EOF. */
     if (!c->ctl_dead)

@@ -408,6 +408,40 @@ static int set_dynamic_shapes(mxop_client_t *c, const mxop_op_t *op, const Mxop_
     return 0;
 }
 
+/*
+ * Heap arrays whose bytes lie in a shared-heap block go by reference: the
+ * block is registered with the session (once) and the array described as
+ * (its region, offset).  *copy gets the arrays, with those changed, when
+ * any is (the caller's stay as they are); else it stays `a`.
+ */
+static int by_reference(mxop_client_t *c, const mxop_array_t *a, int n, mxop_array_t *buf,
+                        const mxop_array_t **copy)
+{
+    char why[64];
+    for (int i = 0; i < n; i++) {
+        uint64_t span, elems, off;
+        uint32_t region;
+        if (a[i].region != MXOP_REGION_HEAP || a[i].data == NULL ||
+            mxop__desc_span(a[i].dtype, a[i].ndim, a[i].shape, NULL, &span, &elems, why,
+                            sizeof why) < 0 ||
+            span == 0)
+            continue; /* a bad array is named by check_array */
+        int rc = mxop__shared_resolve(c, a[i].data, span, &region, &off);
+        if (rc <= 0) {
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        if (*copy == a) {
+            memcpy(buf, a, (size_t)n * sizeof *a);
+            *copy = buf;
+        }
+        buf[i].region = region;
+        buf[i].offset = off;
+    }
+    return 0;
+}
+
 static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
                       const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
 {
@@ -443,6 +477,19 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     rc = set_attrs(c, o.attrs, &nattrs);
     if (rc < 0)
         return rc;
+
+    /* Shared-heap blocks freed while registered are released here, between calls. */
+    mxop__shared_revoke(c);
+    mxop_array_t *out_user = out;
+    if (mxop__shared_any()) {
+        const mxop_array_t *out_c = out;
+        rc = by_reference(c, in, n_in, b->in_ref, &in);
+        if (rc == 0)
+            rc = by_reference(c, out, n_out, b->out_ref, &out_c);
+        if (rc < 0)
+            return rc;
+        out = (mxop_array_t *)out_c; /* b->out_ref, or the caller's own */
+    }
 
     /*
      * Check every array and choose its path: heap arrays and non-contiguous
@@ -573,6 +620,11 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
         rc = set_dynamic_shapes(c, op, r, out, n_out);
         if (rc < 0)
             return rc;
+        for (int i = 0; out != out_user && i < n_out; i++) {
+            out_user[i].ndim = out[i].ndim;
+            memcpy(out_user[i].shape, out[i].shape, sizeof out[i].shape);
+            out_user[i].nbytes = out[i].nbytes;
+        }
     }
     if (heap) {
         for (int i = 0; i < n_out; i++) {

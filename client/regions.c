@@ -157,7 +157,7 @@ static void entry_free(mxop__region_t *e)
         mxop__region_unmap(e->cmap, e->size);
     if (e->owned)
         mxop__region_unmap(e->base, e->size);
-    if (e->fd >= 0)
+    if (e->fd >= 0 && e->kind != MXOP__REGION_SHARED)
         close(e->fd);
 }
 
@@ -233,6 +233,57 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
     memmove(&c->regions[i], &c->regions[i + 1], (c->nregions - i - 1) * sizeof *e);
     c->nregions--;
     pthread_mutex_unlock(&c->regions_lock);
+    return 0;
+}
+
+/* Takes entry e out of the table (c->lock held). */
+static void entry_remove(mxop_client_t *c, mxop__region_t *e)
+{
+    pthread_mutex_lock(&c->regions_lock);
+    entry_free(e);
+    size_t i = (size_t)(e - c->regions);
+    memmove(&c->regions[i], &c->regions[i + 1], (c->nregions - i - 1) * sizeof *e);
+    c->nregions--;
+    pthread_mutex_unlock(&c->regions_lock);
+}
+
+void mxop__region_forget(mxop_client_t *c, uint32_t id)
+{
+    mxop__region_t *e = mxop__region_find(c, id);
+    if (e == NULL)
+        return;
+    if (c->region_dropped_fn != NULL)
+        c->region_dropped_fn(c, id);
+    entry_remove(c, e);
+}
+
+int mxop__region_add_block(mxop_client_t *c, int fd, void *base, size_t size, uint32_t *id)
+{
+    int rc = table_reserve(c);
+    if (rc < 0)
+        return rc;
+    uint32_t wire;
+    rc = register_fd(c, fd, size, 0, 0, &wire);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&c->regions_lock);
+    mxop__region_t *e = &c->regions[c->nregions];
+    memset(e, 0, sizeof(*e));
+    e->id = public_id(c, wire);
+    e->wire = wire;
+    /* Borrowed: kept for a registration again after a reconnection, never closed here. */
+    e->fd = fd;
+    e->base = base;
+    e->size = size;
+    e->owned = 0;
+    e->kind = MXOP__REGION_SHARED;
+    e->device = -1;
+    /* Scratch mode copies outputs into place through the heap's mapping, writable whatever
+     * the daemon seals. */
+    e->cmap = base;
+    c->nregions++;
+    pthread_mutex_unlock(&c->regions_lock);
+    *id = e->id;
     return 0;
 }
 
@@ -415,6 +466,9 @@ int mxop_region_release(mxop_client_t *c, uint32_t region)
     mxop__region_t *e = mxop__region_find(c, region);
     if (e == NULL)
         rc = mxop__fail(c, MXOP_EUNKNOWN_REGION, "no region %u in this session", region);
+    else if (e->kind == MXOP__REGION_SHARED)
+        rc = mxop__fail(c, MXOP_EINVAL,
+                        "region %u is a shared-heap block; mxop_shared_free releases it", region);
     else if (e->kind != MXOP__REGION_USER)
         rc = mxop__fail(c, MXOP_EINVAL,
                         "region %u belongs to the client's array arena; free its arrays instead",

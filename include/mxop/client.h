@@ -375,6 +375,66 @@ int mxop_region_register_cuda_ipc(mxop_client_t *c, const void *handle, size_t h
 int mxop_array_view(mxop_client_t *c, uint32_t region, uint64_t offset, int32_t dtype, int32_t ndim,
                     const int64_t *shape, mxop_array_t *out);
 
+/*
+ * The shared heap: memory for a framework's allocator (PyTorch's CPU
+ * allocator, NumPy's data handler) in mxop shared memory, so that the
+ * tensors an engine already has go to calls by reference.  An array with
+ * region MXOP_REGION_HEAP whose bytes lie in one live block is not staged:
+ * the block is registered with the session at its first call there (one
+ * region per block and session) and the worker reads and writes it in
+ * place.  A worker sees only the blocks its session's calls passed; a
+ * freed block that a worker has seen is never handed to
+ * mxop_shared_alloc again (docs/security.md, "The shared heap").
+ * A forked child keeps its blocks as private copies (its stores never
+ * reach the parent), and its new blocks are its own.
+ */
+
+/**
+ * Memory for a framework's allocator in mxop shared memory: one memfd
+ * block per allocation (rounded to a size class), cached when freed.
+ * Process-wide, thread-safe, usable before any connection.  NULL with
+ * errno set when no block can be made (EINVAL for 0 bytes, EMFILE, ENOMEM:
+ * callers fall back to malloc).  Page-aligned; free with mxop_shared_free.
+ */
+void *mxop_shared_alloc(size_t bytes);
+
+/**
+ * Frees a block of mxop_shared_alloc / mxop_shared_alloc_output; p NULL is
+ * a no-op.  Returns 0, or MXOP_EINVAL for a pointer that is no block start
+ * (nothing freed).  Any thread; it never waits for the daemon.
+ */
+int mxop_shared_free(void *p);
+
+/** 1 when [p, p+n) lies inside one live block, else 0. */
+int mxop_shared_contains(const void *p, size_t n);
+
+/**
+ * An output's memory for a call of session c: prefers a freed block that
+ * is still registered with c alone (warm: its pages faulted in here and in
+ * the worker, no registration), else as mxop_shared_alloc.
+ */
+void *mxop_shared_alloc_output(mxop_client_t *c, size_t bytes);
+
+/**
+ * Smallest allocation the hooks should send here (bytes; default 64 KiB,
+ * env MXOP_ALLOCATOR_MIN_KB); smaller ones stay on the ordinary heap,
+ * where staging them costs less than a region.
+ */
+size_t mxop_shared_min_bytes(void);
+
+/** The shared heap's counters (process-wide). */
+typedef struct mxop_shared_stats {
+    uint64_t blocks_live, bytes_live; /* handed out now */
+    uint64_t blocks_cached,
+        bytes_cached;       /* freed and kept for reuse (cap: MXOP_ALLOCATOR_CACHE_MB) */
+    uint64_t registrations; /* blocks registered with a session, ever */
+    uint64_t revocations;   /* registrations of freed blocks released, ever */
+    uint64_t reused_warm;   /* mxop_shared_alloc_output answered by a warm block */
+} mxop_shared_stats_t;
+
+/** Fills *st (st NULL: nothing). */
+void mxop_shared_stats(mxop_shared_stats_t *st);
+
 /* ------------------------------------------------------------------------
  * Calls
  * ------------------------------------------------------------------------ */
