@@ -383,12 +383,12 @@ $(NPALLOC): python/mxop/_npalloc.c include/mxop/client.h include/mxop/types.h \
 	    -I"$$($(PYTHON) -c 'import numpy; print(numpy.get_include())')" \
 	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
 
-$(TORCHALLOC): python/mxop/_torchalloc.cpp $(PYEXT_DEP) | $(DEPS_OK)
+$(TORCHALLOC): python/mxop/_torchalloc.cpp include/mxop/client.h $(PYEXT_DEP) | $(DEPS_OK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)flags=$$($(PYTHON) -c '$(TORCH_FLAGS_PY)' 2>/dev/null) || \
 	    { echo "mxop: $(PYTHON) has no torch: no torch allocator"; exit 0; }; \
-	$(CXX) -std=c++20 -O2 -D_GNU_SOURCE $$flags -Wall -Wextra -Werror -shared -fPIC \
+	$(CXX) -std=c++20 -O2 -D_GNU_SOURCE -Iinclude $$flags -Wall -Wextra -Werror -shared -fPIC \
 	    $< -o $@ -lc10
 
 # The bench's in-process C++ custom op (bench/torch/relu_op.cpp), the

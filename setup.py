@@ -118,8 +118,8 @@ class BuildExt(build_ext):
                     "-o", os.path.join(pkg, "_torchops.so")] + ["-L" + d for d in libs] + [
                     "-Wl,-rpath,$ORIGIN/../torch/lib", "-ltorch", "-ltorch_cpu", "-lc10"]
             _compile(argv, "mxop/_torchops.so (against torch in %s)" % libs[0])
-            argv = [cxx, "-std=c++17", "-O2", "-D_GNU_SOURCE", "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi
-                    ] + ["-isystem" + d for d in inc] + [
+            argv = [cxx, "-std=c++17", "-O2", "-D_GNU_SOURCE", "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi,
+                    "-Iinclude"] + ["-isystem" + d for d in inc] + [
                     "-shared", "-fPIC", "python/mxop/_torchalloc.cpp",
                     "-o", os.path.join(pkg, "_torchalloc.so")] + ["-L" + d for d in libs] + [
                     "-Wl,-rpath,$ORIGIN/../torch/lib", "-lc10"]

@@ -36,13 +36,14 @@
 
 #include "mxop/client.h"
 
-typedef void *(*shared_alloc_fn)(size_t);
-typedef int (*shared_free_fn)(void *);
-typedef int (*shared_contains_fn)(const void *, size_t);
-typedef size_t (*min_bytes_fn)(void);
-typedef void *(*alloc_output_fn)(mxop_client_t *, size_t);
-typedef int (*array_alloc_fn)(mxop_client_t *, int32_t, int32_t, const int64_t *, mxop_array_t *);
-typedef void (*array_free_fn)(mxop_client_t *, mxop_array_t *);
+/* libmxop's functions, called through the addresses handed to init(). */
+typedef __typeof__(&mxop_shared_alloc) shared_alloc_fn;
+typedef __typeof__(&mxop_shared_free) shared_free_fn;
+typedef __typeof__(&mxop_shared_contains) shared_contains_fn;
+typedef __typeof__(&mxop_shared_min_bytes) min_bytes_fn;
+typedef __typeof__(&mxop_shared_alloc_output) alloc_output_fn;
+typedef __typeof__(&mxop_array_alloc) array_alloc_fn;
+typedef __typeof__(&mxop_array_free) array_free_fn;
 
 static shared_alloc_fn fn_alloc;
 static shared_free_fn fn_free;

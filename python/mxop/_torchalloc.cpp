@@ -29,12 +29,14 @@
 #include <cstdint>
 #include <mutex>
 
+#include "mxop/client.h"
+
 namespace
 {
 
-using shared_alloc_fn = void *(*)(size_t);
-using shared_free_fn = int (*)(void *);
-using min_bytes_fn = size_t (*)(void);
+using shared_alloc_fn = decltype(&mxop_shared_alloc);
+using shared_free_fn = decltype(&mxop_shared_free);
+using min_bytes_fn = decltype(&mxop_shared_min_bytes);
 
 shared_alloc_fn fn_alloc;
 shared_free_fn fn_free;

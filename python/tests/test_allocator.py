@@ -222,3 +222,39 @@ def test_forked_child_uses_old_and_new_tensors_copy_on_write(daemon, tmp_path):
               torch.equal(relu(x), torch.relu(keep)))
     """)
     assert out.split() == ["0", "True", "True"]
+
+
+def test_hostile_op_finds_no_secret_outside_what_its_session_was_given(ops):
+    ops.load("hostile_scan.so")
+    scan = ops.op("scan")
+    secret = os.urandom(32)
+    hexed = secret.hex()
+    pattern = torch.frombuffer(bytearray(secret), dtype=torch.uint8)
+
+    def plant(t):
+        b = t.view(torch.uint8)
+        for off in (0, 3 * 4096 + 8, b.numel() - 4096):
+            b[off:off + 32] = pattern
+
+    def count(x):
+        return scan(x.numpy(), secret=hexed)[0]
+
+    al.enable()
+    probe = torch.zeros(BIG)
+    # A torch tensor never passed to the session.
+    hidden = torch.zeros(BIG)
+    plant(hidden)
+    assert shared(hidden)
+    # A block the session saw, freed: the framework's next tensor of that
+    # size must not be it.
+    seen = torch.ones(BIG)
+    assert count(seen) == 0
+    del seen
+    reused = torch.zeros(BIG)
+    plant(reused)
+    assert count(probe) == 0
+    # The same scan finds the secret in a tensor the session was given.
+    given = torch.zeros(BIG)
+    plant(given)
+    assert count(given) >= 3
+    del hidden, reused
