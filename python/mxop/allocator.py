@@ -37,9 +37,10 @@ import importlib.util
 import os
 import sys
 import threading
+import warnings
 
 from . import _lib
-from .errors import NotSupported
+from .errors import MxopError, NotSupported
 
 __all__ = ["enable", "disable", "enabled", "stats"]
 
@@ -252,6 +253,11 @@ def contains(ptr, nbytes=1):
 
 def _from_environment():
     """MXOP_ALLOCATOR=1 at `import mxop`: enable(), which imports torch when
-    it is installed (its start-up cost, paid once)."""
+    it is installed (its start-up cost, paid once).  A failure is a warning:
+    the import itself must not fail over an optimisation."""
     if os.environ.get("MXOP_ALLOCATOR", "") not in ("", "0"):
-        enable()
+        try:
+            enable()
+        except (MxopError, OSError, ImportError) as e:
+            warnings.warn("mxop: MXOP_ALLOCATOR=1 but the allocator stays off: %s" % e,
+                          RuntimeWarning, stacklevel=3)
