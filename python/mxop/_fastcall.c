@@ -81,10 +81,11 @@ static void block_dealloc(PyObject *self)
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyObject *h = PyObject_GetAttr(c, s_h);
+        int open = h != NULL && PyObject_IsTrue(h) == 1;
         /* A shared-heap block (mxop.allocator's outputs) needs no session. */
         int heap = b->a.region == MXOP_REGION_HEAP;
-        if (h != NULL && (heap || PyObject_IsTrue(h) == 1)) {
-            void *hp = PyObject_IsTrue(h) == 1 ? PyLong_AsVoidPtr(h) : NULL;
+        if (open || heap) {
+            void *hp = open ? PyLong_AsVoidPtr(h) : NULL;
             /* Without the GIL, as ctypes calls: libmxop may wait for the
              * client's lock while another thread's call holds it. */
             if (hp != NULL || heap) {

@@ -178,8 +178,8 @@ void free_block(const std::shared_ptr<Client> &c, mxop_array_t *a)
     }
     /* Outside the lock: libmxop may wait for the client's own lock, held by
      * another thread's call.  The session stays open meanwhile, since this
-     * block still counts in c->live. */
-    /* A shared-heap block (mxop.allocator's outputs) needs no session. */
+     * block still counts in c->live.  A shared-heap block (mxop.allocator's
+     * outputs) needs no session. */
     if (h != nullptr || a->region == MXOP_REGION_HEAP)
         fn_free(h, a);
     unreserve(c, 1);
