@@ -196,7 +196,7 @@ def test_environment_variable_turns_it_on_at_import(daemon, tmp_path):
 
 def test_forked_child_uses_old_and_new_tensors_copy_on_write(daemon, tmp_path):
     out = run_script(daemon, tmp_path, """
-        import os, torch, mxop, mxop.torch as mt
+        import os, numpy as np, torch, mxop, mxop.torch as mt
         import mxop.allocator as al
         torch.set_num_threads(1)  # OpenMP's pool does not survive fork (a hang in the child)
         c = mxop.connect(os.environ["MXOP_SOCKET"])
@@ -215,7 +215,14 @@ def test_forked_child_uses_old_and_new_tensors_copy_on_write(daemon, tmp_path):
             ok = ok and al.contains(z.data_ptr(), z.nbytes)
             ok = ok and torch.equal(torch.ops.mxop.relu(z), torch.relu(z))
             ok = ok and torch.equal(relu(x), torch.zeros_like(x))
-            del z
+            al.enable()  # on again in the child: a no-op
+            a = np.full(1 << 16, -1.0, np.float32)
+            ok = ok and al.enabled() and al.contains(a.ctypes.data, a.nbytes)
+            c2 = mxop.connect(os.environ["MXOP_SOCKET"])  # the child's own session
+            c2.load("relu.so")
+            ok = ok and not c2.op("relu")(a).any()
+            c2.close()
+            del z, a
             os._exit(0 if ok else 3)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status), torch.equal(x, keep),
