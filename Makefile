@@ -576,7 +576,7 @@ INSTALL_ENV = DESTDIR='$(DESTDIR)' PREFIX='$(PREFIX)' BINDIR='$(BINDIR)' LIBDIR=
               B='$(B)' VERSION='$(VERSION)' PYTHONDIR='$(PYTHONDIR)'
 
 install: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS) \
-         $(FASTCALL) $(TORCHOPS)
+         $(FASTCALL) $(TORCHOPS) $(NPALLOC) $(TORCHALLOC)
 	$(Q)$(INSTALL_ENV) sh scripts/install.sh install
 
 uninstall:
