@@ -255,6 +255,9 @@ struct mxop_client {
     /* Reconnection to the same socket path when the daemon goes away (reconnect.c). */
     struct mxop__reconn *rcn;
     int reconnecting; /* set while reconnect.c restores the session */
+
+    /* The shared heap's name for this client (shared_heap.c, under its lock), 0: none yet. */
+    uint64_t heap_id;
 };
 
 /* ---- errors (error.c) ---- */

@@ -412,10 +412,11 @@ static int set_dynamic_shapes(mxop_client_t *c, const mxop_op_t *op, const Mxop_
  * Heap arrays whose bytes lie in a shared-heap block go by reference: the
  * block is registered with the session (once) and the array described as
  * (its region, offset).  *copy gets the arrays, with those changed, when
- * any is (the caller's stay as they are); else it stays `a`.
+ * any is (the caller's stay as they are); else it stays `a`.  Bit i of
+ * `writes`: the call writes array i.
  */
-static int by_reference(mxop_client_t *c, const mxop_array_t *a, int n, mxop_array_t *buf,
-                        const mxop_array_t **copy)
+static int by_reference(mxop_client_t *c, const mxop_array_t *a, int n, uint64_t writes,
+                        mxop_array_t *buf, const mxop_array_t **copy)
 {
     char why[64];
     for (int i = 0; i < n; i++) {
@@ -426,7 +427,8 @@ static int by_reference(mxop_client_t *c, const mxop_array_t *a, int n, mxop_arr
                             sizeof why) < 0 ||
             span == 0)
             continue; /* a bad array is named by check_array */
-        int rc = mxop__shared_resolve(c, a[i].data, span, &region, &off);
+        int write = i < 64 && ((writes >> i) & 1u);
+        int rc = mxop__shared_resolve(c, a[i].data, span, write, &region, &off);
         if (rc <= 0) {
             if (rc < 0)
                 return rc;
@@ -483,9 +485,13 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     mxop_array_t *out_user = out;
     if (mxop__shared_any()) {
         const mxop_array_t *out_c = out;
-        rc = by_reference(c, in, n_in, b->in_ref, &in);
+        uint64_t out_writes = 0;
+        for (int i = 0; i < n_out && i < 64; i++)
+            if (out[i].req != MXOP_REQ_NULL)
+                out_writes |= (uint64_t)1 << i;
+        rc = by_reference(c, in, n_in, backward ? 0 : op->mutated_inputs, b->in_ref, &in);
         if (rc == 0)
-            rc = by_reference(c, out, n_out, b->out_ref, &out_c);
+            rc = by_reference(c, out, n_out, out_writes, b->out_ref, &out_c);
         if (rc < 0)
             return rc;
         out = (mxop_array_t *)out_c; /* b->out_ref, or the caller's own */

@@ -18,6 +18,24 @@ mxop__region_t *mxop__region_find(mxop_client_t *c, uint32_t id)
 {
     if (id == MXOP_REGION_HEAP)
         return NULL;
+    /*
+     * A session with the shared heap on holds a region per block passed: a
+     * binary search first.  Ids mostly grow in the order regions are added,
+     * but not always (after a reconnection), so a miss is looked for in
+     * the whole table.
+     */
+    if (c->nregions > 8) {
+        size_t lo = 0, hi = c->nregions;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (c->regions[mid].id == id)
+                return &c->regions[mid];
+            if (c->regions[mid].id < id)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+    }
     for (size_t i = 0; i < c->nregions; i++)
         if (c->regions[i].id == id)
             return &c->regions[i];

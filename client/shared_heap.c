@@ -48,6 +48,9 @@
 #ifndef MFD_ALLOW_SEALING
 #define MFD_ALLOW_SEALING 0x0002U
 #endif
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
 
 #define PAGE ((size_t)4096)
 #define DEFAULT_MIN_BYTES ((size_t)64 << 10)
@@ -72,6 +75,10 @@ typedef struct block {
     int fd;      /* -1 in a forked child: the mapping is a private copy there, never shared */
     int state;   /* enum block_state */
     int tainted; /* registered with a session once: never CLEAN again */
+    /* The one client it was ever registered with (its heap_id), or 0; `crossed`: more than one. */
+    uint64_t only;
+    int crossed;
+    int sealed; /* seen sealed against writable mappings (by a scratch-mode session) */
     uint64_t serial;
     expo_t *ex;
     size_t nex, capex;
@@ -85,6 +92,7 @@ static struct {
     block_t **cache; /* CLEAN and WARM blocks, oldest first */
     size_t ncache, capcache;
     uint64_t serial;
+    uint64_t clients; /* heap_id of the last client that got one */
     uint64_t blocks_live, bytes_live, bytes_cached;
     uint64_t registrations, revocations, reused_warm;
 } H = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -555,13 +563,34 @@ static size_t doom_warm(const mxop_client_t *c)
     return n;
 }
 
-int mxop__shared_resolve(mxop_client_t *c, const void *p, uint64_t n, uint32_t *region,
+/*
+ * Whether the call of c may write b in place (H.lock held).  A session in
+ * scratch mode has the daemon seal the memfds it holds against new
+ * writable mappings, for good; a zero-copy session's worker then cannot
+ * map the block writable (and its call would fail), so such a block is
+ * staged when written.  Only a block another session held can be sealed
+ * under a session not in scratch mode (scratch mode is for good too): the
+ * seals are read for those only.
+ */
+static int writable_for(block_t *b, const mxop_client_t *c)
+{
+    if (c->confined || (!b->crossed && (b->only == 0 || b->only == c->heap_id)))
+        return 1;
+    if (!b->sealed) {
+        int seals = fcntl(b->fd, F_GET_SEALS);
+        b->sealed = seals > 0 && (seals & (F_SEAL_FUTURE_WRITE | F_SEAL_WRITE)) != 0;
+    }
+    return !b->sealed;
+}
+
+int mxop__shared_resolve(mxop_client_t *c, const void *p, uint64_t n, int write, uint32_t *region,
                          uint64_t *offset)
 {
     pthread_mutex_lock(&H.lock);
     block_t *b = tab_find(p);
     uint64_t off = b != NULL ? (uint64_t)((const uint8_t *)p - b->base) : 0;
-    if (b == NULL || b->state != BLOCK_LIVE || b->fd < 0 || n > b->size - off) {
+    if (b == NULL || b->state != BLOCK_LIVE || b->fd < 0 || n > b->size - off ||
+        (write && !writable_for(b, c))) {
         pthread_mutex_unlock(&H.lock);
         return 0;
     }
@@ -612,6 +641,12 @@ int mxop__shared_resolve(mxop_client_t *c, const void *p, uint64_t n, uint32_t *
     }
     b->ex[b->nex++] = (expo_t){.c = c, .region = id};
     b->tainted = 1;
+    if (c->heap_id == 0)
+        c->heap_id = ++H.clients;
+    if (b->only == 0)
+        b->only = c->heap_id;
+    else if (b->only != c->heap_id)
+        b->crossed = 1;
     H.registrations++;
     pthread_mutex_unlock(&H.lock);
     *region = id;

@@ -19,10 +19,12 @@ int mxop__shared_any(void);
  * For a call of c (c->lock held): when [p, p + n) lies in a live block,
  * registers the block with c's session unless it is already (a control
  * round trip, once per block and session) and gives the block's region
- * and p's offset in it.  Returns 1 (resolved), 0 (not in a block: the
- * array is staged as before), or an error with c->err set.
+ * and p's offset in it.  `write`: the call writes the array (an output, a
+ * mutated input).  Returns 1 (resolved), 0 (staged as before: not in a
+ * block, or a block this call cannot use in place), or an error with
+ * c->err set.
  */
-int mxop__shared_resolve(mxop_client_t *c, const void *p, uint64_t n, uint32_t *region,
+int mxop__shared_resolve(mxop_client_t *c, const void *p, uint64_t n, int write, uint32_t *region,
                          uint64_t *offset);
 
 /**

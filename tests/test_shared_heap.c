@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +127,46 @@ Test(shheap, alloc_free_reuse_contains)
     cr_assert_eq(st.blocks_cached, 0);
     cr_assert_eq(mxop_shared_free(q), 0);
     cr_assert_eq(mxop_shared_free(NULL), 0);
+}
+
+/* Allocations and frees from several threads at once: every block its own, every free taken. */
+static void *alloc_free_loop(void *arg)
+{
+    uintptr_t who = (uintptr_t)arg;
+    for (int round = 0; round < 200; round++) {
+        uint8_t *p[8];
+        for (int i = 0; i < 8; i++) {
+            size_t n = (size_t)(i + 1) * 70000;
+            p[i] = mxop_shared_alloc(n);
+            if (p[i] == NULL)
+                return (void *)"mxop_shared_alloc gave NULL";
+            memset(p[i], (int)(who * 8 + (uintptr_t)i), n);
+        }
+        for (int i = 0; i < 8; i++) {
+            size_t n = (size_t)(i + 1) * 70000;
+            if (p[i][0] != (uint8_t)(who * 8 + (uintptr_t)i) ||
+                p[i][n - 1] != (uint8_t)(who * 8 + (uintptr_t)i))
+                return (void *)"a block was written by another thread";
+            if (!mxop_shared_contains(p[i], n) || mxop_shared_free(p[i]) != 0)
+                return (void *)"a live block was not found";
+        }
+    }
+    return NULL;
+}
+
+Test(shheap, threads_alloc_and_free_at_once)
+{
+    pthread_t th[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, alloc_free_loop, (void *)i), 0);
+    for (int i = 0; i < 4; i++) {
+        void *why;
+        pthread_join(th[i], &why);
+        cr_assert_null(why, "thread %d: %s", i, (const char *)why);
+    }
+    mxop_shared_stats_t st = heap_stats();
+    cr_assert_eq(st.blocks_live, 0);
+    cr_assert_eq(st.bytes_live, 0);
 }
 
 Test(shheap, min_bytes_default)
@@ -606,4 +647,104 @@ Test(shheap_call, more_blocks_than_the_session_may_register_are_staged, .init = 
     mxop_close(c);
     for (int i = 0; i < 12; i++)
         cr_assert_eq(mxop_shared_free(x[i]), 0);
+}
+
+/* A client with a pool: calls on a sibling session register the blocks with the sibling. */
+typedef struct pool_caller {
+    mxop_client_t *c;
+    float *x, *y;
+    size_t n;
+    int calls;
+    const char *why;
+} pool_caller_t;
+
+static void *pool_calls(void *arg)
+{
+    pool_caller_t *p = arg;
+    const mxop_op_t *op;
+    if (mxop_op_find(p->c, "relu", &op) != 0) {
+        p->why = "relu not found";
+        return NULL;
+    }
+    for (int k = 0; k < p->calls && p->why == NULL; k++) {
+        mxop_array_t in = heap_f32(p->x, (int64_t)p->n), out = heap_f32(p->y, (int64_t)p->n);
+        if (mxop_forward(p->c, op, NULL, &in, 1, &out, 1) != 0)
+            p->why = mxop_last_error(p->c);
+        for (size_t i = 0; i < p->n && p->why == NULL; i++)
+            if (p->y[i] != (p->x[i] > 0 ? p->x[i] : 0.0f))
+                p->why = "wrong result";
+    }
+    return NULL;
+}
+
+Test(shheap_call, pool_siblings_pass_blocks_by_reference)
+{
+    mxop_connect_opts_t o = {.struct_size = sizeof o, .max_sessions = 2};
+    mxop_client_t *c;
+    cr_assert_eq(mxop_connect(daemon_.sock, &o, &c), 0, "%s", mxop_connect_error());
+    cr_assert_eq(mxop_load_library(c, "relu.so"), 0, "%s", mxop_last_error(c));
+    pool_caller_t p[2];
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) {
+        p[t] = (pool_caller_t){.c = c, .n = 1 << 15, .calls = 200};
+        p[t].x = mxop_shared_alloc(p[t].n * sizeof(float));
+        p[t].y = mxop_shared_alloc_output(c, p[t].n * sizeof(float));
+        cr_assert(p[t].x != NULL && p[t].y != NULL);
+        fill(p[t].x, p[t].n, (unsigned)t);
+    }
+    for (int t = 0; t < 2; t++)
+        cr_assert_eq(pthread_create(&th[t], NULL, pool_calls, &p[t]), 0);
+    for (int t = 0; t < 2; t++) {
+        pthread_join(th[t], NULL);
+        cr_assert_null(p[t].why, "thread %d: %s", t, p[t].why);
+    }
+    cr_assert_leq(heap_stats().registrations, 8, "at most once per block and session");
+    mxop_close(c);
+    for (int t = 0; t < 2; t++) {
+        cr_assert_eq(mxop_shared_free(p[t].x), 0);
+        cr_assert_eq(mxop_shared_free(p[t].y), 0);
+    }
+    mxop_shared_stats_t st = heap_stats();
+    cr_assert_eq(st.blocks_live, 0);
+    cr_assert_eq(st.blocks_cached, 0, "blocks sessions saw are not cached once they are closed");
+}
+
+/*
+ * A block a scratch-mode session saw is sealed against writable mappings
+ * for good; a zero-copy session's worker cannot map it writable then, so
+ * its calls read it in place and stage it as an output.
+ */
+Test(shheap_call, block_sealed_by_a_scratch_mode_session_is_staged_elsewhere)
+{
+    const char *libs_a[] = {"relu.so", "hostile_scan.so", NULL}; /* untrusted: scratch mode */
+    const char *libs_b[] = {"relu.so", NULL};
+    mxop_client_t *a = mxt_connect_with(&daemon_, libs_a);
+    mxop_client_t *b = mxt_connect_with(&daemon_, libs_b);
+    size_t n = 1 << 14, bytes = n * sizeof(float);
+    float *x = mxop_shared_alloc(bytes);
+    float *y = malloc(bytes);
+    cr_assert(x != NULL && y != NULL);
+    fill(x, n, 11);
+    relu_ok(a, x, y, (int64_t)n);
+    for (int k = 0; k < 3; k++) {
+        memset(y, 0x55, bytes);
+        relu_ok(b, x, y, (int64_t)n);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(y[i], x[i] > 0 ? x[i] : 0.0f, "call %d, element %zu", k, i);
+    }
+    /* Written by a zero-copy session after a scratch-mode one had it: staged. */
+    float *o = mxop_shared_alloc(bytes);
+    cr_assert_not_null(o);
+    relu_ok(a, y, o, (int64_t)n);
+    uint64_t staged = client_stats(b).staged_bytes;
+    memset(o, 0x55, bytes);
+    relu_ok(b, y, o, (int64_t)n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(o[i], y[i] > 0 ? y[i] : 0.0f, "element %zu", i);
+    cr_assert_geq(client_stats(b).staged_bytes - staged, bytes, "the sealed output was staged");
+    cr_assert_eq(mxop_shared_free(o), 0);
+    mxop_close(a);
+    mxop_close(b);
+    cr_assert_eq(mxop_shared_free(x), 0);
+    free(y);
 }

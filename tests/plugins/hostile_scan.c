@@ -38,18 +38,23 @@ static int hexval(char ch)
     return -1;
 }
 
-/* Occurrences of pat in [a, b), but not at the pattern's own buffer. */
-static long count_in(const unsigned char *a, const unsigned char *b, const unsigned char *pat)
+/*
+ * Occurrences of pat in [a, b), but not at the pattern's own buffer.  A
+ * plain loop, not memmem, and not instrumented: under AddressSanitizer a
+ * read of memory it poisons (its redzones) would end the worker.
+ */
+__attribute__((no_sanitize_address, noinline)) static long
+count_in(const unsigned char *a, const unsigned char *b, const unsigned char *pat)
 {
     long n = 0;
-    const unsigned char *p = a;
-    while ((size_t)(b - p) >= SECRET_LEN) {
-        const unsigned char *hit = memmem(p, (size_t)(b - p), pat, SECRET_LEN);
-        if (hit == NULL)
-            break;
-        if (hit != pat)
+    for (const unsigned char *p = a; b - p >= SECRET_LEN; p++) {
+        if (*p != pat[0])
+            continue;
+        int k = 1;
+        while (k < SECRET_LEN && p[k] == pat[k])
+            k++;
+        if (k == SECRET_LEN && (const unsigned char *)p != pat)
             n++;
-        p = hit + 1;
     }
     return n;
 }
