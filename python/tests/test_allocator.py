@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-import mxop
 import mxop.allocator as al
 import mxop.torch as mt
 
