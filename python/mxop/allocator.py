@@ -42,7 +42,7 @@ import warnings
 from . import _lib
 from .errors import MxopError, NotSupported
 
-__all__ = ["enable", "disable", "enabled", "stats"]
+__all__ = ["enable", "disable", "enabled", "stats", "contains"]
 
 _lock = threading.RLock()
 # "np": the _npalloc module (NumPy's handler, the output adapters), "torch":
