@@ -47,6 +47,11 @@ min_bytes_fn fn_min;
  * at least that of the installed one. */
 constexpr uint8_t PRIORITY = 100;
 
+/* Installed (between enable and disable).  A storage keeps the allocator it
+ * was made with and grows through it (resize_), so allocate() asks this
+ * rather than assume that being called means being on. */
+std::atomic<bool> active{false};
+
 std::atomic<uint64_t> n_shared{0};   /* allocations made in the shared heap */
 std::atomic<uint64_t> n_fallback{0}; /* large ones the heap could not make */
 
@@ -63,7 +68,7 @@ struct SharedAllocator final : c10::Allocator {
 
     c10::DataPtr allocate(size_t n) override
     {
-        if (n >= min_bytes && n > 0) {
+        if (n >= min_bytes && n > 0 && active.load(std::memory_order_relaxed)) {
             void *p = fn_alloc(n);
             if (p != nullptr) {
                 n_shared.fetch_add(1, std::memory_order_relaxed);
@@ -129,6 +134,7 @@ int mxop_torchalloc_enable(void)
     shared.min_bytes = fn_min();
     c10::SetCPUAllocator(&shared, PRIORITY);
     installed = c10::GetCPUAllocator() == &shared;
+    active.store(installed);
     return installed ? 0 : -1;
 }
 
@@ -140,6 +146,7 @@ void mxop_torchalloc_disable(void)
         return;
     c10::SetCPUAllocator(shared.prev, PRIORITY);
     installed = false;
+    active.store(false);
 }
 
 /* 1 while the allocator is torch's CPU allocator. */

@@ -91,9 +91,14 @@ def test_tensors_from_before_during_and_after_work_and_free(ops, relu):
     assert shared(x1) and not shared(small)
     y0, y1 = relu(x0), torch.ops.mxop.relu(x1)
     assert shared(y0) and shared(y1)  # outputs: shared-heap blocks
+    grown = torch.randn(BIG)
     al.disable()
     x2 = torch.randn(BIG)
     assert not shared(x2)
+    # A storage made while on grows through the allocator it was made with:
+    # off, that one sends it to the ordinary heap too.
+    grown.resize_(2 * BIG)
+    assert not shared(grown)
     for x in (x0, x1, x2, small):
         assert torch.equal(relu(x), torch.relu(x))
         assert torch.equal(torch.ops.mxop.relu(x), torch.relu(x))
