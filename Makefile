@@ -174,6 +174,8 @@ DEPS_OK  := $(B)/.deps-ok
 PYEXT_DEP := $(if $(filter $(VENV)/bin/python3,$(PYTHON)),$(VENV)/.ok)
 FASTCALL := $(B)/python/_fastcall.so
 TORCHOPS := $(B)/python/_torchops.so
+NPALLOC := $(B)/python/_npalloc.so
+TORCHALLOC := $(B)/python/_torchalloc.so
 TORCH_BENCH_OP := $(B)/bench/torch_relu_op.so
 
 .PHONY: all deps demo check check-c check-python test bench install uninstall clean \
@@ -186,7 +188,7 @@ all: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(TPLU
 # The Python side: its interpreter (the virtual environment) and the C/C++
 # extensions built against it.  Not part of `all`: the environment holds
 # torch, which the C build does not need.
-python: $(FASTCALL) $(TORCHOPS) $(TORCH_BENCH_OP)
+python: $(FASTCALL) $(TORCHOPS) $(NPALLOC) $(TORCHALLOC) $(TORCH_BENCH_OP)
 venv: $(PYEXT_DEP)
 
 # The virtual environment of the Python tests, remade when the requirements
@@ -373,6 +375,29 @@ $(B)/python/_torchops.so: python/mxop/_torchops.cpp include/mxop/client.h includ
 	$(CXX) -std=c++20 -O2 -D_GNU_SOURCE -Iinclude $$flags -Wall -Wextra -Werror -shared -fPIC \
 	    $< -o $@ -ltorch -ltorch_cpu -lc10
 
+# mxop.allocator's two halves (python/mxop/allocator.py): NumPy's memory
+# handler and the op outputs in shared-heap blocks (_npalloc.c, a CPython
+# extension like _fastcall.so), and torch's CPU allocator (_torchalloc.cpp,
+# loaded with ctypes like _torchops.so).  Neither links libmxop: both are
+# handed its functions.  Without torch the second is left out, and
+# mxop.allocator.enable(torch=True) says so.
+$(NPALLOC): python/mxop/_npalloc.c include/mxop/client.h include/mxop/types.h \
+            $(PYEXT_DEP) | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  PYEXT   $@")
+	$(Q)$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Iinclude \
+	    -I"$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+	    -I"$$($(PYTHON) -c 'import numpy; print(numpy.get_include())')" \
+	    $(WARN) -Werror $(SAN_FLAGS) -shared -fPIC $< -o $@
+
+$(TORCHALLOC): python/mxop/_torchalloc.cpp include/mxop/client.h $(PYEXT_DEP) | $(DEPS_OK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $@")
+	$(Q)flags=$$($(PYTHON) -c '$(TORCH_FLAGS_PY)' 2>/dev/null) || \
+	    { echo "mxop: $(PYTHON) has no torch: no torch allocator"; exit 0; }; \
+	$(CXX) -std=c++20 -O2 -D_GNU_SOURCE -Iinclude $$flags -Wall -Wextra -Werror -shared -fPIC \
+	    $< -o $@ -lc10
+
 # The bench's in-process C++ custom op (bench/torch/relu_op.cpp), the
 # yardstick of torch.ops.mxop.relu's cost (python -m mxop.bench --torch-call).
 $(TORCH_BENCH_OP): bench/torch/relu_op.cpp $(PYEXT_DEP) | $(DEPS_OK)
@@ -558,7 +583,7 @@ INSTALL_ENV = DESTDIR='$(DESTDIR)' PREFIX='$(PREFIX)' BINDIR='$(BINDIR)' LIBDIR=
               B='$(B)' VERSION='$(VERSION)' PYTHONDIR='$(PYTHONDIR)'
 
 install: $(DAEMON) $(WORKER) $(CLI) $(LIB_SO) $(LIB_A) $(INPROC_A) $(PLUGINS) $(CU_PLUGINS) \
-         $(FASTCALL) $(TORCHOPS)
+         $(FASTCALL) $(TORCHOPS) $(NPALLOC) $(TORCHALLOC)
 	$(Q)$(INSTALL_ENV) sh scripts/install.sh install
 
 uninstall:

@@ -5,14 +5,16 @@ and the example op libraries, and copies them into the package: mxop/bin/,
 mxop/lib/libmxop.so, mxop/plugins/.  The installed package finds them beside
 itself (mxop/_lib.py), so nothing needs setting.
 
-build_ext compiles mxop._fastcall (CPython and NumPy headers of the build
-environment), then two libraries the package loads with ctypes, each only
-where the *target* environment has what it is built against:
+build_ext compiles mxop._fastcall and mxop._npalloc (mxop.allocator's NumPy
+handler; CPython and NumPy headers of the build environment), then three
+libraries the package loads with ctypes, each only where the *target*
+environment has what it is built against:
 
   - mxop/_jaxffi.so, the XLA FFI handler of mxop.jax, against the FFI
     headers of that environment's jaxlib;
   - mxop/_torchops.so, torch.ops.mxop's C++ kernels, against that
-    environment's torch (it looks for libtorch through torch's own import).
+    environment's torch (it looks for libtorch through torch's own import);
+  - mxop/_torchalloc.so, mxop.allocator's torch CPU allocator, the same way.
 
 The target environment is the interpreter pip runs this with; under pip's
 build isolation its site-packages are hidden from this process, so it is
@@ -116,6 +118,12 @@ class BuildExt(build_ext):
                     "-o", os.path.join(pkg, "_torchops.so")] + ["-L" + d for d in libs] + [
                     "-Wl,-rpath,$ORIGIN/../torch/lib", "-ltorch", "-ltorch_cpu", "-lc10"]
             _compile(argv, "mxop/_torchops.so (against torch in %s)" % libs[0])
+            argv = [cxx, "-std=c++17", "-O2", "-D_GNU_SOURCE", "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi,
+                    "-Iinclude"] + ["-isystem" + d for d in inc] + [
+                    "-shared", "-fPIC", "python/mxop/_torchalloc.cpp",
+                    "-o", os.path.join(pkg, "_torchalloc.so")] + ["-L" + d for d in libs] + [
+                    "-Wl,-rpath,$ORIGIN/../torch/lib", "-lc10"]
+            _compile(argv, "mxop/_torchalloc.so (against torch in %s)" % libs[0])
 
 
 def _numpy_include():
@@ -128,7 +136,11 @@ setup(
     ext_modules=[Extension("mxop._fastcall", ["python/mxop/_fastcall.c"],
                            include_dirs=["include", _numpy_include()],
                            extra_compile_args=["-std=c11", "-D_GNU_SOURCE"],
-                           optional=True)],  # without it, calls take the ctypes path
+                           optional=True),  # without it, calls take the ctypes path
+                 Extension("mxop._npalloc", ["python/mxop/_npalloc.c"],
+                           include_dirs=["include", _numpy_include()],
+                           extra_compile_args=["-std=c11", "-D_GNU_SOURCE"],
+                           optional=True)],  # without it, mxop.allocator says so
     cmdclass={"build_py": BuildPy, "build_ext": BuildExt},
     options={"build": {"build_base": "build/pip"}},
 )

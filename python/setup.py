@@ -1,8 +1,9 @@
 """pip's build of the package (the metadata is in pyproject.toml).
 
-It adds the C extensions `make` built (build/python/_fastcall.so and
-_torchops.so, or those under $MXOP_BUILD_DIR/python) to the package, so that
-an installed package loads them from beside itself.  Where they were not
+It adds the C extensions `make` built (build/python/_fastcall.so,
+_torchops.so, _npalloc.so and _torchalloc.so, or those under
+$MXOP_BUILD_DIR/python) to the package, so that an installed package loads
+them from beside itself.  Where they were not
 built the package is pure Python and takes its ctypes and Python-kernel paths.
 """
 import os
@@ -10,7 +11,7 @@ import os
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-EXTENSIONS = ("_fastcall.so", "_torchops.so")
+EXTENSIONS = ("_fastcall.so", "_torchops.so", "_npalloc.so", "_torchalloc.so")
 
 
 class BuildPy(build_py):

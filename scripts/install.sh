@@ -100,7 +100,7 @@ do_install() {
         for f in python/mxop/*.py; do
             inst 644 "$f" "$PYTHONDIR/mxop/$(basename "$f")"
         done
-        for so in _fastcall.so _torchops.so; do
+        for so in _fastcall.so _torchops.so _npalloc.so _torchalloc.so; do
             [ -f "$B/python/$so" ] && inst 755 "$B/python/$so" "$PYTHONDIR/mxop/$so"
         done
     fi

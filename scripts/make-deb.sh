@@ -57,7 +57,7 @@ cp python/mxop/*.py "$py/"
 # The C extensions the build made (the package loads them from beside itself):
 # with them the package is of this architecture.
 PYARCH=all
-for so in _fastcall.so _torchops.so; do
+for so in _fastcall.so _torchops.so _npalloc.so _torchalloc.so; do
     if [ -f "$B/python/$so" ]; then
         install -m 644 "$B/python/$so" "$py/$so"
         PYARCH=$ARCH

@@ -151,6 +151,11 @@ def _close_all():
 # Registered after _daemon's handler, so it runs before the daemons stop.
 atexit.register(_close_all)
 
+# MXOP_ALLOCATOR=1: tensors and arrays in shared memory from the start.
+from . import allocator  # noqa: E402 - after the package's names, which it uses
+
+allocator._from_environment()
+
 
 def build_dir():
     """The build tree the package uses ($MXOP_BUILD_DIR, else ../../build)."""

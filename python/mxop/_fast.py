@@ -58,14 +58,32 @@ def load():
         descrs = [None if _lib.DTYPE_NAMES[i] == "bf16" else
                   np.dtype(("float32", "float64", "float16", None, "int32", "int64", "uint8",
                             "int8", "bool")[i]) for i in range(_lib.DTYPE_COUNT)]
+        _state["descrs"] = descrs
+        out = _out_functions()
         mod.init(_addr(lib.mxop_forward), _addr(lib.mxop_backward),
-                 _addr(lib.mxop_array_alloc), _addr(lib.mxop_array_free), descrs)
+                 out[0] if out else _addr(lib.mxop_array_alloc),
+                 out[1] if out else _addr(lib.mxop_array_free), descrs)
         if _state["torch"] is not None:
             mod.init_torch(*_state["torch"])
     except Exception:  # a stale or foreign build: the ctypes path does everything
         return None
     _state["mod"] = mod
     return mod
+
+
+def _out_functions():
+    from . import allocator
+
+    return allocator.out_functions()
+
+
+def use_out_functions(alloc, free):
+    """mxop.allocator's (alloc, free) addresses for outputs, in place of libmxop's."""
+    mod = _state["mod"]
+    if mod is not None:
+        lib = _lib.lib
+        mod.init(_addr(lib.mxop_forward), _addr(lib.mxop_backward), alloc, free,
+                 _state["descrs"])
 
 
 def set_torch(*args):

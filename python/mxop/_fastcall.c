@@ -81,11 +81,14 @@ static void block_dealloc(PyObject *self)
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyObject *h = PyObject_GetAttr(c, s_h);
-        if (h != NULL && PyObject_IsTrue(h) == 1) {
-            void *hp = PyLong_AsVoidPtr(h);
+        int open = h != NULL && PyObject_IsTrue(h) == 1;
+        /* A shared-heap block (mxop.allocator's outputs) needs no session. */
+        int heap = b->a.region == MXOP_REGION_HEAP;
+        if (open || heap) {
+            void *hp = open ? PyLong_AsVoidPtr(h) : NULL;
             /* Without the GIL, as ctypes calls: libmxop may wait for the
              * client's lock while another thread's call holds it. */
-            if (hp != NULL) {
+            if (hp != NULL || heap) {
                 Py_BEGIN_ALLOW_THREADS fn_free(hp, &b->a);
                 Py_END_ALLOW_THREADS
             }
@@ -442,6 +445,8 @@ static void raise_rc(PyObject *client, int rc, int mode)
  * extends past what the table knows (as Client._alloc does). */
 static int note_region(PyObject *client, const mxop_array_t *a)
 {
+    if (a->region == MXOP_REGION_HEAP)
+        return 0; /* a shared-heap block: in no region of the table */
     PyObject *rmap = PyObject_GetAttr(client, s_rmap);
     if (rmap == NULL)
         return -1;

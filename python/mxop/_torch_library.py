@@ -108,9 +108,13 @@ def cpp():
             def addr(f):
                 return ctypes.cast(f, vp).value
 
+            from .allocator import out_functions
+
+            out = out_functions()
             d.mxop_torchops_init(addr(lib.mxop_forward), addr(lib.mxop_backward),
-                                 addr(lib.mxop_array_alloc),
-                                 addr(lib.mxop_array_free), addr(lib.mxop_close))
+                                 out[0] if out else addr(lib.mxop_array_alloc),
+                                 out[1] if out else addr(lib.mxop_array_free),
+                                 addr(lib.mxop_close))
             _shadow_library().define("_raise(Tensor x, str name, int rc) -> Tensor")
             _shadow_library().impl("_raise", _raise, "CPU")
         except Exception as e:  # a stale or foreign build: the Python kernels serve
@@ -155,6 +159,17 @@ class _Hooks:
 
     def release(self, h):
         return self.d.mxop_torchops_release(h) == 1
+
+
+def use_out_functions(alloc, free):
+    """mxop.allocator's (alloc, free) addresses for outputs, in place of libmxop's."""
+    d = _cpp["lib"]
+    if d is not None:
+        lib = _mxlib.lib
+        vp = ctypes.c_void_p
+        d.mxop_torchops_init(ctypes.cast(lib.mxop_forward, vp).value,
+                             ctypes.cast(lib.mxop_backward, vp).value, alloc, free,
+                             ctypes.cast(lib.mxop_close, vp).value)
 
 
 def cpp_calls():

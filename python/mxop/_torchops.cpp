@@ -178,8 +178,9 @@ void free_block(const std::shared_ptr<Client> &c, mxop_array_t *a)
     }
     /* Outside the lock: libmxop may wait for the client's own lock, held by
      * another thread's call.  The session stays open meanwhile, since this
-     * block still counts in c->live. */
-    if (h != nullptr)
+     * block still counts in c->live.  A shared-heap block (mxop.allocator's
+     * outputs) needs no session. */
+    if (h != nullptr || a->region == MXOP_REGION_HEAP)
         fn_free(h, a);
     unreserve(c, 1);
 }
@@ -356,7 +357,8 @@ bool call_here(const std::string &name, size_t n_args, torch::jit::Stack *s, boo
             ok = false;
             break;
         }
-        if (!note_block(*c, out[made])) {
+        /* A shared-heap block (region 0) is in no region of the table. */
+        if (out[made].region != MXOP_REGION_HEAP && !note_block(*c, out[made])) {
             /* A region Python has not noted yet: its path notes it. */
             made++;
             ok = false;

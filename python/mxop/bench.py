@@ -34,6 +34,20 @@ Rows (microseconds per call, median of 5 runs of N calls):
   torch_relu_1MiB_mxop / _builtin / _ratio: relu of 1 MiB from PyTorch through
                   mxop vs torch.relu in process (target: ratio <= 1.2)
   gemm_mxop_NxN / gemm_torch_NxN: forward of an NxN f32 product
+  user_{torch,numpy}_relu_{1,64}MiB_*: what a user gets, relu of 1 and 64
+                  MiB of f32 made the ordinary way (torch.randn, NumPy), in
+                  interleaved rounds: _inproc the framework's own op
+                  (torch.relu; np.maximum(x, 0, out=y)); _staged through mxop
+                  (torch.ops.mxop.relu; Op.__call__) with the allocator off, the
+                  input copied into shared memory per call; _allocator the same
+                  with mxop.allocator on and the input made after enabling it
+                  (passed by reference, output in a warm shared-heap block);
+                  torch's _to_shared with an input made by mxop.torch.to_shared
+                  (allocator off).  The allocator is switched on or off before
+                  each row's round (outside the timing), so that every row runs
+                  in its own setting in one process; the in-process rows run
+                  with it off (the framework as it is without mxop).  Each
+                  row's _ratio is its time over the _inproc row's.
   torch_call_*    the cost of one call of relu on 16 floats (no grad), in one
                   run (--torch-call: these rows alone): torch.ops.mxop.relu,
                   torch.relu, the same relu as an in-process Python custom op
@@ -253,6 +267,7 @@ def _run(c, n, gemm_n):
         rows["gemm_mxop_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: tg(a, b), m)
         rows["gemm_torch_%dx%d" % (gemm_n, gemm_n)] = _time(lambda: torch.mm(a, b), m)
         rows.update(_torch_call(relu, n))
+    rows.update(_user_rows(relu, n))
     rows["python_layer_overhead"] = rows["numpy_relu"] - rows["c_forward"]
     rows.update(_threads(c, relu, c.load("softmax.so").softmax))
     rows.update(_python_layer_only(c, relu, x, tx if torch is not None else None, n))
@@ -284,6 +299,88 @@ def _run(c, n, gemm_n):
                 tops.mxop_torchops_enable(was)
         rows.update({"ctypes_" + k: v for k, v in slow.items() if k != "stub_ctypes_call"})
     c.close()
+    return rows
+
+
+def _time_rounds(fns, n, reps=9):
+    """Medians (us per call) of each row of fns ({name: (setup, fn)}), timed
+    in rounds of n calls of each, the order rotating (and reversing) every
+    round so that a shared machine's drift hits all rows alike; a row's
+    setup runs before each of its rounds, outside the timing."""
+    keys = list(fns)
+    runs = {k: [] for k in keys}
+    for k in keys:
+        setup, f = fns[k]
+        setup()
+        for _ in range(min(n, 20)):
+            f()
+    for r in range(reps):
+        order = keys[r % len(keys):] + keys[:r % len(keys)]
+        if r % 2:
+            order.reverse()
+        for k in order:
+            setup, f = fns[k]
+            setup()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f()
+            runs[k].append((time.perf_counter() - t0) / n * 1e6)
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
+def _user_rows(relu, n):
+    """The user_* rows (see the module's doc)."""
+    from mxop import allocator as al
+
+    try:
+        al.enable()
+    except Exception as e:  # a libmxop or build without the allocator: no rows
+        print("mxop.bench: no allocator rows (%s)" % e, file=sys.stderr)
+        return {}
+    al.disable()
+    try:
+        import torch
+        import mxop.torch as mt
+    except ImportError:
+        torch = None
+    on, off = al.enable, al.disable
+    rows = {}
+    rng = np.random.default_rng(3)
+    for mib, calls in ((1, max(50, n // 40)), (64, max(3, n // 2000))):
+        count = mib << 18
+        if torch is not None:
+            mt.TorchOp(relu)  # torch.ops.mxop.relu
+            top = torch.ops.mxop.relu
+            off()
+            plain = torch.randn(count)
+            shared = mt.to_shared(torch.randn(count))
+            on()
+            mine = torch.randn(count)
+            off()
+            t = _time_rounds({"inproc": (off, lambda: torch.relu(plain)),
+                              "staged": (off, lambda: top(plain)),
+                              "allocator": (on, lambda: top(mine)),
+                              "to_shared": (off, lambda: top(shared))}, calls)
+            off()
+            for k, v in t.items():
+                rows["user_torch_relu_%dMiB_%s" % (mib, k)] = v
+                if k != "inproc":
+                    rows["user_torch_relu_%dMiB_%s_ratio" % (mib, k)] = v / t["inproc"]
+            del plain, shared, mine
+        off()
+        xp = rng.standard_normal(count, dtype=np.float32)
+        yp = np.empty_like(xp)
+        on()
+        xa = rng.standard_normal(count, dtype=np.float32)
+        off()
+        t = _time_rounds({"inproc": (off, lambda: np.maximum(xp, 0, out=yp)),
+                          "staged": (off, lambda: relu(xp)),
+                          "allocator": (on, lambda: relu(xa))}, calls)
+        off()
+        for k, v in t.items():
+            rows["user_numpy_relu_%dMiB_%s" % (mib, k)] = v
+            if k != "inproc":
+                rows["user_numpy_relu_%dMiB_%s_ratio" % (mib, k)] = v / t["inproc"]
     return rows
 
 

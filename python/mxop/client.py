@@ -49,6 +49,11 @@ _ZPAD = tuple((0,) * (MAX_DIMS - k) for k in range(MAX_DIMS + 1))
 # is made, then the module, or False when it is missing or disabled
 # (MXOP_NO_FASTCALL=1) and every call takes the ctypes path below.
 _fc = None
+# mxop.allocator's stand-ins for mxop_array_alloc / mxop_array_free (ctypes
+# functions), set when it is first enabled: an output then may be a
+# shared-heap block (region 0, in no region of the client's table).
+_out_alloc = None
+_out_free = None
 # The C++ kernels of torch.ops (_torch_library._Hooks) once they are loaded:
 # told of each session's arena regions, worker and close.
 _tops = None
@@ -204,8 +209,8 @@ class _Block(MxopArray):
         if c is None:
             return
         try:
-            if c._h:
-                lib.mxop_array_free(c._h, _addressof(self))
+            if c._h or self.region == 0:  # a shared-heap block needs no session
+                (_out_free or lib.mxop_array_free)(c._h, _addressof(self))
             c._live -= 1
             if c._live == 0 and c._close_pending:
                 c._finish_close()
@@ -508,7 +513,7 @@ class Client:
         """A new arena block for (dtype, ndim, C shape array at caddr)."""
         h = self._handle()
         b = _Block()
-        rc = lib.mxop_array_alloc(h, dtype, ndim, caddr, _addressof(b))
+        rc = (_out_alloc or lib.mxop_array_alloc)(h, dtype, ndim, caddr, _addressof(b))
         if rc < 0:
             raise self._error(rc)  # b has no client: its __del__ does nothing
         b.client = self
@@ -516,7 +521,7 @@ class Client:
         self._live += 1
         region = b.region
         e = self._rmap.get(region)
-        if e is None or data + b.nbytes > e[0]:
+        if region and (e is None or data + b.nbytes > e[0]):
             self._note_region(region, data - b.offset, data + b.nbytes)
         return b
 
