@@ -35,6 +35,9 @@ static mxt_daemon_t daemon_;
 
 static void start(const char *const *args)
 {
+    /* A worker moves itself between CPUs around its client's calls (shm/placement.c): the
+     * victim's CPU list must change only if the attack worked. */
+    setenv("MXOP_PLACEMENT", "0", 1);
     mxt_daemon_start(&daemon_, args);
     /* A first session, so that the baselines count what the daemon keeps after one. */
     const char *libs[] = {"relu.so", NULL};
