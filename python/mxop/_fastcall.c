@@ -1,5 +1,5 @@
 /*
- * mxop._fastcall - the Python bindings' call path in C (issue 12).
+ * mxop._fastcall - the Python bindings' call path in C.
  *
  * The ctypes path (client.py, torch.py) spends 5-10 us of Python per call:
  * packing each array record with struct, a ctypes call for the output's

@@ -1,5 +1,5 @@
 /*
- * mxop._torchops - torch.ops.mxop.<op>'s CPU and Autograd kernels in C++ (issue 12).
+ * mxop._torchops - torch.ops.mxop.<op>'s CPU and Autograd kernels in C++.
  *
  * Through Python kernels, a call of torch.ops.mxop.relu costs about 1 us
  * of the dispatcher converting its arguments to Python objects and taking

@@ -22,7 +22,7 @@ Rows (microseconds per call, median of 5 runs of N calls):
   threads_relu_4MiB_* / threads_softmax_64x160_*  calls/s of relu on 4 MiB and
                   of softmax on 64x160 (each about 100 us a call, on one CPU)
                   from 1 and 2 threads sharing one client (its pool of
-                  sessions, issue 15; target 2 vs 1 >= 1.6)
+                  sessions; target 2 vs 1 >= 1.6)
   fastcall        1 when the C call path (mxop._fastcall) made the calls, else 0
   torchops        1 when torch.ops.mxop's C++ kernels (mxop/_torchops.so) are loaded
   ctypes_stub_*   the stub rows again through the ctypes path and torch.ops'
@@ -388,7 +388,7 @@ def _threads(c, relu, softmax, seconds=0.5, rounds=3):
     """Calls/s of relu on 4 MiB and of softmax on 64x160 (each about 100 us a
     call on one CPU; relu bound by memory bandwidth, softmax by exp()) from 1
     and from 2 threads sharing client `c` (its pool of sessions lets both
-    calls be in flight at once, issue 15)."""
+    calls be in flight at once)."""
     rows = {}
     rng = np.random.default_rng(1)
     relu_args = [(c.asarray(rng.standard_normal(1 << 20, dtype=np.float32)),) for _ in range(2)]

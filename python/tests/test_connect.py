@@ -104,7 +104,7 @@ def test_plugin_dir_is_honoured(tmp_path):
 
 
 def test_plugin_dir_with_a_running_daemon_is_an_error(daemon, tmp_path, monkeypatch):
-    """plugin_dir means the private daemon's: beside a socket it would be ignored (issue 27)."""
+    """plugin_dir means the private daemon's: beside a socket it would be ignored."""
     monkeypatch.setenv("MXOP_SOCKET", daemon.socket)
     with pytest.raises(mxop.InvalidArgument) as ei:
         mxop.connect(plugin_dir=str(tmp_path))

@@ -108,7 +108,7 @@ def test_socket_from_environment(env):
     assert json.loads(p.stdout)["pid"] == env["daemon"].pid
 
 
-# Each subcommand with the global options before its name (issue 27: `mxop --socket S
+# Each subcommand with the global options before its name (`mxop --socket S
 # status` was refused) and the arguments it needs after it.
 GLOBAL_FIRST = {
     "status": [],
@@ -511,7 +511,7 @@ def unreachable_by_nobody(path=MXOP):
 
 
 def test_unreachable_binary_is_a_reason_not_an_error(tmp_path):
-    """The probe of the two tests below skips in a checkout nobody cannot traverse (issue 27)."""
+    """The probe of the two tests below skips in a checkout nobody cannot traverse."""
     if os.geteuid() != 0:
         pytest.skip("needs root to run mxop as another user")
     locked = tmp_path / "locked"

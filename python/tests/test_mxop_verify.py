@@ -146,7 +146,7 @@ def test_verify_names_a_sandbox_caught_input_write(tmp_path):
 
 
 def test_verify_names_the_overrun_output_and_bytes(tmp_path):
-    """An op that writes 4 KiB past its output (issue 27): the output and the bytes named."""
+    """An op that writes 4 KiB past its output: the output and the bytes named."""
     p = mxop(["verify", os.path.join(FIXTURES, "flaw_overrun.so")], tmp_path)
     res, _ = parse_lines(p.stdout)
     status, detail = res[("flaw_overrun", "bounds")]

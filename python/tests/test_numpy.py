@@ -260,7 +260,7 @@ def test_many_calls_reuse_the_arena(ops):
     assert ops.stats().regions == regions
 
 
-# ---- declared attributes (issue 11) ------------------------------------------
+# ---- declared attributes -----------------------------------------------------
 
 
 def _echo(client):
@@ -293,7 +293,7 @@ def test_declared_attr_unknown_key(ops):
 
 @pytest.mark.parametrize("key,value", [("k", "x"), ("scale", "fast"), ("flag", "maybe"),
                                        ("sizes", "1,two"), ("weights", "a,b"),
-                                       # Python floats that are not finite (issue 27).
+                                       # Python floats that are not finite.
                                        ("scale", float("nan")), ("scale", float("inf")),
                                        ("scale", float("-inf")), ("weights", [0.5, float("nan")])])
 def test_declared_attr_wrong_type(ops, key, value):
@@ -320,7 +320,7 @@ def test_declared_attr_defaults_and_lists(ops):
     np.testing.assert_array_equal(y[[2, 5, 6, 7, 9, 10, 11]], [0, 2, 4, 5, 2, 0.5, 2.0])
 
 
-# ---- in-place ops (issue 11) ---------------------------------------------------
+# ---- in-place ops --------------------------------------------------------------
 
 
 def _inplace(client):
@@ -374,7 +374,7 @@ def test_inplace_non_array_refused(ops):
     assert "in place" in str(ei.value)
 
 
-# ---- strides (issue 11) ----------------------------------------------------------
+# ---- strides ---------------------------------------------------------------------
 
 
 def _strided(client):
@@ -413,7 +413,7 @@ def test_strided_heap_array_to_strided_op_is_staged(ops):
     assert ops.staged_copies == copies + 1
 
 
-# ---- host routines for every dtype (issue 11) -----------------------------------
+# ---- host routines for every dtype ----------------------------------------------
 
 _HOST_DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.int8,
                 np.bool_]
@@ -491,7 +491,7 @@ def test_host_f16_rounding_matches_numpy(ops):
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
-# ---- the C++ example op (issue 11) ------------------------------------------------
+# ---- the C++ example op -----------------------------------------------------------
 
 
 def test_cpp_leaky_relu(ops):
@@ -508,7 +508,7 @@ def test_cpp_leaky_relu(ops):
         ops.op("clamp")(x, lo=1.0, hi=0.0)
 
 
-# ---- outputs of data-dependent shape (issue 11) -----------------------------------
+# ---- outputs of data-dependent shape ----------------------------------------------
 
 
 def test_dynamic_output_forward_and_backward(ops):

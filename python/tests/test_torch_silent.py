@@ -1,4 +1,4 @@
-"""Never silently wrong (issue 28): each case here once gave a wrong result
+"""Never silently wrong: each case here once gave a wrong result
 or lost information with no error, through mxop.torch or torch.ops.mxop."""
 import io
 
