@@ -720,7 +720,7 @@ void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
 void mxop__client_close(mxop__client_t *cl);
 
 /* ------------------------------------------------------------------------ */
-/* worker_proc.c (the worker itself: worker.h) */
+/* worker_proc.c (the worker itself: worker.h), and worker.c's sweep */
 
 /* True if some live worker is `pid` or shares its session (an op's child). */
 bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid);
@@ -730,7 +730,8 @@ bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid);
  * escaped a dead worker's group.
  */
 void mxop__workers_tick(mxop__daemon_t *d, int64_t now);
-/* Kills and reaps the daemon's children that are not workers (escaped from a dead one). */
+/* worker.c: kills and reaps the daemon's children that are not workers (escaped from a dead
+ * one). */
 void mxop__workers_sweep(mxop__daemon_t *d);
 
 /* ------------------------------------------------------------------------ */
