@@ -4,11 +4,13 @@
  * One timer, every MXOP__WATCHDOG_MS, calls each part that keeps time, in
  * this order: the deadlines of calls and loads (deadline.c), the clients'
  * timeouts, the --watch reload check, the drain (and, when it says so,
- * the final shutdown: shutdown.c), the refusal log (accept.c), the hand-over, the service manager's
- * watchdog, then the workers' own checks (worker_proc.c: not started in time, stopped, escaped
- * descendants).  Deadlines come from what the daemon trusts: the calls
- * the client published and the daemon's own clock; a worker's status
- * page, which any op can write, is never read here.
+ * the final shutdown: shutdown.c), the refusal log (accept.c), the
+ * hand-over, the service manager's watchdog, then the workers' own checks
+ * (worker_proc.c: not started in time, stopped, escaped descendants).
+ * Once the daemon is shutting down the tick stops itself.  Deadlines come
+ * from what the daemon trusts: the calls the client published and the
+ * daemon's own clock; a worker's status page, which any op can write, is
+ * never read here.
  */
 #include <errno.h>
 #include <string.h>
