@@ -321,7 +321,7 @@ struct mxop__daemon {
     mxop__list_t clients; /* mxop__client_t.link */
     uint64_t n_clients;
     uint64_t rx_bytes; /* receive buffers of all connections (conn.c) */
-    /* Refusals of new connections, logged once per second with a count (listener.c). */
+    /* Refusals of new connections, logged once per second with a count (accept.c). */
     int64_t refuse_log_ns;
     uint64_t refused_quiet;
     mxop__list_t workers; /* mxop__worker_t.link */
@@ -634,38 +634,65 @@ typedef struct mxop__worker_cbs {
 
 /*
  * Creates the control socket at cfg.socket_path (owner-only, bound under a
- * temporary name then renamed into place) and starts accepting.  Returns
- * 0, or MXOP_EIO / MXOP_EINVAL with a sentence in err.
+ * temporary name then renamed into place), or takes the one the service
+ * manager passed; accept.c then accepts on it.  Under --take-over it makes
+ * nothing: the caller asks the running daemon for its socket (handover.c)
+ * and gives it to mxop__listener_adopt.  Returns 0, or MXOP_EIO /
+ * MXOP_EINVAL with a sentence in err.
  */
 int mxop__listener_start(mxop__daemon_t *d, char *err, size_t errlen);
+/*
+ * Takes the socket a running daemon handed over (fd, or a negative code
+ * passed through); accepting starts at the commit.  0, or a negative code
+ * with a sentence in err.
+ */
+int mxop__listener_adopt(mxop__daemon_t *d, int fd, char *err, size_t errlen);
 /* Stops accepting, closes the socket and removes its file (if still ours). */
 void mxop__listener_stop(mxop__daemon_t *d);
 /*
  * The hand-over (handover.c): the old daemon stops accepting and closes its
  * copy of the listening socket, leaving the file to its successor; the new
- * one starts accepting on the socket it was given, and owns the file.
+ * one owns the file from its commit on.
  */
 void mxop__listener_release(mxop__daemon_t *d);
 void mxop__listener_resume(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* accept.c */
+
+/* Starts accepting clients on the listening socket (once it is this daemon's to serve). */
+void mxop__accept_start(mxop__daemon_t *d);
 /* Logs how many refusals the last second's rate limit kept quiet (each watchdog tick). */
-void mxop__listener_tick(mxop__daemon_t *d, int64_t now_ns);
+void mxop__accept_tick(mxop__daemon_t *d, int64_t now_ns);
 
 /* ------------------------------------------------------------------------ */
 /* drain.c */
 
 /*
- * Begins the shutdown (SIGTERM, SIGINT, a Shutdown request, the end of a
- * hand-over): stops accepting, then lets the calls in flight finish for up
- * to --drain-timeout-ms before mxop__daemon_stop.  Idempotent.
+ * Begins the shutdown (SIGTERM, SIGINT, a Shutdown request): stops
+ * accepting, then lets the calls in flight finish for up to
+ * --drain-timeout-ms.  Returns true when the daemon is to stop now
+ * (nothing in flight): the caller that can, calls mxop__daemon_stop;
+ * otherwise the next tick does.  Idempotent (false when already begun).
  */
-void mxop__drain_begin(mxop__daemon_t *d, const char *why);
-/* The final shutdown: kills the workers, closes every handle.  Idempotent. */
-void mxop__daemon_stop(mxop__daemon_t *d, const char *why);
-/* At each watchdog tick while draining: stops the daemon once no call is in flight, or at the
- * bound. */
-void mxop__drain_tick(mxop__daemon_t *d);
+bool mxop__drain_begin(mxop__daemon_t *d, const char *why);
+/*
+ * At each watchdog tick: true when the daemon is to stop now (a drain with
+ * no call in flight left, or at its bound); begins the drain of a daemon
+ * that handed its socket over once its last client has gone.
+ */
+bool mxop__drain_tick(mxop__daemon_t *d);
 /* How many calls and supervisor requests are in flight in all sessions. */
 int mxop__drain_in_flight(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* shutdown.c */
+
+/*
+ * The final shutdown: kills the workers, closes every handle but the
+ * tick's (the caller stops that: mxop__watchdog_stop).  Idempotent.
+ */
+void mxop__daemon_stop(mxop__daemon_t *d, const char *why);
 
 /* ------------------------------------------------------------------------ */
 /* deadline.c */
@@ -693,7 +720,7 @@ void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
 void mxop__client_close(mxop__client_t *cl);
 
 /* ------------------------------------------------------------------------ */
-/* worker_proc.c (the worker itself: worker.h) */
+/* worker_proc.c (the worker itself: worker.h), and worker.c's sweep */
 
 /* True if some live worker is `pid` or shares its session (an op's child). */
 bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid);
@@ -703,7 +730,8 @@ bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid);
  * escaped a dead worker's group.
  */
 void mxop__workers_tick(mxop__daemon_t *d, int64_t now);
-/* Kills and reaps the daemon's children that are not workers (escaped from a dead one). */
+/* worker.c: kills and reaps the daemon's children that are not workers (escaped from a dead
+ * one). */
 void mxop__workers_sweep(mxop__daemon_t *d);
 
 /* ------------------------------------------------------------------------ */

@@ -1,10 +1,17 @@
 /*
- * server/daemon/core/drain.c - the drain before shutdown, and the shutdown.
+ * server/daemon/core/drain.c - the drain before shutdown.
  *
  * SIGTERM, SIGINT or a Shutdown request stop the listener at once (the
  * socket file goes, so new clients are refused), then the daemon waits
  * until no call is in flight in any session, or --drain-timeout-ms has
- * passed, before the final shutdown (mxop__daemon_stop) kills the workers.
+ * passed, before the final shutdown (shutdown.c) kills the workers.
+ *
+ * The drain decides and the caller acts: mxop__drain_begin and
+ * mxop__drain_tick return true when the daemon is to stop now, and the
+ * tick (watchdog.c) or the signal handler (main.c), above the sessions,
+ * calls mxop__daemon_stop.  A Shutdown request, made from inside a
+ * session, so ends at the next tick.  The end of a hand-over is the
+ * drain's to decide too: it reads mxop__handover_done().
  *
  * Calls on the shared-memory path never pass through the daemon: what the
  * daemon knows of them is each session's call page (shm/call_page.h),
@@ -24,52 +31,9 @@
 #include "common/util.h"
 #include "server/daemon/core/daemon.h"
 #include "server/daemon/core/handover.h"
-#include "server/daemon/core/introspect.h"
 #include "server/daemon/core/log.h"
 #include "server/daemon/session/session.h"
-#include "server/daemon/core/notify.h"
 #include "shm/call_page.h"
-
-/* How long shutdown waits for killed workers to be reaped before giving up. */
-#define SHUTDOWN_GRACE_MS 5000
-
-static uv_timer_t shutdown_guard;
-
-static void guard_cb(uv_timer_t *t)
-{
-    MXOP__LOGE(0, NULL, "workers were not reaped within %d ms of shutdown; exiting anyway",
-               SHUTDOWN_GRACE_MS);
-    uv_stop(t->loop);
-}
-
-void mxop__daemon_stop(mxop__daemon_t *d, const char *why)
-{
-    if (d->shutting_down)
-        return;
-    d->shutting_down = true;
-    MXOP__LOGI(0, NULL, "shutting down: %s", why);
-    mxop__notify("STOPPING=1");
-    mxop__metrics_stop(d); /* a last write, with the sessions still there */
-
-    mxop__listener_stop(d);
-    for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next)
-        mxop__client_close(MXOP__CONTAINER_OF(n, mxop__client_t, link));
-    for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next)
-        mxop__pending_free_list(
-            mxop__worker_detach_kill(MXOP__CONTAINER_OF(n, mxop__worker_t, link)));
-    mxop__watchdog_stop(d);
-    uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->sigint, NULL);
-    uv_close((uv_handle_t *)&d->sighup, NULL);
-    if (uv_is_active((uv_handle_t *)&d->sigusr1))
-        uv_close((uv_handle_t *)&d->sigusr1, NULL);
-
-    /* Unref'd: it fires only if something keeps the loop alive that long. */
-    if (uv_timer_init(d->loop, &shutdown_guard) == 0) {
-        uv_timer_start(&shutdown_guard, guard_cb, SHUTDOWN_GRACE_MS, 0);
-        uv_unref((uv_handle_t *)&shutdown_guard);
-    }
-}
 
 int mxop__drain_in_flight(mxop__daemon_t *d)
 {
@@ -93,15 +57,19 @@ int mxop__drain_in_flight(mxop__daemon_t *d)
     return n;
 }
 
-void mxop__drain_tick(mxop__daemon_t *d)
+bool mxop__drain_tick(mxop__daemon_t *d)
 {
-    if (!d->draining || d->shutting_down)
-        return;
-    int n = mxop__drain_in_flight(d);
-    if (n == 0) {
-        mxop__daemon_stop(d, d->drain_why);
-        return;
+    if (d->shutting_down)
+        return false;
+    if (!d->draining) {
+        /* A daemon that handed its socket over ends once its last client has gone. */
+        if (mxop__handover_done() && d->n_clients == 0)
+            return mxop__drain_begin(d, "handed over to a new daemon and its last client left");
+        return false;
     }
+    int n = mxop__drain_in_flight(d);
+    if (n == 0)
+        return true;
     if (mxop__now_ns() >= d->drain_deadline_ns) {
         MXOP__LOGW(0, NULL,
                    "%d %s%s still %s after %llu ms of draining (--drain-timeout-ms); "
@@ -109,17 +77,19 @@ void mxop__drain_tick(mxop__daemon_t *d)
                    n, mxop__handover_done() ? "client" : "call", n == 1 ? "" : "s",
                    mxop__handover_done() ? "connected" : "in flight",
                    (unsigned long long)d->cfg.drain_timeout_ms);
-        mxop__daemon_stop(d, d->drain_why);
+        return true;
     }
+    return false;
 }
 
-void mxop__drain_begin(mxop__daemon_t *d, const char *why)
+bool mxop__drain_begin(mxop__daemon_t *d, const char *why)
 {
     if (d->draining || d->shutting_down)
-        return;
+        return false;
     d->draining = true;
     mxop__fmt(d->drain_why, sizeof(d->drain_why), "%s", why);
     d->drain_deadline_ns = mxop__now_ns() + (int64_t)d->cfg.drain_timeout_ms * 1000000LL;
+    mxop__handover_stop(d);
     mxop__listener_stop(d);
     int n = mxop__drain_in_flight(d);
     if (n > 0)
@@ -128,5 +98,5 @@ void mxop__drain_begin(mxop__daemon_t *d, const char *why)
                    (unsigned long long)d->cfg.drain_timeout_ms, n,
                    mxop__handover_done() ? "client" : "call", n == 1 ? "" : "s",
                    mxop__handover_done() ? "to leave" : "in flight");
-    mxop__drain_tick(d);
+    return mxop__drain_tick(d);
 }

@@ -366,7 +366,6 @@ static void conn_cb(uv_poll_t *h, int status, int events)
                "handed the socket over to daemon %ld; serving %llu client%s until "
                "they leave",
                ho.peer_pid, (unsigned long long)d->n_clients, d->n_clients == 1 ? "" : "s");
-    mxop__handover_tick(d);
 }
 
 static void accept_cb(uv_poll_t *h, int status, int events)
@@ -483,11 +482,10 @@ bool mxop__handover_done(void)
 
 void mxop__handover_tick(mxop__daemon_t *d)
 {
+    (void)d;
     if (ho.conn_fd >= 0 && !ho.conn_asked && mxop__now_ns() > ho.conn_deadline_ns) {
         MXOP__LOGW(0, NULL, "pid %ld on the hand-over socket asked for nothing in %d s; dropped",
                    ho.peer_pid, LINE_TIMEOUT_S);
         conn_done();
     }
-    if (ho.handed_over && d->n_clients == 0 && !d->draining && !d->shutting_down)
-        mxop__drain_begin(d, "handed over to a new daemon and its last client left");
 }

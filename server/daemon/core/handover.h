@@ -12,9 +12,9 @@
 typedef struct mxop__daemon mxop__daemon_t;
 
 /*
- * The new daemon's side, from listener.c: connects to the running daemon's
+ * The new daemon's side, from main.c: connects to the running daemon's
  * hand-over socket (SOCKET.takeover), asks for its listening socket and
- * returns it (non-blocking, close-on-exec), or a negative MXOP_E* code
+ * returns it (non-blocking, close-on-exec; for mxop__listener_adopt), or a negative MXOP_E* code
  * with a sentence in err.  The old daemon still accepts until the commit.
  */
 int mxop__handover_receive(mxop__daemon_t *d, char *err, size_t errlen);
@@ -41,8 +41,9 @@ void mxop__handover_stop(mxop__daemon_t *d);
 bool mxop__handover_done(void);
 
 /*
- * Each watchdog tick: a daemon that handed its socket over ends (through
- * the drain) once its last client has gone.
+ * Each watchdog tick: drops a successor that asked for nothing in time.
+ * (A daemon that handed its socket over ends through the drain, which
+ * reads mxop__handover_done.)
  */
 void mxop__handover_tick(mxop__daemon_t *d);
 

@@ -55,9 +55,13 @@ static void signal_cb(uv_signal_t *h, int signum)
     if (d->draining) {
         MXOP__LOGW(0, NULL, "%s while draining: stopping now", why);
         mxop__daemon_stop(d, why);
+        mxop__watchdog_stop(d);
         return;
     }
-    mxop__drain_begin(d, why);
+    if (mxop__drain_begin(d, why)) {
+        mxop__daemon_stop(d, d->drain_why);
+        mxop__watchdog_stop(d);
+    }
 }
 
 static void sighup_cb(uv_signal_t *h, int signum)
@@ -179,7 +183,10 @@ int main(int argc, char **argv)
         rc = 2;
         goto out_loop;
     }
-    if (mxop__listener_start(&d, err, sizeof(err)) != 0) {
+    /* Under --take-over the running daemon's socket; accepting starts at the commit. */
+    if (mxop__listener_start(&d, err, sizeof(err)) != 0 ||
+        (d.cfg.take_over && mxop__listener_adopt(&d, mxop__handover_receive(&d, err, sizeof(err)),
+                                                 err, sizeof(err)) != 0)) {
         MXOP__LOGE(0, NULL, "%s", err);
         rc = 1;
         goto out_loop;
@@ -188,6 +195,7 @@ int main(int argc, char **argv)
         uv_signal_init(&loop, &d.sighup) != 0 || mxop__watchdog_start(&d) != 0) {
         MXOP__LOGE(0, NULL, "cannot set up signal handling and the watchdog");
         rc = 1;
+        mxop__handover_stop(&d);
         mxop__listener_stop(&d);
         goto out_walk;
     }
@@ -196,6 +204,7 @@ int main(int argc, char **argv)
     if (mxop__metrics_start(&d) != 0) {
         MXOP__LOGE(0, NULL, "cannot start the metrics file's timer");
         rc = 1;
+        mxop__handover_stop(&d);
         mxop__listener_stop(&d);
         goto out_walk;
     }
@@ -216,12 +225,14 @@ int main(int argc, char **argv)
                        "daemon keeps serving",
                        d.cfg.worker_path, strerror(errno));
             rc = 1;
+            mxop__handover_stop(&d);
             mxop__listener_stop(&d);
             goto out_walk;
         }
         mxop__handover_commit(&d, err, sizeof(err));
         mxop__listener_resume(&d);
     }
+    mxop__accept_start(&d);
     if (!d.sock_activated && mxop__handover_listen(&d, err, sizeof(err)) != 0)
         MXOP__LOGW(0, NULL, "upgrades by --take-over are off: %s", err);
 

@@ -3,12 +3,14 @@
  *
  * One timer, every MXOP__WATCHDOG_MS, calls each part that keeps time, in
  * this order: the deadlines of calls and loads (deadline.c), the clients'
- * timeouts, the --watch reload check, the drain, the listener's refusal
- * log, the hand-over, the service manager's watchdog, then the workers'
- * own checks (worker_proc.c: not started in time, stopped, escaped
- * descendants).  Deadlines come from what the daemon trusts: the calls
- * the client published and the daemon's own clock; a worker's status
- * page, which any op can write, is never read here.
+ * timeouts, the --watch reload check, the drain (and, when it says so,
+ * the final shutdown: shutdown.c), the refusal log (accept.c), the
+ * hand-over, the service manager's watchdog, then the workers' own checks
+ * (worker_proc.c: not started in time, stopped, escaped descendants).
+ * Once the daemon is shutting down the tick stops itself.  Deadlines come
+ * from what the daemon trusts: the calls the client published and the
+ * daemon's own clock; a worker's status page, which any op can write, is
+ * never read here.
  */
 #include <errno.h>
 #include <string.h>
@@ -24,14 +26,21 @@
 static void watchdog_cb(uv_timer_t *t)
 {
     mxop__daemon_t *d = MXOP__CONTAINER_OF(t, mxop__daemon_t, watchdog);
+    if (d->shutting_down) {
+        mxop__watchdog_stop(d);
+        return;
+    }
     mxop__deadlines_tick(d);
     mxop__clients_tick(d, mxop__now_ns());
     mxop__reload_tick(d, mxop__now_ns());
-    mxop__drain_tick(d);
-    mxop__listener_tick(d, mxop__now_ns());
+    if (mxop__drain_tick(d))
+        mxop__daemon_stop(d, d->drain_why);
+    mxop__accept_tick(d, mxop__now_ns());
     mxop__handover_tick(d);
     mxop__notify_tick(mxop__now_ns());
     mxop__workers_tick(d, mxop__now_ns());
+    if (d->shutting_down)
+        mxop__watchdog_stop(d);
 }
 
 int mxop__watchdog_start(mxop__daemon_t *d)

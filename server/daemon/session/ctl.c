@@ -380,7 +380,8 @@ static void handle_shutdown(mxop__client_t *cl, const Mxop__Request *req)
     char why[96];
     mxop__fmt(why, sizeof(why), "Shutdown requested by client %llu (uid %u, pid %d)",
               (unsigned long long)cl->id, (unsigned)cl->uid, (int)cl->pid);
-    mxop__drain_begin(d, why);
+    /* The stop itself, when nothing is in flight, is the next tick's (watchdog.c). */
+    (void)mxop__drain_begin(d, why);
 }
 
 /* A request on a connection past its Hello. */

@@ -1,6 +1,7 @@
 /*
  * server/daemon/session/reload.c - hot reload: Reload requests, --watch, and the
- * versions a session runs.
+ * versions a session runs (the waiting Reloads and their answers:
+ * reload_wait.c).
  *
  * A Reload names a library as LoadLibrary does.  Every session that loaded
  * it gets EV_RELOAD (session_fsm.c): its worker retires between calls and
@@ -27,91 +28,7 @@
 #include "server/daemon/core/log.h"
 #include "server/daemon/session/session.h"
 
-/*
- * One Reload request waiting for its sessions to run their new workers:
- * each is RETIRING or in a RELOAD_* state (its replacement loading the
- * libraries again), until the client has the replacement's channel or the
- * session failed or ended (mxop__session_reload_pending).
- */
-struct mxop__reload_wait {
-    struct mxop__reload_wait *next;
-    uint64_t client_id;
-    uint64_t req_id;
-    uint64_t *sessions;
-    size_t n_sessions;
-    char *name;
-    char *path;
-    mxop__libver_t ver;
-};
-
 #define WATCH_PERIOD_NS 1000000000LL
-
-static void wait_free(struct mxop__reload_wait *w)
-{
-    free(w->sessions);
-    free(w->name);
-    free(w->path);
-    free(w);
-}
-
-static mxop__client_t *client_by_id(mxop__daemon_t *d, uint64_t id)
-{
-    for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next) {
-        mxop__client_t *cl = MXOP__CONTAINER_OF(n, mxop__client_t, link);
-        if (cl->id == id)
-            return cl->conn.closing ? NULL : cl;
-    }
-    return NULL;
-}
-
-static bool session_retiring(mxop__daemon_t *d, uint64_t sid)
-{
-    for (mxop__list_t *n = d->clients.next; n != &d->clients; n = n->next) {
-        mxop__client_t *cl = MXOP__CONTAINER_OF(n, mxop__client_t, link);
-        if (cl->session != NULL && cl->session->id == sid)
-            return mxop__session_reload_pending(cl->session);
-    }
-    return false;
-}
-
-static void reply_reload(mxop__daemon_t *d, const struct mxop__reload_wait *w)
-{
-    mxop__client_t *cl = client_by_id(d, w->client_id);
-    if (cl == NULL)
-        return;
-    Mxop__LibraryVersion lv;
-    mxop__libver_pb(w->name, w->path, &w->ver, &lv);
-    Mxop__ReloadReply rr = MXOP__RELOAD_REPLY__INIT;
-    rr.version = &lv;
-    rr.sessions = (uint32_t)w->n_sessions;
-    rr.n_session_ids = w->n_sessions;
-    rr.session_ids = w->sessions;
-    Mxop__Reply r = MXOP__REPLY__INIT;
-    r.id = w->req_id;
-    r.body_case = MXOP__REPLY__BODY_RELOAD;
-    r.reload = &rr;
-    mxop__reply_send(cl, &r, -1);
-}
-
-void mxop__reload_settled(mxop__daemon_t *d)
-{
-    struct mxop__reload_wait **pp = &d->reload_waits;
-    while (*pp != NULL) {
-        struct mxop__reload_wait *w = *pp;
-        bool waiting = false;
-        for (size_t i = 0; i < w->n_sessions && !waiting; i++)
-            waiting = session_retiring(d, w->sessions[i]);
-        if (waiting) {
-            pp = &w->next;
-            continue;
-        }
-        *pp = w->next;
-        MXOP__LOGI(0, NULL, "reload of library '%s' done: %zu sessions run the new file", w->name,
-                   w->n_sessions);
-        reply_reload(d, w);
-        wait_free(w);
-    }
-}
 
 /*
  * Sends EV_RELOAD to every session running `path`; their ids go to
@@ -166,14 +83,14 @@ void mxop__ctl_reload(mxop__client_t *cl, const Mxop__Request *req)
     struct mxop__reload_wait *w = calloc(1, sizeof(*w));
     if (w == NULL || (w->name = strdup(name)) == NULL || (w->path = strdup(resolved)) == NULL) {
         if (w != NULL)
-            wait_free(w);
+            mxop__reload_wait_free(w);
         mxop__client_reply_error(cl, req->id, MXOP_ENOMEM, "out of memory for a reload");
         return;
     }
     rc = mxop__libver_read(resolved, &w->ver, err, sizeof(err));
     if (rc != 0) {
         mxop__reply_errorf(cl, req->id, rc, "Reload refused: %s", err);
-        wait_free(w);
+        mxop__reload_wait_free(w);
         return;
     }
     w->client_id = cl->id;
@@ -184,10 +101,7 @@ void mxop__ctl_reload(mxop__client_t *cl, const Mxop__Request *req)
                "sessions replace their workers",
                name, resolved, w->ver.sha256, (unsigned long long)cl->id, (unsigned)cl->uid,
                w->n_sessions);
-    /* Answered when none of its sessions retires any more (now, if none did). */
-    w->next = d->reload_waits;
-    d->reload_waits = w;
-    mxop__reload_settled(d);
+    mxop__reload_wait_add(d, w);
 }
 
 void mxop__ctl_session_libraries(mxop__client_t *cl, const Mxop__Request *req)
@@ -273,14 +187,5 @@ void mxop__reload_tick(mxop__daemon_t *d, int64_t now)
                    "--watch: library '%s' (%s) changed (sha256 %s): %zu sessions replace "
                    "their workers",
                    name, path, v.sha256, n);
-    }
-}
-
-void mxop__reload_free(mxop__daemon_t *d)
-{
-    while (d->reload_waits != NULL) {
-        struct mxop__reload_wait *w = d->reload_waits;
-        d->reload_waits = w->next;
-        wait_free(w);
     }
 }

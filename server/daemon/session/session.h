@@ -183,15 +183,43 @@ extern const mxop__worker_cbs_t mxop__session_worker_cbs;
 void mxop__session_open(mxop__client_t *cl, uint64_t req_id);
 /* 0 when the session has a live worker to forward to, else the code and a message. */
 int mxop__session_need_worker(mxop__session_t *s, char *err, size_t errlen);
-/* The session's state, as the other files need it (session_fsm.c owns the state): */
+/*
+ * The session's state, as the other files read it (session_fsm.c alone
+ * writes it).  Reads of the state, here, so that the files below the
+ * session's state machine (spare, replay, tables) and the reload above it
+ * read it without calling into session_fsm.c.
+ */
 /* s->worker is set (RUNNING, RETIRING, RELOAD_CHECKING, RELOAD_RETIRING). */
-bool mxop__session_has_worker(const mxop__session_t *s);
+static inline bool mxop__session_has_worker(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RUNNING || s->state == MXOP__SESS_RETIRING ||
+           s->state == MXOP__SESS_RELOAD_CHECKING || s->state == MXOP__SESS_RELOAD_RETIRING;
+}
 /* Its live worker serves and was not asked to retire (RUNNING, RELOAD_CHECKING). */
-bool mxop__session_serving(const mxop__session_t *s);
+static inline bool mxop__session_serving(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RUNNING || s->state == MXOP__SESS_RELOAD_CHECKING;
+}
 /* Its live worker was asked to retire (RETIRING, RELOAD_RETIRING). */
-bool mxop__session_retiring(const mxop__session_t *s);
+static inline bool mxop__session_retiring(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RETIRING || s->state == MXOP__SESS_RELOAD_RETIRING;
+}
+/*
+ * True in the states of a reload's replacement whose channel the client
+ * has not been given yet (RELOAD_*): the next worker's channel is held
+ * until its replayed loads are checked.
+ */
+static inline bool mxop__session_reload_held(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RELOAD_WAITING || s->state == MXOP__SESS_RELOAD_CHECKING ||
+           s->state == MXOP__SESS_RELOAD_RETIRING;
+}
 /* A reload of it is not complete: retiring, or its replacement not handed to the client. */
-bool mxop__session_reload_pending(const mxop__session_t *s);
+static inline bool mxop__session_reload_pending(const mxop__session_t *s)
+{
+    return s->state == MXOP__SESS_RETIRING || mxop__session_reload_held(s);
+}
 /* It is ending: ENDED, its client gone or going, or the daemon shutting down. */
 bool mxop__session_ending(const mxop__session_t *s);
 /* The client is gone or going: stop the workers now; memory goes when the connection closes. */
@@ -279,8 +307,32 @@ void mxop__libver_pb(const char *name, const char *path, const mxop__libver_t *v
 void mxop__ctl_reload(mxop__client_t *cl, const Mxop__Request *req);
 /* SessionLibraries: the versions the client's session runs. */
 void mxop__ctl_session_libraries(mxop__client_t *cl, const Mxop__Request *req);
+
+/* ------------------------------------------------------------------------ */
+/* reload_wait.c */
+
+/*
+ * One Reload request waiting for its sessions to run their new workers:
+ * each is RETIRING or in a RELOAD_* state (its replacement loading the
+ * libraries again), until the client has the replacement's channel or the
+ * session failed or ended (mxop__session_reload_pending).
+ */
+struct mxop__reload_wait {
+    struct mxop__reload_wait *next;
+    uint64_t client_id;
+    uint64_t req_id;
+    uint64_t *sessions;
+    size_t n_sessions;
+    char *name;
+    char *path;
+    mxop__libver_t ver;
+};
+
 /* A session left RETIRING (replaced, failed or ended): answers the Reloads now complete. */
 void mxop__reload_settled(mxop__daemon_t *d);
+/* Adds a Reload to wait for its sessions (answered now if none has a reload pending). */
+void mxop__reload_wait_add(mxop__daemon_t *d, struct mxop__reload_wait *w);
+void mxop__reload_wait_free(struct mxop__reload_wait *w);
 
 /* ------------------------------------------------------------------------ */
 /* session_fsm.c, hot reload */

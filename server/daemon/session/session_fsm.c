@@ -164,17 +164,6 @@ static void close_reload_fd(mxop__session_t *s)
     s->reload_fd = -1;
 }
 
-/*
- * True in the states of a reload's replacement whose channel the client
- * has not been given yet (RELOAD_*): the next worker's channel is held
- * until its replayed loads are checked.
- */
-static bool reload_held(const mxop__session_t *s)
-{
-    return s->state == MXOP__SESS_RELOAD_WAITING || s->state == MXOP__SESS_RELOAD_CHECKING ||
-           s->state == MXOP__SESS_RELOAD_RETIRING;
-}
-
 /* Enters FAILED: requests fail with `code` and `msg` from now on; the client is told. */
 static void enter_failed(mxop__session_t *s, int code, const char *msg)
 {
@@ -190,7 +179,7 @@ static void enter_failed(mxop__session_t *s, int code, const char *msg)
 /* Enters WAITING (RELOAD_WAITING after a retirement): the timer brings the next attempt. */
 static void enter_waiting(mxop__session_t *s, uint64_t delay_ms)
 {
-    s->state = reload_held(s) ? MXOP__SESS_RELOAD_WAITING : MXOP__SESS_WAITING;
+    s->state = mxop__session_reload_held(s) ? MXOP__SESS_RELOAD_WAITING : MXOP__SESS_WAITING;
     s->respawn_at = mxop__now_ns() + (int64_t)delay_ms * 1000000LL;
     if (s->respawn_timer != NULL)
         uv_timer_start(&s->respawn_timer->timer, respawn_cb, delay_ms, 0);
@@ -287,7 +276,8 @@ static void on_died(mxop__session_t *s, const mxop__worker_exit_t *x, bool retir
     mxop__pending_t *queue = mxop__worker_queue_take_all(s->worker);
     s->worker = NULL;
     /* After a retirement, or a reload's replacement not yet checked: hold the next one too. */
-    s->state = retired || reload_held(s) ? MXOP__SESS_RELOAD_WAITING : MXOP__SESS_WAITING;
+    s->state =
+        retired || mxop__session_reload_held(s) ? MXOP__SESS_RELOAD_WAITING : MXOP__SESS_WAITING;
     /* A reload's replacement that dies before serving never reaches the client. */
     close_reload_fd(s);
 
@@ -550,27 +540,6 @@ void mxop__session_open(mxop__client_t *cl, uint64_t req_id)
     MXOP__LOGI(s->id, NULL, "session opened by client %llu '%s'; worker %d",
                (unsigned long long)cl->id, cl->name, (int)w->pid);
     mxop__spare_event(s, MXOP__SPARE_EV_WANTED, NULL);
-}
-
-bool mxop__session_has_worker(const mxop__session_t *s)
-{
-    return s->state == MXOP__SESS_RUNNING || s->state == MXOP__SESS_RETIRING ||
-           s->state == MXOP__SESS_RELOAD_CHECKING || s->state == MXOP__SESS_RELOAD_RETIRING;
-}
-
-bool mxop__session_serving(const mxop__session_t *s)
-{
-    return s->state == MXOP__SESS_RUNNING || s->state == MXOP__SESS_RELOAD_CHECKING;
-}
-
-bool mxop__session_retiring(const mxop__session_t *s)
-{
-    return s->state == MXOP__SESS_RETIRING || s->state == MXOP__SESS_RELOAD_RETIRING;
-}
-
-bool mxop__session_reload_pending(const mxop__session_t *s)
-{
-    return s->state == MXOP__SESS_RETIRING || reload_held(s);
 }
 
 bool mxop__session_ending(const mxop__session_t *s)

@@ -75,8 +75,11 @@ static void start(mxop__session_t *s)
     }
     char err[MXOP__MSG_MAX];
     mxop__worker_t *w = NULL;
-    /* The spare reports to the session as its live worker does; it keeps its client fd. */
-    if (mxop__worker_spawn(s->d, s->id, s->generation + 1, &mxop__session_worker_cbs, s, &w, err,
+    /*
+     * The spare reports to the session as its live worker does, through the
+     * callbacks the session gave that one; it keeps its client fd.
+     */
+    if (mxop__worker_spawn(s->d, s->id, s->generation + 1, s->worker->cbs, s, &w, err,
                            sizeof(err)) != 0) {
         s->spare_deaths++;
         if (s->spare_deaths == 1 || s->spare_deaths % 10 == 0)

@@ -8,7 +8,8 @@
  * session and process group, so that one kill(-pid, SIGKILL) ends it with
  * everything its ops started.  The daemon is also a child subreaper:
  * descendants that escape the group (setsid, double fork) are reparented
- * here when their worker dies and are swept (worker_proc.c).
+ * here when their worker dies and are swept (mxop__workers_sweep, here:
+ * at each reap, and about once a second from worker_proc.c).
  *
  * The state (mxop__worker_t.state) and the fields that go with it (the
  * kill reason, the channel, the owner, the client's fd) change only in
@@ -398,6 +399,55 @@ static bool note_agrees(int note, int term_signal, int64_t exit_status)
     case MXOP_ECUDA: return term_signal == 0 && exit_status == MXOP__W_EXIT_CUDA;
     default: return false;
     }
+}
+
+/* True if `pid` has exited and waits only to be reaped. */
+static bool is_zombie(long pid)
+{
+    char buf[256];
+    const char *fields = mxop__proc_stat((pid_t)pid, buf, sizeof(buf));
+    return fields != NULL && fields[0] == 'Z';
+}
+
+/*
+ * Kills and reaps the daemon's children that are not workers: processes an
+ * op started that escaped their worker's group and were reparented to us,
+ * the subreaper, when it died.  Children are listed by /proc (needs
+ * CONFIG_PROC_CHILDREN; without it nothing is swept).
+ */
+void mxop__workers_sweep(mxop__daemon_t *d)
+{
+    char path[64];
+    mxop__fmt(path, sizeof(path), "/proc/self/task/%d/children", (int)d->pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return;
+    long pid;
+    while (fscanf(f, "%ld", &pid) == 1) {
+        bool is_worker = false;
+        pid_t sid = getsid((pid_t)pid);
+        for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
+            mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
+            if (w->pid == (pid_t)pid) {
+                is_worker = true;
+                break;
+            }
+            /* An orphan still in a live worker's session belongs to a running call. */
+            if (mxop__worker_alive(w) && sid == w->pid) {
+                is_worker = true;
+                break;
+            }
+        }
+        if (is_worker)
+            continue;
+        if (!is_zombie(pid)) {
+            MXOP__LOGW(0, NULL, "killing process %ld: it escaped from a dead worker", pid);
+            kill((pid_t)pid, SIGKILL);
+        }
+        /* Reap it (now or at a later sweep): libuv only waits for the pids it spawned. */
+        waitpid((pid_t)pid, NULL, WNOHANG);
+    }
+    fclose(f);
 }
 
 static void exit_cb(mxop__spawn_t *p, int64_t exit_status, int term_signal)

@@ -1,16 +1,16 @@
 /*
  * server/daemon/worker/worker_proc.c - what /proc says about a worker and the
  * processes around it: whether a peer of the control socket descends from
- * a worker, whether a worker is stopped, the descendants that escaped a
- * dead worker; and the checks of every worker at each watchdog tick
- * (killed through worker.h, never by writing a worker's fields).  The
- * daemon's own reading, never the worker's word.
+ * a worker, whether a worker is stopped; and the checks of every worker at
+ * each watchdog tick (killed through worker.h, never by writing a worker's
+ * fields).  The daemon's own reading, never the worker's word.  It sits
+ * above worker.c, which sweeps escaped descendants itself at each reap
+ * (mxop__workers_sweep).
  */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -91,55 +91,6 @@ bool mxop__worker_is_stopped(const mxop__worker_t *w)
             break;
     fclose(f);
     return tracer <= 0 || parent_of((pid_t)tracer) != w->pid;
-}
-
-/* True if `pid` has exited and waits only to be reaped. */
-static bool is_zombie(long pid)
-{
-    char buf[256];
-    const char *fields = mxop__proc_stat((pid_t)pid, buf, sizeof(buf));
-    return fields != NULL && fields[0] == 'Z';
-}
-
-/*
- * Kills and reaps the daemon's children that are not workers: processes an
- * op started that escaped their worker's group and were reparented to us,
- * the subreaper, when it died.  Children are listed by /proc (needs
- * CONFIG_PROC_CHILDREN; without it nothing is swept).
- */
-void mxop__workers_sweep(mxop__daemon_t *d)
-{
-    char path[64];
-    mxop__fmt(path, sizeof(path), "/proc/self/task/%d/children", (int)d->pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return;
-    long pid;
-    while (fscanf(f, "%ld", &pid) == 1) {
-        bool is_worker = false;
-        pid_t sid = getsid((pid_t)pid);
-        for (mxop__list_t *n = d->workers.next; n != &d->workers; n = n->next) {
-            mxop__worker_t *w = MXOP__CONTAINER_OF(n, mxop__worker_t, link);
-            if (w->pid == (pid_t)pid) {
-                is_worker = true;
-                break;
-            }
-            /* An orphan still in a live worker's session belongs to a running call. */
-            if (mxop__worker_alive(w) && sid == w->pid) {
-                is_worker = true;
-                break;
-            }
-        }
-        if (is_worker)
-            continue;
-        if (!is_zombie(pid)) {
-            MXOP__LOGW(0, NULL, "killing process %ld: it escaped from a dead worker", pid);
-            kill((pid_t)pid, SIGKILL);
-        }
-        /* Reap it (now or at a later sweep): libuv only waits for the pids it spawned. */
-        waitpid((pid_t)pid, NULL, WNOHANG);
-    }
-    fclose(f);
 }
 
 /*
