@@ -245,12 +245,12 @@ void mxop__error_of_sibling(const mxop_client_t *c, const char *msg);
 /** Forgets this thread's sibling error (a call on the client itself succeeded or failed). */
 void mxop__error_forget_sibling(void);
 
-/* ---- the client itself (connect.c) ---- */
+/* ---- the client and its one session, without a pool (session.c) ---- */
 
 /**
  * Allocates a client with everything mxop_connect sets up before it
  * connects: no control socket, no session, no data channel yet.  Returns 0
- * with *out (freed by mxop_close), or MXOP_ENOMEM.
+ * with *out (freed by mxop__client_free), or MXOP_ENOMEM.
  */
 int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_ms,
                      mxop_client_t **out);
@@ -261,6 +261,24 @@ int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_
  * failure c->err says why and c->ctl may be connected (the caller closes it).
  */
 int mxop__session_open(mxop_client_t *c, const char *path, const char *name);
+
+/**
+ * A client with its session open on `path` (no pool): mxop_connect's work
+ * after the options, and a pool's sibling.  `reconnect` is the option
+ * (MXOP_RECONNECT_DEFAULT reads $MXOP_RECONNECT).  On failure `err` says why.
+ */
+int mxop__client_open(const char *path, const char *name, int data_path, int32_t timeout_ms,
+                      int32_t connect_timeout_ms, int32_t reconnect, mxop_client_t **out, char *err,
+                      size_t errlen);
+
+/** Ends c's session (the daemon sees EOF) and waits briefly for the daemon to close it. */
+void mxop__client_hang_up(mxop_client_t *c);
+
+/** Frees c and everything it holds but its pool (mxop__pool_free first). */
+void mxop__client_free(mxop_client_t *c);
+
+/** Sets c's default deadline (MXOP_EINVAL unless > 0), not its siblings'. */
+int mxop__client_set_timeout(mxop_client_t *c, int32_t timeout_ms);
 
 /* ---- reconnection (reconnect.c) ---- */
 
@@ -382,14 +400,6 @@ void mxop__pool_free(mxop_client_t *c);
 void mxop__pool_note_library(mxop_client_t *c, const char *name);
 
 /**
- * Runs a forward or backward on an idle sibling (c->lock NOT held: another
- * thread's call has it).  Returns 1 with the call's result in *rc, or 0
- * when the call must wait for the client (no sibling, a state, strides...).
- */
-int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
-                   const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc);
-
-/**
  * Makes the siblings forget region `id` of the client (and release their
  * copies), as the client drops it; nothing without a pool.  c->lock is held.
  */
@@ -409,6 +419,15 @@ void mxop__arena_free_all(mxop_client_t *c);
 
 /** Initialises the preallocated call structures (once, at connect). */
 void mxop__callbufs_init(mxop_client_t *c);
+
+/**
+ * A forward or backward on c itself, never a sibling (c->lock held by the
+ * caller, and still held on return): mxop_forward's work once pool.c has
+ * chosen the client, and a sibling's call.
+ */
+int mxop__invoke_locked(mxop_client_t *c, const mxop_op_t *op, int backward,
+                        const mxop_call_t *call, const mxop_array_t *in, int n_in,
+                        mxop_array_t *out, int n_out);
 
 /* ---- data plane transport (call.c) ---- */
 

@@ -20,10 +20,12 @@
  * the library list, the region maps).  The client's region table is read
  * here under c->regions_lock only, while another thread's call may hold
  * c->lock: every change of that table takes both (regions.c, cuda.c).
- * A sibling is driven through the public API, under its own lock: it is
- * a client of its own (without a pool), so the public calls it goes
- * through, which dispatch to this file for a client with a pool, never
- * come back here for it.
+ * A sibling is a client of its own without a pool, opened by session.c
+ * and driven under its own lock: its library loads and region
+ * registrations go through the public calls (which, without a pool, never
+ * come back here), its forward or backward straight to invoke.c.  The
+ * public mxop_forward and mxop_backward are here, above invoke.c: they
+ * choose the client or a sibling, then call down.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +46,9 @@ struct mxop__pool {
     pthread_mutex_t lock;
     char *path;
     char *name;
-    mxop_connect_opts_t opts;
+    /* What a sibling is opened with: the client's settings (timeout_ms changes). */
+    int data_path;
+    int32_t timeout_ms, connect_timeout_ms;
     int max; /* siblings at most (max_sessions - 1) */
     sib_t sibs[MXOP__POOL_MAX];
     int nsibs;
@@ -73,13 +77,9 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
         free(p);
         return MXOP_ENOMEM;
     }
-    memset(&p->opts, 0, sizeof p->opts);
-    p->opts.struct_size = sizeof p->opts;
-    p->opts.timeout_ms = c->timeout_ms;
-    p->opts.connect_timeout_ms = c->connect_timeout_ms;
-    p->opts.client_name = p->name;
-    p->opts.data_path = c->data_path;
-    p->opts.max_sessions = 1; /* a sibling has no pool of its own */
+    p->timeout_ms = c->timeout_ms;
+    p->connect_timeout_ms = c->connect_timeout_ms;
+    p->data_path = c->data_path;
     p->max = max_sessions - 1 < MXOP__POOL_MAX ? max_sessions - 1 : MXOP__POOL_MAX;
     c->pool = p;
     return 0;
@@ -91,7 +91,10 @@ void mxop__pool_free(mxop_client_t *c)
     if (p == NULL)
         return;
     for (int i = 0; i < p->nsibs; i++) {
-        mxop_close(p->sibs[i].c);
+        if (p->sibs[i].c != NULL) {
+            mxop__client_hang_up(p->sibs[i].c);
+            mxop__client_free(p->sibs[i].c);
+        }
         free(p->sibs[i].from);
         free(p->sibs[i].to);
     }
@@ -192,8 +195,14 @@ static sib_t *take_sibling(struct mxop__pool *p)
     pthread_mutex_unlock(&p->lock);
     if (s == NULL || !open)
         return s;
+    /* A sibling has no pool of its own; it reconnects as $MXOP_RECONNECT says. */
     mxop_client_t *sc = NULL;
-    int rc = mxop_connect(p->path, &p->opts, &sc);
+    char err[MXOP__ERR_MAX];
+    pthread_mutex_lock(&p->lock);
+    int32_t timeout_ms = p->timeout_ms;
+    pthread_mutex_unlock(&p->lock);
+    int rc = mxop__client_open(p->path, p->name, p->data_path, timeout_ms, p->connect_timeout_ms,
+                               MXOP_RECONNECT_DEFAULT, &sc, err, sizeof err);
     pthread_mutex_lock(&p->lock);
     if (rc < 0) {
         /* No more sessions (the daemon's limits, say): the pool stops
@@ -320,8 +329,8 @@ static int translate(mxop_client_t *c, struct mxop__pool *p, sib_t *s, const mxo
     return 0;
 }
 
-int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
-                   const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc_out)
+static int pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
+                    const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc_out)
 {
     struct mxop__pool *p = c->pool;
     if (p == NULL || op == NULL || op->client != c || op->stateful || op->name == NULL ||
@@ -346,8 +355,10 @@ int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mx
         give_sibling(p, s, 0, 0);
         return 0;
     }
-    int rc = backward ? mxop_backward(s->c, sop, call, tin, n_in, tout, n_out)
-                      : mxop_forward(s->c, sop, call, tin, n_in, tout, n_out);
+    /* The sibling has no pool: its call waits for its own lock. */
+    pthread_mutex_lock(&s->c->lock);
+    int rc = mxop__invoke_locked(s->c, sop, backward, call, tin, n_in, tout, n_out);
+    pthread_mutex_unlock(&s->c->lock);
     if (rc < 0) {
         mxop__error_of_sibling(c, mxop_last_error(s->c));
     } else {
@@ -364,6 +375,42 @@ int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mx
     return 1;
 }
 
+/*
+ * The engine's forward and backward: on the client under its lock, or, when
+ * another thread's call holds that lock and the client has a pool, on an
+ * idle sibling.  Without a pool this is the lock and invoke.c's call.
+ */
+static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
+                  const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    if (c->pool == NULL) {
+        pthread_mutex_lock(&c->lock);
+    } else if (pthread_mutex_trylock(&c->lock) != 0) {
+        /* Another thread's call has the session: a sibling takes this one. */
+        int rc;
+        if (pool_try(c, op, backward, call, in, n_in, out, n_out, &rc))
+            return rc;
+        pthread_mutex_lock(&c->lock);
+    }
+    int rc = mxop__invoke_locked(c, op, backward, call, in, n_in, out, n_out);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_forward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
+                 const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    return invoke(c, op, 0, call, in, n_in, out, n_out);
+}
+
+int mxop_backward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
+                  const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    return invoke(c, op, 1, call, in, n_in, out, n_out);
+}
+
 void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms)
 {
     struct mxop__pool *p = c->pool;
@@ -372,12 +419,12 @@ void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms)
     mxop_client_t *sibs[MXOP__POOL_MAX];
     int n = 0;
     pthread_mutex_lock(&p->lock);
-    p->opts.timeout_ms = timeout_ms; /* for siblings opened later */
+    p->timeout_ms = timeout_ms; /* for siblings opened later */
     for (int i = 0; i < p->nsibs; i++)
         if (p->sibs[i].c != NULL)
             sibs[n++] = p->sibs[i].c;
     pthread_mutex_unlock(&p->lock);
     /* Outside the pool's lock: a sibling busy with a call is waited for. */
     for (int i = 0; i < n; i++)
-        (void)mxop_set_timeout(sibs[i], timeout_ms);
+        (void)mxop__client_set_timeout(sibs[i], timeout_ms);
 }
