@@ -188,6 +188,12 @@ struct mxop_client {
     /* Ops: an array that only grows, so handles stay valid until close. */
     mxop_op_t **ops;
     size_t nops, capops;
+    /* The libraries loaded, each name once, in load order (library.c): what
+     * a reconnection and the pool's siblings load again.  Changed under
+     * c->lock and libs_lock; the pool reads it under libs_lock alone. */
+    char **libs;
+    size_t nlibs, caplibs;
+    pthread_mutex_t libs_lock;
 
     mxop__region_t *regions;
     size_t nregions, capregions;
@@ -256,13 +262,6 @@ int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_
                      mxop_client_t **out);
 
 /**
- * Connects c (no control socket yet) to `path`, says Hello as `name`
- * (may be NULL), opens a session and attaches its data channel.  On
- * failure c->err says why and c->ctl may be connected (the caller closes it).
- */
-int mxop__session_open(mxop_client_t *c, const char *path, const char *name);
-
-/**
  * A client with its session open on `path` (no pool): mxop_connect's work
  * after the options, and a pool's sibling.  `reconnect` is the option
  * (MXOP_RECONNECT_DEFAULT reads $MXOP_RECONNECT).  On failure `err` says why.
@@ -280,14 +279,21 @@ void mxop__client_free(mxop_client_t *c);
 /** Sets c's default deadline (MXOP_EINVAL unless > 0), not its siblings'. */
 int mxop__client_set_timeout(mxop_client_t *c, int32_t timeout_ms);
 
+/* ---- opening a session (session_open.c) ---- */
+
+/**
+ * Connects c (no control socket yet) to `path`, says Hello as `name`
+ * (may be NULL), opens a session and attaches its data channel.  On
+ * failure c->err says why and c->ctl may be connected (the caller closes it).
+ */
+int mxop__session_open(mxop_client_t *c, const char *path, const char *name);
+
 /* ---- reconnection (reconnect.c) ---- */
 
 /** Sets up what a reconnection needs (`on`: whether to reconnect). */
 int mxop__reconnect_init(mxop_client_t *c, const char *path, const char *name, int on);
 void mxop__reconnect_free(mxop_client_t *c);
 int mxop__reconnect_enabled(const mxop_client_t *c);
-/** Records a library loaded, to load again after a reconnection. */
-void mxop__reconnect_note_library(mxop_client_t *c, const char *name);
 /** Records an op state created, and forgets one destroyed (1: it was lost). */
 void mxop__reconnect_note_state(mxop_client_t *c, uint64_t id, const mxop_op_t *op);
 int mxop__reconnect_state_destroyed(mxop_client_t *c, uint64_t id);
@@ -396,9 +402,6 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
 /** Closes the siblings and frees the pool. */
 void mxop__pool_free(mxop_client_t *c);
 
-/** Records a library the client loaded, for the siblings to load too. */
-void mxop__pool_note_library(mxop_client_t *c, const char *name);
-
 /**
  * Makes the siblings forget region `id` of the client (and release their
  * copies), as the client drops it; nothing without a pool.  c->lock is held.
@@ -485,5 +488,15 @@ void mxop__text_clean(char *dst, size_t cap, const char *src);
 int mxop__ops_update(mxop_client_t *c, const Mxop__OpList *list);
 
 void mxop__ops_free(mxop_client_t *c);
+
+/** How many libraries c loaded (each once); c->lock held. */
+size_t mxop__library_count(mxop_client_t *c);
+/** The name of the i-th library c loaded (load order), or NULL; c->lock held. */
+const char *mxop__library_at(mxop_client_t *c, size_t i);
+/**
+ * Copies the i-th library's name into buf (cut to len - 1 bytes) without
+ * c->lock (another thread's call may hold it): 1, or 0 past the last.
+ */
+int mxop__library_copy(mxop_client_t *c, size_t i, char *buf, size_t len);
 
 #endif /* MXOP_CLIENT_INTERNAL_H */

@@ -93,6 +93,58 @@ void mxop__ops_free(mxop_client_t *c)
     free(c->ops);
     c->ops = NULL;
     c->nops = c->capops = 0;
+    for (size_t i = 0; i < c->nlibs; i++)
+        free(c->libs[i]);
+    free(c->libs);
+    c->libs = NULL;
+    c->nlibs = c->caplibs = 0;
+}
+
+/* Records a library loaded (c->lock held); a name loaded again is not added twice. */
+static void note_library(mxop_client_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->nlibs; i++)
+        if (strcmp(c->libs[i], name) == 0)
+            return; /* loaded again: a no-op, or a reload the siblings see by themselves */
+    char *s = strdup(name);
+    if (s == NULL)
+        return; /* not remembered: a reconnection says its ops are gone, siblings lack it */
+    pthread_mutex_lock(&c->libs_lock);
+    if (c->nlibs == c->caplibs) {
+        size_t cap = c->caplibs ? 2 * c->caplibs : 8;
+        char **a = realloc(c->libs, cap * sizeof *a);
+        if (a == NULL) {
+            pthread_mutex_unlock(&c->libs_lock);
+            free(s);
+            return;
+        }
+        c->libs = a;
+        c->caplibs = cap;
+    }
+    c->libs[c->nlibs++] = s;
+    pthread_mutex_unlock(&c->libs_lock);
+}
+
+size_t mxop__library_count(mxop_client_t *c)
+{
+    return c->nlibs;
+}
+
+const char *mxop__library_at(mxop_client_t *c, size_t i)
+{
+    return i < c->nlibs ? c->libs[i] : NULL;
+}
+
+int mxop__library_copy(mxop_client_t *c, size_t i, char *buf, size_t len)
+{
+    pthread_mutex_lock(&c->libs_lock);
+    int have = i < c->nlibs;
+    if (have) {
+        strncpy(buf, c->libs[i], len - 1);
+        buf[len - 1] = '\0';
+    }
+    pthread_mutex_unlock(&c->libs_lock);
+    return have;
 }
 
 /* Reads the session's mode from ListOps; c->err keeps the load's message. */
@@ -147,10 +199,8 @@ int mxop_load_library(mxop_client_t *c, const char *name)
     if (r->ops != NULL && r->ops->confined)
         c->confined = 1;
     rc = mxop__ops_update(c, r->ops);
-    if (rc == 0) {
-        mxop__pool_note_library(c, name);
-        mxop__reconnect_note_library(c, name);
-    }
+    if (rc == 0)
+        note_library(c, name);
 out:
     pthread_mutex_unlock(&c->lock);
     return rc;

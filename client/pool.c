@@ -17,9 +17,10 @@
  * before.
  *
  * Locking: the pool's own mutex guards its tables (siblings, busy flags,
- * the library list, the region maps).  The client's region table is read
- * here under c->regions_lock only, while another thread's call may hold
- * c->lock: every change of that table takes both (regions.c, cuda.c).
+ * the region maps).  The client's region table and library list are read
+ * here under c->regions_lock and c->libs_lock only, while another thread's
+ * call may hold c->lock: every change of those takes both (regions.c,
+ * cuda.c, library.c).
  * A sibling is a client of its own without a pool, opened by session.c
  * and driven under its own lock: its library loads and region
  * registrations go through the public calls (which, without a pool, never
@@ -52,8 +53,6 @@ struct mxop__pool {
     int max; /* siblings at most (max_sessions - 1) */
     sib_t sibs[MXOP__POOL_MAX];
     int nsibs;
-    char **libs;
-    size_t nlibs, caplibs;
     uint64_t calls, errors; /* calls made on siblings, for mxop_stats */
 };
 
@@ -98,38 +97,11 @@ void mxop__pool_free(mxop_client_t *c)
         free(p->sibs[i].from);
         free(p->sibs[i].to);
     }
-    for (size_t i = 0; i < p->nlibs; i++)
-        free(p->libs[i]);
-    free(p->libs);
     free(p->path);
     free(p->name);
     pthread_mutex_destroy(&p->lock);
     free(p);
     c->pool = NULL;
-}
-
-void mxop__pool_note_library(mxop_client_t *c, const char *name)
-{
-    struct mxop__pool *p = c->pool;
-    if (p == NULL)
-        return;
-    pthread_mutex_lock(&p->lock);
-    for (size_t i = 0; i < p->nlibs; i++)
-        if (strcmp(p->libs[i], name) == 0)
-            goto out; /* loaded again: a no-op, or a reload the siblings see by themselves */
-    if (p->nlibs == p->caplibs) {
-        size_t cap = p->caplibs ? 2 * p->caplibs : 8;
-        char **l = realloc(p->libs, cap * sizeof *l);
-        if (l == NULL)
-            goto out; /* siblings then lack it: calls of its ops stay on the client */
-        p->libs = l;
-        p->caplibs = cap;
-    }
-    char *s = strdup(name);
-    if (s != NULL)
-        p->libs[p->nlibs++] = s;
-out:
-    pthread_mutex_unlock(&p->lock);
 }
 
 void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors)
@@ -231,24 +203,16 @@ static void give_sibling(struct mxop__pool *p, sib_t *s, int counted, int failed
 }
 
 /* Loads into the sibling the libraries the client loaded since its last call. */
-static int replay_libraries(struct mxop__pool *p, sib_t *s)
+static int replay_libraries(mxop_client_t *c, sib_t *s)
 {
-    for (;;) {
-        char name[4096];
-        pthread_mutex_lock(&p->lock);
-        int more = s->nlibs < p->nlibs;
-        if (more) {
-            strncpy(name, p->libs[s->nlibs], sizeof name - 1);
-            name[sizeof name - 1] = '\0';
-        }
-        pthread_mutex_unlock(&p->lock);
-        if (!more)
-            return 0;
+    char name[4096];
+    while (mxop__library_copy(c, s->nlibs, name, sizeof name)) {
         int rc = mxop_load_library(s->c, name);
         if (rc < 0)
             return rc;
         s->nlibs++;
     }
+    return 0;
 }
 
 /* The sibling's id of the client's region `id` (registered there on first
@@ -350,7 +314,7 @@ static int pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const m
         return 0;
     const mxop_op_t *sop = NULL;
     mxop_array_t tin[MXOP_MAX_TENSORS], tout[MXOP_MAX_TENSORS];
-    if (replay_libraries(p, s) < 0 || mxop_op_find(s->c, op->name, &sop) < 0 ||
+    if (replay_libraries(c, s) < 0 || mxop_op_find(s->c, op->name, &sop) < 0 ||
         translate(c, p, s, in, n_in, tin) < 0 || translate(c, p, s, out, n_out, tout) < 0) {
         give_sibling(p, s, 0, 0);
         return 0;

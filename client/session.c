@@ -1,7 +1,7 @@
 /*
  * client/session.c - a client and its one session, without a pool:
- * allocating the client, opening the session (Hello, OpenSession, the data
- * channel), ending it and freeing the client.  connect.c (mxop_connect,
+ * allocating the client, opening its session (session_open.c), ending it
+ * and freeing the client.  connect.c (mxop_connect,
  * mxop_close) builds on it with the options and the pool; the pool opens
  * its siblings here, so that a sibling never goes through the public
  * calls that would come back to the pool.
@@ -29,71 +29,6 @@
 /* Results are small; the buffer grows for a large one and is kept. */
 #define DATA_RX_CAP (16u * 1024)
 
-static int hello(mxop_client_t *c, const char *name)
-{
-    Mxop__Reply *r;
-    char why[MXOP__ERR_MAX];
-    int rc = mxop__ctlchan_hello(&c->ctl, name, c->connect_timeout_ms, &r, why, sizeof why);
-    if (rc < 0)
-        return mxop__fail(c, rc, "%s%s", c->ctl.refused ? "mxop-serverd: " : "", why);
-    rc = mxop__ctlchan_status(r, why, sizeof why);
-    if (rc < 0)
-        return mxop__fail(c, rc, "%s", why);
-    if (r->body_case != MXOP__REPLY__BODY_HELLO || r->hello == NULL)
-        return mxop__fail(c, MXOP_EPROTOCOL, "mxop-serverd answered Hello without a HelloReply");
-    if (r->hello->version != MXOP_PROTOCOL_VERSION)
-        return mxop__fail(c, MXOP_EVERSION,
-                          "mxop-serverd chose protocol version %u; this client speaks %d",
-                          r->hello->version, MXOP_PROTOCOL_VERSION);
-    return 0;
-}
-
-static int open_session(mxop_client_t *c)
-{
-    Mxop__OpenSession body = MXOP__OPEN_SESSION__INIT;
-    Mxop__Request req = MXOP__REQUEST__INIT;
-    req.body_case = MXOP__REQUEST__BODY_OPEN_SESSION;
-    req.open_session = &body;
-
-    Mxop__Reply *r;
-    int fd = -1;
-    int rc = mxop__ctl_request(c, &req, NULL, 0, c->connect_timeout_ms, &r, &fd);
-    if (rc < 0)
-        return rc;
-    if (r->body_case != MXOP__REPLY__BODY_OPEN_SESSION || r->open_session == NULL) {
-        if (fd >= 0)
-            close(fd);
-        return mxop__fail(c, MXOP_EPROTOCOL,
-                          "mxop-serverd answered OpenSession without an OpenSessionReply");
-    }
-    if (fd < 0)
-        return mxop__fail(c, MXOP_EPROTOCOL,
-                          "mxop-serverd opened the session without passing its data channel");
-    mxop__sess_to(c, MXOP__SESS_SERVING, fd, 0, NULL);
-    c->session = r->open_session->session;
-    c->worker_pid = r->open_session->worker_pid;
-    c->generation = r->open_session->generation;
-    c->confined = r->open_session->confined;
-    return 0;
-}
-
-int mxop__session_open(mxop_client_t *c, const char *path, const char *name)
-{
-    int rc = mxop__ctlchan_connect(&c->ctl, path, c->connect_timeout_ms, c->err, sizeof c->err);
-    if (rc < 0)
-        return rc;
-    rc = hello(c, name);
-    if (rc < 0)
-        return rc;
-    rc = open_session(c);
-    if (rc < 0)
-        return rc;
-    /* The mailbox is set up now rather than at the first call, so that the
-     * session's path is known from here on (mxop_data_path). */
-    mxop__data_attach_now(c);
-    return 0;
-}
-
 void mxop__client_free(mxop_client_t *c)
 {
     mxop__reconnect_free(c);
@@ -110,6 +45,7 @@ void mxop__client_free(mxop_client_t *c)
     mxop__framebuf_free(&c->data_fb);
     mxop__pbarena_destroy(&c->pba);
     pthread_mutex_destroy(&c->arena_lock);
+    pthread_mutex_destroy(&c->libs_lock);
     pthread_mutex_destroy(&c->regions_lock);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -134,7 +70,8 @@ int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_
         return MXOP_ENOMEM;
     }
     if (pthread_mutex_init(&c->regions_lock, NULL) != 0 ||
-        pthread_mutex_init(&c->arena_lock, NULL) != 0) {
+        pthread_mutex_init(&c->arena_lock, NULL) != 0 ||
+        pthread_mutex_init(&c->libs_lock, NULL) != 0) {
         pthread_mutex_destroy(&c->lock);
         free(c);
         return MXOP_ENOMEM;
