@@ -89,6 +89,10 @@ typedef struct mxop__region {
     uint8_t *cmap;
     int cmap_owned; /* 1: cmap is a mapping of its own, unmapped at release */
     int read_only;  /* mxop_region_set_read_only: no call may write it */
+    /* Its registrations with the pool's siblings (their client, their id), released with it;
+     * NULL until the first (regions.c). */
+    struct mxop__region_copy *copies;
+    int ncopies;
 } mxop__region_t;
 
 /* One piece of an arena chunk: the pieces tile the chunk in offset order. */
@@ -354,6 +358,17 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
 
 /* ---- regions (regions.c) ---- */
 
+/**
+ * Region `id` of c as registered with sibling `sc` (its id there), or 0 if
+ * not (yet); takes c->regions_lock only (another thread's call may hold c->lock).
+ */
+uint32_t mxop__region_copy_find(mxop_client_t *c, uint32_t id, mxop_client_t *sc);
+/**
+ * Records that region `id` of c is registered with sibling `sc` as `sid`,
+ * released there when c drops it.  0, or -1 when c no longer has the region
+ * or out of memory (the caller releases sid).  c->regions_lock only.
+ */
+int mxop__region_copy_add(mxop_client_t *c, uint32_t id, mxop_client_t *sc, uint32_t sid);
 /* Registers fd's memory using `cmap`, another client's writable mapping of it (pool.c). */
 int mxop__region_register_shared(mxop_client_t *c, int fd, size_t bytes, void *cmap,
                                  uint32_t *region);
@@ -401,12 +416,6 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
 
 /** Closes the siblings and frees the pool. */
 void mxop__pool_free(mxop_client_t *c);
-
-/**
- * Makes the siblings forget region `id` of the client (and release their
- * copies), as the client drops it; nothing without a pool.  c->lock is held.
- */
-void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id);
 
 /** Gives the siblings (and those opened later) the client's new default deadline. */
 void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms);

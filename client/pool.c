@@ -16,11 +16,12 @@
  * sibling is idle and the pool is full, the call waits for the lock as
  * before.
  *
- * Locking: the pool's own mutex guards its tables (siblings, busy flags,
- * the region maps).  The client's region table and library list are read
- * here under c->regions_lock and c->libs_lock only, while another thread's
- * call may hold c->lock: every change of those takes both (regions.c,
- * cuda.c, library.c).
+ * Locking: the pool's own mutex guards its siblings and their busy
+ * flags.  The client's region table (with each region's registrations
+ * on the siblings, released by regions.c with the region) and library
+ * list are read here under c->regions_lock and c->libs_lock only, while
+ * another thread's call may hold c->lock: every change of those takes
+ * both (regions.c, cuda.c, library.c).
  * A sibling is a client of its own without a pool, opened by session.c
  * and driven under its own lock: its library loads and region
  * registrations go through the public calls (which, without a pool, never
@@ -36,11 +37,9 @@
 #include "common/util.h"
 
 typedef struct sib {
-    mxop_client_t *c;    /* NULL while being opened, or after failing to open */
-    int busy;            /* a thread is using it */
-    size_t nlibs;        /* the client's libraries loaded here so far */
-    uint32_t *from, *to; /* client region id -> sibling region id */
-    size_t nmap, capmap;
+    mxop_client_t *c; /* NULL while being opened, or after failing to open */
+    int busy;         /* a thread is using it */
+    size_t nlibs;     /* the client's libraries loaded here so far */
 } sib_t;
 
 struct mxop__pool {
@@ -94,8 +93,6 @@ void mxop__pool_free(mxop_client_t *c)
             mxop__client_hang_up(p->sibs[i].c);
             mxop__client_free(p->sibs[i].c);
         }
-        free(p->sibs[i].from);
-        free(p->sibs[i].to);
     }
     free(p->path);
     free(p->name);
@@ -114,35 +111,6 @@ void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors)
     *calls = p->calls;
     *errors = p->errors;
     pthread_mutex_unlock(&p->lock);
-}
-
-/* A sibling busy with a call is waited for by mxop_region_release. */
-void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id)
-{
-    struct mxop__pool *p = c->pool;
-    if (p == NULL)
-        return;
-    for (int i = 0; i < MXOP__POOL_MAX; i++) {
-        uint32_t sid = 0;
-        mxop_client_t *sc = NULL;
-        pthread_mutex_lock(&p->lock);
-        if (i < p->nsibs) {
-            sib_t *s = &p->sibs[i];
-            for (size_t k = 0; k < s->nmap; k++) {
-                if (s->from[k] == id) {
-                    sid = s->to[k];
-                    s->from[k] = s->from[s->nmap - 1];
-                    s->to[k] = s->to[s->nmap - 1];
-                    s->nmap--;
-                    break;
-                }
-            }
-            sc = s->c;
-        }
-        pthread_mutex_unlock(&p->lock);
-        if (sid != 0 && sc != NULL)
-            (void)mxop_region_release(sc, sid);
-    }
 }
 
 /* An idle sibling marked busy (opened here if the pool may grow), or NULL. */
@@ -217,17 +185,11 @@ static int replay_libraries(mxop_client_t *c, sib_t *s)
 
 /* The sibling's id of the client's region `id` (registered there on first
  * use); 0 when it cannot have one (a device region, no descriptor). */
-static uint32_t sibling_region(mxop_client_t *c, struct mxop__pool *p, sib_t *s, uint32_t id)
+static uint32_t sibling_region(mxop_client_t *c, sib_t *s, uint32_t id)
 {
-    pthread_mutex_lock(&p->lock);
-    for (size_t k = 0; k < s->nmap; k++) {
-        if (s->from[k] == id) {
-            uint32_t sid = s->to[k];
-            pthread_mutex_unlock(&p->lock);
-            return sid;
-        }
-    }
-    pthread_mutex_unlock(&p->lock);
+    uint32_t sid = mxop__region_copy_find(c, id, s->c);
+    if (sid != 0)
+        return sid;
 
     int fd = -1;
     size_t size = 0;
@@ -247,45 +209,25 @@ static uint32_t sibling_region(mxop_client_t *c, struct mxop__pool *p, sib_t *s,
     pthread_mutex_unlock(&c->regions_lock);
     if (fd < 0)
         return 0;
-    uint32_t sid = 0;
     int rc = mxop__region_register_shared(s->c, fd, size, cmap, &sid);
     close(fd);
     if (rc < 0)
         return 0;
-    pthread_mutex_lock(&p->lock);
-    if (s->nmap == s->capmap) {
-        size_t cap = s->capmap ? 2 * s->capmap : 16;
-        uint32_t *f = realloc(s->from, cap * sizeof *f);
-        if (f != NULL)
-            s->from = f;
-        uint32_t *t = f != NULL ? realloc(s->to, cap * sizeof *t) : NULL;
-        if (t != NULL) {
-            s->to = t;
-            s->capmap = cap;
-        }
-    }
-    int kept = s->nmap < s->capmap;
-    if (kept) {
-        s->from[s->nmap] = id;
-        s->to[s->nmap] = sid;
-        s->nmap++;
-    }
-    pthread_mutex_unlock(&p->lock);
-    if (!kept) {
+    /* Recorded on the client's region, which releases it there when it goes (regions.c). */
+    if (mxop__region_copy_add(c, id, s->c, sid) < 0) {
         (void)mxop_region_release(s->c, sid);
         return 0;
     }
     return sid;
 }
 
-static int translate(mxop_client_t *c, struct mxop__pool *p, sib_t *s, const mxop_array_t *a, int n,
-                     mxop_array_t *t)
+static int translate(mxop_client_t *c, sib_t *s, const mxop_array_t *a, int n, mxop_array_t *t)
 {
     for (int i = 0; i < n; i++) {
         t[i] = a[i];
         if (a[i].region == MXOP_REGION_HEAP)
             continue;
-        uint32_t sid = sibling_region(c, p, s, a[i].region);
+        uint32_t sid = sibling_region(c, s, a[i].region);
         if (sid == 0)
             return -1;
         t[i].region = sid;
@@ -315,7 +257,7 @@ static int pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const m
     const mxop_op_t *sop = NULL;
     mxop_array_t tin[MXOP_MAX_TENSORS], tout[MXOP_MAX_TENSORS];
     if (replay_libraries(c, s) < 0 || mxop_op_find(s->c, op->name, &sop) < 0 ||
-        translate(c, p, s, in, n_in, tin) < 0 || translate(c, p, s, out, n_out, tout) < 0) {
+        translate(c, s, in, n_in, tin) < 0 || translate(c, s, out, n_out, tout) < 0) {
         give_sibling(p, s, 0, 0);
         return 0;
     }
