@@ -192,7 +192,7 @@ struct mxop_client {
     /* Ops: an array that only grows, so handles stay valid until close. */
     mxop_op_t **ops;
     size_t nops, capops;
-    /* The libraries loaded, each name once, in load order (library.c): what
+    /* The libraries loaded, each name once, in load order (op_table.c): what
      * a reconnection and the pool's siblings load again.  Changed under
      * c->lock and libs_lock; the pool reads it under libs_lock alone. */
     char **libs;
@@ -491,13 +491,15 @@ int mxop__code_known(int code);
  */
 void mxop__text_clean(char *dst, size_t cap, const char *src);
 
-/* ---- library (library.c) ---- */
+/* ---- the op table and the libraries loaded (op_table.c) ---- */
 
 /** Replaces the op table with an OpList from the daemon. */
 int mxop__ops_update(mxop_client_t *c, const Mxop__OpList *list);
 
 void mxop__ops_free(mxop_client_t *c);
 
+/** Records a library loaded (c->lock held); a name loaded again is not added twice. */
+void mxop__library_note(mxop_client_t *c, const char *name);
 /** How many libraries c loaded (each once); c->lock held. */
 size_t mxop__library_count(mxop_client_t *c);
 /** The name of the i-th library c loaded (load order), or NULL; c->lock held. */

@@ -21,7 +21,7 @@
  * on the siblings, released by regions.c with the region) and library
  * list are read here under c->regions_lock and c->libs_lock only, while
  * another thread's call may hold c->lock: every change of those takes
- * both (regions.c, cuda.c, library.c).
+ * both (regions.c, cuda.c, op_table.c).
  * A sibling is a client of its own without a pool, opened by session.c
  * and driven under its own lock: its library loads and region
  * registrations go through the public calls (which, without a pool, never
