@@ -9,8 +9,10 @@
  * over: their ids answer MXOP_ESTATE_LOST, naming the op, until the engine
  * creates them again.
  *
- * The other files only call the hooks declared in client_internal.h; the
- * decisions are made here.
+ * The files above (invoke.c, library.c, regions.c) ask here before and
+ * after a request; the decisions are made here, and the session's parts
+ * are restored through the files below (session_open.c, op_table.c) and
+ * regions.c.
  */
 #include <stdlib.h>
 #include <string.h>
