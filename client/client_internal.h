@@ -89,6 +89,10 @@ typedef struct mxop__region {
     uint8_t *cmap;
     int cmap_owned; /* 1: cmap is a mapping of its own, unmapped at release */
     int read_only;  /* mxop_region_set_read_only: no call may write it */
+    /* Its registrations with the pool's siblings (their client, their id), released with it;
+     * NULL until the first (regions.c). */
+    struct mxop__region_copy *copies;
+    int ncopies;
 } mxop__region_t;
 
 /* One piece of an arena chunk: the pieces tile the chunk in offset order. */
@@ -188,6 +192,12 @@ struct mxop_client {
     /* Ops: an array that only grows, so handles stay valid until close. */
     mxop_op_t **ops;
     size_t nops, capops;
+    /* The libraries loaded, each name once, in load order (op_table.c): what
+     * a reconnection and the pool's siblings load again.  Changed under
+     * c->lock and libs_lock; the pool reads it under libs_lock alone. */
+    char **libs;
+    size_t nlibs, caplibs;
+    pthread_mutex_t libs_lock;
 
     mxop__region_t *regions;
     size_t nregions, capregions;
@@ -245,15 +255,35 @@ void mxop__error_of_sibling(const mxop_client_t *c, const char *msg);
 /** Forgets this thread's sibling error (a call on the client itself succeeded or failed). */
 void mxop__error_forget_sibling(void);
 
-/* ---- the client itself (connect.c) ---- */
+/* ---- the client and its one session, without a pool (session.c) ---- */
 
 /**
  * Allocates a client with everything mxop_connect sets up before it
  * connects: no control socket, no session, no data channel yet.  Returns 0
- * with *out (freed by mxop_close), or MXOP_ENOMEM.
+ * with *out (freed by mxop__client_free), or MXOP_ENOMEM.
  */
 int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_ms,
                      mxop_client_t **out);
+
+/**
+ * A client with its session open on `path` (no pool): mxop_connect's work
+ * after the options, and a pool's sibling.  `reconnect` is the option
+ * (MXOP_RECONNECT_DEFAULT reads $MXOP_RECONNECT).  On failure `err` says why.
+ */
+int mxop__client_open(const char *path, const char *name, int data_path, int32_t timeout_ms,
+                      int32_t connect_timeout_ms, int32_t reconnect, mxop_client_t **out, char *err,
+                      size_t errlen);
+
+/** Ends c's session (the daemon sees EOF) and waits briefly for the daemon to close it. */
+void mxop__client_hang_up(mxop_client_t *c);
+
+/** Frees c and everything it holds but its pool (mxop__pool_free first). */
+void mxop__client_free(mxop_client_t *c);
+
+/** Sets c's default deadline (MXOP_EINVAL unless > 0), not its siblings'. */
+int mxop__client_set_timeout(mxop_client_t *c, int32_t timeout_ms);
+
+/* ---- opening a session (session_open.c) ---- */
 
 /**
  * Connects c (no control socket yet) to `path`, says Hello as `name`
@@ -268,8 +298,6 @@ int mxop__session_open(mxop_client_t *c, const char *path, const char *name);
 int mxop__reconnect_init(mxop_client_t *c, const char *path, const char *name, int on);
 void mxop__reconnect_free(mxop_client_t *c);
 int mxop__reconnect_enabled(const mxop_client_t *c);
-/** Records a library loaded, to load again after a reconnection. */
-void mxop__reconnect_note_library(mxop_client_t *c, const char *name);
 /** Records an op state created, and forgets one destroyed (1: it was lost). */
 void mxop__reconnect_note_state(mxop_client_t *c, uint64_t id, const mxop_op_t *op);
 int mxop__reconnect_state_destroyed(mxop_client_t *c, uint64_t id);
@@ -330,6 +358,17 @@ int mxop__ctl_next(mxop_client_t *c, int64_t end_ns, Mxop__Reply **reply, int *f
 
 /* ---- regions (regions.c) ---- */
 
+/**
+ * Region `id` of c as registered with sibling `sc` (its id there), or 0 if
+ * not (yet); takes c->regions_lock only (another thread's call may hold c->lock).
+ */
+uint32_t mxop__region_copy_find(mxop_client_t *c, uint32_t id, mxop_client_t *sc);
+/**
+ * Records that region `id` of c is registered with sibling `sc` as `sid`,
+ * released there when c drops it.  0, or -1 when c no longer has the region
+ * or out of memory (the caller releases sid).  c->regions_lock only.
+ */
+int mxop__region_copy_add(mxop_client_t *c, uint32_t id, mxop_client_t *sc, uint32_t sid);
 /* Registers fd's memory using `cmap`, another client's writable mapping of it (pool.c). */
 int mxop__region_register_shared(mxop_client_t *c, int fd, size_t bytes, void *cmap,
                                  uint32_t *region);
@@ -378,23 +417,6 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
 /** Closes the siblings and frees the pool. */
 void mxop__pool_free(mxop_client_t *c);
 
-/** Records a library the client loaded, for the siblings to load too. */
-void mxop__pool_note_library(mxop_client_t *c, const char *name);
-
-/**
- * Runs a forward or backward on an idle sibling (c->lock NOT held: another
- * thread's call has it).  Returns 1 with the call's result in *rc, or 0
- * when the call must wait for the client (no sibling, a state, strides...).
- */
-int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
-                   const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc);
-
-/**
- * Makes the siblings forget region `id` of the client (and release their
- * copies), as the client drops it; nothing without a pool.  c->lock is held.
- */
-void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id);
-
 /** Gives the siblings (and those opened later) the client's new default deadline. */
 void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms);
 
@@ -409,6 +431,15 @@ void mxop__arena_free_all(mxop_client_t *c);
 
 /** Initialises the preallocated call structures (once, at connect). */
 void mxop__callbufs_init(mxop_client_t *c);
+
+/**
+ * A forward or backward on c itself, never a sibling (c->lock held by the
+ * caller, and still held on return): mxop_forward's work once pool.c has
+ * chosen the client, and a sibling's call.
+ */
+int mxop__invoke_locked(mxop_client_t *c, const mxop_op_t *op, int backward,
+                        const mxop_call_t *call, const mxop_array_t *in, int n_in,
+                        mxop_array_t *out, int n_out);
 
 /* ---- data plane transport (call.c) ---- */
 
@@ -460,11 +491,23 @@ int mxop__code_known(int code);
  */
 void mxop__text_clean(char *dst, size_t cap, const char *src);
 
-/* ---- library (library.c) ---- */
+/* ---- the op table and the libraries loaded (op_table.c) ---- */
 
 /** Replaces the op table with an OpList from the daemon. */
 int mxop__ops_update(mxop_client_t *c, const Mxop__OpList *list);
 
 void mxop__ops_free(mxop_client_t *c);
+
+/** Records a library loaded (c->lock held); a name loaded again is not added twice. */
+void mxop__library_note(mxop_client_t *c, const char *name);
+/** How many libraries c loaded (each once); c->lock held. */
+size_t mxop__library_count(mxop_client_t *c);
+/** The name of the i-th library c loaded (load order), or NULL; c->lock held. */
+const char *mxop__library_at(mxop_client_t *c, size_t i);
+/**
+ * Copies the i-th library's name into buf (cut to len - 1 bytes) without
+ * c->lock (another thread's call may hold it): 1, or 0 past the last.
+ */
+int mxop__library_copy(mxop_client_t *c, size_t i, char *buf, size_t len);
 
 #endif /* MXOP_CLIENT_INTERNAL_H */

@@ -1,165 +1,22 @@
 /*
- * client/connect.c - opening a session with mxop-serverd, and closing it.
+ * client/connect.c - mxop_connect and mxop_close: the options, the client
+ * and its session (session.c), and the pool of siblings (pool.c) on top.
  */
-#include <errno.h>
-#include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "client/client_internal.h"
 #include "client/session_state.h"
-#include "shm/call_page.h"
 #include "common/util.h"
-#include "wire/fdpass.h"
 
 /* The detail of the last failed mxop_connect, per thread: there is no
  * client yet to hold it. */
 static _Thread_local char connect_err[MXOP__ERR_MAX];
 
-/* How long mxop_close waits for the daemon to end the session. */
-#define CLOSE_WAIT_MS 2000
-
-/* Enough for an OpList of a few hundred ops without leaving the arena. */
-#define PBARENA_CAP (256u * 1024)
-
-/* Results are small; the buffer grows for a large one and is kept. */
-#define DATA_RX_CAP (16u * 1024)
-
 const char *mxop_connect_error(void)
 {
     return connect_err;
-}
-
-static int hello(mxop_client_t *c, const char *name)
-{
-    Mxop__Reply *r;
-    char why[MXOP__ERR_MAX];
-    int rc = mxop__ctlchan_hello(&c->ctl, name, c->connect_timeout_ms, &r, why, sizeof why);
-    if (rc < 0)
-        return mxop__fail(c, rc, "%s%s", c->ctl.refused ? "mxop-serverd: " : "", why);
-    rc = mxop__ctlchan_status(r, why, sizeof why);
-    if (rc < 0)
-        return mxop__fail(c, rc, "%s", why);
-    if (r->body_case != MXOP__REPLY__BODY_HELLO || r->hello == NULL)
-        return mxop__fail(c, MXOP_EPROTOCOL, "mxop-serverd answered Hello without a HelloReply");
-    if (r->hello->version != MXOP_PROTOCOL_VERSION)
-        return mxop__fail(c, MXOP_EVERSION,
-                          "mxop-serverd chose protocol version %u; this client speaks %d",
-                          r->hello->version, MXOP_PROTOCOL_VERSION);
-    return 0;
-}
-
-static int open_session(mxop_client_t *c)
-{
-    Mxop__OpenSession body = MXOP__OPEN_SESSION__INIT;
-    Mxop__Request req = MXOP__REQUEST__INIT;
-    req.body_case = MXOP__REQUEST__BODY_OPEN_SESSION;
-    req.open_session = &body;
-
-    Mxop__Reply *r;
-    int fd = -1;
-    int rc = mxop__ctl_request(c, &req, NULL, 0, c->connect_timeout_ms, &r, &fd);
-    if (rc < 0)
-        return rc;
-    if (r->body_case != MXOP__REPLY__BODY_OPEN_SESSION || r->open_session == NULL) {
-        if (fd >= 0)
-            close(fd);
-        return mxop__fail(c, MXOP_EPROTOCOL,
-                          "mxop-serverd answered OpenSession without an OpenSessionReply");
-    }
-    if (fd < 0)
-        return mxop__fail(c, MXOP_EPROTOCOL,
-                          "mxop-serverd opened the session without passing its data channel");
-    mxop__sess_to(c, MXOP__SESS_SERVING, fd, 0, NULL);
-    c->session = r->open_session->session;
-    c->worker_pid = r->open_session->worker_pid;
-    c->generation = r->open_session->generation;
-    c->confined = r->open_session->confined;
-    return 0;
-}
-
-int mxop__session_open(mxop_client_t *c, const char *path, const char *name)
-{
-    int rc = mxop__ctlchan_connect(&c->ctl, path, c->connect_timeout_ms, c->err, sizeof c->err);
-    if (rc < 0)
-        return rc;
-    rc = hello(c, name);
-    if (rc < 0)
-        return rc;
-    rc = open_session(c);
-    if (rc < 0)
-        return rc;
-    /* The mailbox is set up now rather than at the first call, so that the
-     * session's path is known from here on (mxop_data_path). */
-    mxop__data_attach_now(c);
-    return 0;
-}
-
-static void client_free(mxop_client_t *c)
-{
-    mxop__pool_free(c);
-    mxop__reconnect_free(c);
-    mxop__ctlchan_free(&c->ctl);
-    mxop__sess_to(c, MXOP__SESS_CLOSED, -1, 0, NULL);
-    if (c->call_page != NULL)
-        munmap(c->call_page, sizeof(mxop__call_page_t));
-    mxop__lease_unmap(&c->lease);
-    mxop__rxbuf_free(&c->data_rx);
-    free(c->mbox_buf);
-    mxop__arena_free_all(c);
-    mxop__regions_free(c);
-    mxop__ops_free(c);
-    mxop__framebuf_free(&c->data_fb);
-    mxop__pbarena_destroy(&c->pba);
-    pthread_mutex_destroy(&c->arena_lock);
-    pthread_mutex_destroy(&c->regions_lock);
-    pthread_mutex_destroy(&c->lock);
-    free(c);
-}
-
-int mxop__client_new(int data_path, int32_t timeout_ms, int32_t connect_timeout_ms,
-                     mxop_client_t **out)
-{
-    *out = NULL;
-    mxop_client_t *c = calloc(1, sizeof *c);
-    if (c == NULL)
-        return MXOP_ENOMEM;
-    mxop__ctlchan_init(&c->ctl, &c->pba);
-    mxop__sess_to(c, MXOP__SESS_OPENING, -1, 0, NULL);
-    c->next_call_id = 1;
-    c->timeout_ms = timeout_ms;
-    c->connect_timeout_ms = connect_timeout_ms;
-    c->data_path = data_path;
-    mxop__callbufs_init(c);
-    if (pthread_mutex_init(&c->lock, NULL) != 0) {
-        free(c);
-        return MXOP_ENOMEM;
-    }
-    if (pthread_mutex_init(&c->regions_lock, NULL) != 0 ||
-        pthread_mutex_init(&c->arena_lock, NULL) != 0) {
-        pthread_mutex_destroy(&c->lock);
-        free(c);
-        return MXOP_ENOMEM;
-    }
-    int rc = mxop__pbarena_init(&c->pba, PBARENA_CAP);
-    if (rc == 0)
-        rc = mxop__rxbuf_init(&c->data_rx, DATA_RX_CAP);
-    /* Results are small: a header claiming more is refused at once (MXOP__RESULT_MAX). */
-    mxop__rxbuf_set_max(&c->data_rx, MXOP__RESULT_MAX);
-    if (rc == 0 && data_path == MXOP_DATA_PATH_SHM) {
-        c->mbox_buf = malloc(MXOP__MBOX_SLOT_BYTES);
-        rc = c->mbox_buf == NULL ? MXOP_ENOMEM : 0;
-    }
-    if (rc < 0) {
-        client_free(c);
-        return MXOP_ENOMEM;
-    }
-    *out = c;
-    return 0;
 }
 
 /* The data path from $MXOP_DATA_PATH, or the built-in default; MXOP_EINVAL if unknown. */
@@ -181,15 +38,6 @@ static int env_data_path(int *path)
     mxop__fmt(connect_err, sizeof connect_err,
               "MXOP_DATA_PATH is '%.64s'; set it to 'socket' or 'shm' (or leave it unset)", e);
     return MXOP_EINVAL;
-}
-
-/* Whether the client reconnects when its daemon goes away: the option, else $MXOP_RECONNECT. */
-static int reconnect_on(int32_t opt)
-{
-    if (opt != MXOP_RECONNECT_DEFAULT)
-        return opt == MXOP_RECONNECT_ON;
-    const char *e = getenv("MXOP_RECONNECT");
-    return !(e != NULL && (strcmp(e, "0") == 0 || strcmp(e, "off") == 0 || strcmp(e, "no") == 0));
 }
 
 /* Reads a field of an options struct only when the caller's struct has it. */
@@ -274,24 +122,15 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
         return MXOP_EINVAL;
     }
 
-    rc = mxop__client_new(data_path, timeout_ms, connect_timeout_ms, &c);
-    if (rc < 0) {
-        mxop__fmt(connect_err, sizeof connect_err, "out of memory");
-        return rc;
-    }
-
-    rc = mxop__session_open(c, path, name);
+    rc = mxop__client_open(path, name, data_path, timeout_ms, connect_timeout_ms, reconnect, &c,
+                           connect_err, sizeof connect_err);
     if (rc < 0)
-        goto err;
-    rc = mxop__reconnect_init(c, path, name, reconnect_on(reconnect));
-    if (rc < 0) {
-        mxop__fmt(connect_err, sizeof connect_err, "out of memory");
-        goto err_msg_set;
-    }
+        return rc;
     rc = mxop__pool_init(c, path, name, max_sessions);
     if (rc < 0) {
         mxop__fmt(connect_err, sizeof connect_err, "out of memory setting up the session pool");
-        goto err_msg_set;
+        mxop__client_free(c);
+        return rc;
     }
     /*
      * The arena's first chunk is made by the first mxop_array_alloc, not
@@ -302,45 +141,6 @@ int mxop_connect(const char *socket_path, const mxop_connect_opts_t *opts, mxop_
     c->err[0] = '\0';
     *out = c;
     return 0;
-
-err:
-    if (connect_err[0] == '\0')
-        mxop__fmt(connect_err, sizeof connect_err, "%s", c->err);
-err_msg_set:
-    client_free(c);
-    return rc;
-}
-
-/*
- * Tells the daemon the session is over (EOF on the control socket) and
- * waits, briefly, for it to close its end: by then it has stopped the
- * worker and dropped the session's regions, so a process that closes a
- * client and looks at the daemon sees the session gone.
- */
-static void hang_up(mxop_client_t *c)
-{
-    uint8_t buf[4096];
-    if (c->ctl.fd < 0 || shutdown(c->ctl.fd, SHUT_WR) < 0)
-        return;
-    int64_t end = mxop__now_ns() + (int64_t)CLOSE_WAIT_MS * 1000000;
-    for (;;) {
-        int64_t left = end - mxop__now_ns();
-        if (left <= 0)
-            return;
-        struct pollfd p = {.fd = c->ctl.fd, .events = POLLIN};
-        int n = poll(&p, 1, (int)((left + 999999) / 1000000));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return;
-        /* Whatever still arrives (an event and its descriptor) is dropped. */
-        int fds[MXOP__FRAME_MAX_FDS], nfds = 0;
-        ssize_t r = mxop__recv_fds(c->ctl.fd, buf, sizeof buf, fds, MXOP__FRAME_MAX_FDS, &nfds);
-        for (int i = 0; i < nfds; i++)
-            close(fds[i]);
-        if (r == 0 || (r < 0 && r != -EINTR && r != -EAGAIN))
-            return;
-    }
 }
 
 int mxop_data_path(mxop_client_t *c)
@@ -359,10 +159,7 @@ void mxop_close(mxop_client_t *c)
 {
     if (c == NULL)
         return;
-    mxop__shared_forget(c); /* the heap forgets the blocks it registered with this session */
-    /* Closing the control socket is what ends the session: the daemon
-     * kills the worker and drops the regions when it sees the EOF. */
-    if (c->sess.state != MXOP__SESS_DEAD)
-        hang_up(c);
-    client_free(c);
+    mxop__client_hang_up(c);
+    mxop__pool_free(c);
+    mxop__client_free(c);
 }

@@ -690,20 +690,10 @@ static int rerun_safe(const mxop_op_t *op, int backward, const mxop_call_t *call
     return 1;
 }
 
-static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
-                  const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+int mxop__invoke_locked(mxop_client_t *c, const mxop_op_t *op, int backward,
+                        const mxop_call_t *call, const mxop_array_t *in, int n_in,
+                        mxop_array_t *out, int n_out)
 {
-    if (c == NULL)
-        return MXOP_EINVAL;
-    if (c->pool == NULL) {
-        pthread_mutex_lock(&c->lock);
-    } else if (pthread_mutex_trylock(&c->lock) != 0) {
-        /* Another thread's call has the session: a sibling takes this one. */
-        int rc;
-        if (mxop__pool_try(c, op, backward, call, in, n_in, out, n_out, &rc))
-            return rc;
-        pthread_mutex_lock(&c->lock);
-    }
     mxop__error_forget_sibling();
     /* Every forward or backward the engine makes counts, including those
      * refused here, so that errors never exceed calls. */
@@ -724,20 +714,7 @@ static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxo
     if (c->call_page != NULL && op != NULL && op->client == c)
         mxop__stats_record(&c->call_page->stats, op->index, rc, (uint64_t)(mxop__now_ns() - t0),
                            c->stats.staged_bytes - staged0);
-    pthread_mutex_unlock(&c->lock);
     return rc;
-}
-
-int mxop_forward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
-                 const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
-{
-    return invoke(c, op, 0, call, in, n_in, out, n_out);
-}
-
-int mxop_backward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
-                  const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
-{
-    return invoke(c, op, 1, call, in, n_in, out, n_out);
 }
 
 /* Fills the preallocated shapes from dtypes and shapes the caller gave. */

@@ -16,14 +16,18 @@
  * sibling is idle and the pool is full, the call waits for the lock as
  * before.
  *
- * Locking: the pool's own mutex guards its tables (siblings, busy flags,
- * the library list, the region maps).  The client's region table is read
- * here under c->regions_lock only, while another thread's call may hold
- * c->lock: every change of that table takes both (regions.c, cuda.c).
- * A sibling is driven through the public API, under its own lock: it is
- * a client of its own (without a pool), so the public calls it goes
- * through, which dispatch to this file for a client with a pool, never
- * come back here for it.
+ * Locking: the pool's own mutex guards its siblings and their busy
+ * flags.  The client's region table (with each region's registrations
+ * on the siblings, released by regions.c with the region) and library
+ * list are read here under c->regions_lock and c->libs_lock only, while
+ * another thread's call may hold c->lock: every change of those takes
+ * both (regions.c, cuda.c, op_table.c).
+ * A sibling is a client of its own without a pool, opened by session.c
+ * and driven under its own lock: its library loads and region
+ * registrations go through the public calls (which, without a pool, never
+ * come back here), its forward or backward straight to invoke.c.  The
+ * public mxop_forward and mxop_backward are here, above invoke.c: they
+ * choose the client or a sibling, then call down.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,23 +37,21 @@
 #include "common/util.h"
 
 typedef struct sib {
-    mxop_client_t *c;    /* NULL while being opened, or after failing to open */
-    int busy;            /* a thread is using it */
-    size_t nlibs;        /* the client's libraries loaded here so far */
-    uint32_t *from, *to; /* client region id -> sibling region id */
-    size_t nmap, capmap;
+    mxop_client_t *c; /* NULL while being opened, or after failing to open */
+    int busy;         /* a thread is using it */
+    size_t nlibs;     /* the client's libraries loaded here so far */
 } sib_t;
 
 struct mxop__pool {
     pthread_mutex_t lock;
     char *path;
     char *name;
-    mxop_connect_opts_t opts;
+    /* What a sibling is opened with: the client's settings (timeout_ms changes). */
+    int data_path;
+    int32_t timeout_ms, connect_timeout_ms;
     int max; /* siblings at most (max_sessions - 1) */
     sib_t sibs[MXOP__POOL_MAX];
     int nsibs;
-    char **libs;
-    size_t nlibs, caplibs;
     uint64_t calls, errors; /* calls made on siblings, for mxop_stats */
 };
 
@@ -73,13 +75,9 @@ int mxop__pool_init(mxop_client_t *c, const char *path, const char *name, int ma
         free(p);
         return MXOP_ENOMEM;
     }
-    memset(&p->opts, 0, sizeof p->opts);
-    p->opts.struct_size = sizeof p->opts;
-    p->opts.timeout_ms = c->timeout_ms;
-    p->opts.connect_timeout_ms = c->connect_timeout_ms;
-    p->opts.client_name = p->name;
-    p->opts.data_path = c->data_path;
-    p->opts.max_sessions = 1; /* a sibling has no pool of its own */
+    p->timeout_ms = c->timeout_ms;
+    p->connect_timeout_ms = c->connect_timeout_ms;
+    p->data_path = c->data_path;
     p->max = max_sessions - 1 < MXOP__POOL_MAX ? max_sessions - 1 : MXOP__POOL_MAX;
     c->pool = p;
     return 0;
@@ -91,42 +89,16 @@ void mxop__pool_free(mxop_client_t *c)
     if (p == NULL)
         return;
     for (int i = 0; i < p->nsibs; i++) {
-        mxop_close(p->sibs[i].c);
-        free(p->sibs[i].from);
-        free(p->sibs[i].to);
+        if (p->sibs[i].c != NULL) {
+            mxop__client_hang_up(p->sibs[i].c);
+            mxop__client_free(p->sibs[i].c);
+        }
     }
-    for (size_t i = 0; i < p->nlibs; i++)
-        free(p->libs[i]);
-    free(p->libs);
     free(p->path);
     free(p->name);
     pthread_mutex_destroy(&p->lock);
     free(p);
     c->pool = NULL;
-}
-
-void mxop__pool_note_library(mxop_client_t *c, const char *name)
-{
-    struct mxop__pool *p = c->pool;
-    if (p == NULL)
-        return;
-    pthread_mutex_lock(&p->lock);
-    for (size_t i = 0; i < p->nlibs; i++)
-        if (strcmp(p->libs[i], name) == 0)
-            goto out; /* loaded again: a no-op, or a reload the siblings see by themselves */
-    if (p->nlibs == p->caplibs) {
-        size_t cap = p->caplibs ? 2 * p->caplibs : 8;
-        char **l = realloc(p->libs, cap * sizeof *l);
-        if (l == NULL)
-            goto out; /* siblings then lack it: calls of its ops stay on the client */
-        p->libs = l;
-        p->caplibs = cap;
-    }
-    char *s = strdup(name);
-    if (s != NULL)
-        p->libs[p->nlibs++] = s;
-out:
-    pthread_mutex_unlock(&p->lock);
 }
 
 void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors)
@@ -139,35 +111,6 @@ void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors)
     *calls = p->calls;
     *errors = p->errors;
     pthread_mutex_unlock(&p->lock);
-}
-
-/* A sibling busy with a call is waited for by mxop_region_release. */
-void mxop__pool_region_dropped(mxop_client_t *c, uint32_t id)
-{
-    struct mxop__pool *p = c->pool;
-    if (p == NULL)
-        return;
-    for (int i = 0; i < MXOP__POOL_MAX; i++) {
-        uint32_t sid = 0;
-        mxop_client_t *sc = NULL;
-        pthread_mutex_lock(&p->lock);
-        if (i < p->nsibs) {
-            sib_t *s = &p->sibs[i];
-            for (size_t k = 0; k < s->nmap; k++) {
-                if (s->from[k] == id) {
-                    sid = s->to[k];
-                    s->from[k] = s->from[s->nmap - 1];
-                    s->to[k] = s->to[s->nmap - 1];
-                    s->nmap--;
-                    break;
-                }
-            }
-            sc = s->c;
-        }
-        pthread_mutex_unlock(&p->lock);
-        if (sid != 0 && sc != NULL)
-            (void)mxop_region_release(sc, sid);
-    }
 }
 
 /* An idle sibling marked busy (opened here if the pool may grow), or NULL. */
@@ -192,8 +135,14 @@ static sib_t *take_sibling(struct mxop__pool *p)
     pthread_mutex_unlock(&p->lock);
     if (s == NULL || !open)
         return s;
+    /* A sibling has no pool of its own; it reconnects as $MXOP_RECONNECT says. */
     mxop_client_t *sc = NULL;
-    int rc = mxop_connect(p->path, &p->opts, &sc);
+    char err[MXOP__ERR_MAX];
+    pthread_mutex_lock(&p->lock);
+    int32_t timeout_ms = p->timeout_ms;
+    pthread_mutex_unlock(&p->lock);
+    int rc = mxop__client_open(p->path, p->name, p->data_path, timeout_ms, p->connect_timeout_ms,
+                               MXOP_RECONNECT_DEFAULT, &sc, err, sizeof err);
     pthread_mutex_lock(&p->lock);
     if (rc < 0) {
         /* No more sessions (the daemon's limits, say): the pool stops
@@ -222,39 +171,25 @@ static void give_sibling(struct mxop__pool *p, sib_t *s, int counted, int failed
 }
 
 /* Loads into the sibling the libraries the client loaded since its last call. */
-static int replay_libraries(struct mxop__pool *p, sib_t *s)
+static int replay_libraries(mxop_client_t *c, sib_t *s)
 {
-    for (;;) {
-        char name[4096];
-        pthread_mutex_lock(&p->lock);
-        int more = s->nlibs < p->nlibs;
-        if (more) {
-            strncpy(name, p->libs[s->nlibs], sizeof name - 1);
-            name[sizeof name - 1] = '\0';
-        }
-        pthread_mutex_unlock(&p->lock);
-        if (!more)
-            return 0;
+    char name[4096];
+    while (mxop__library_copy(c, s->nlibs, name, sizeof name)) {
         int rc = mxop_load_library(s->c, name);
         if (rc < 0)
             return rc;
         s->nlibs++;
     }
+    return 0;
 }
 
 /* The sibling's id of the client's region `id` (registered there on first
  * use); 0 when it cannot have one (a device region, no descriptor). */
-static uint32_t sibling_region(mxop_client_t *c, struct mxop__pool *p, sib_t *s, uint32_t id)
+static uint32_t sibling_region(mxop_client_t *c, sib_t *s, uint32_t id)
 {
-    pthread_mutex_lock(&p->lock);
-    for (size_t k = 0; k < s->nmap; k++) {
-        if (s->from[k] == id) {
-            uint32_t sid = s->to[k];
-            pthread_mutex_unlock(&p->lock);
-            return sid;
-        }
-    }
-    pthread_mutex_unlock(&p->lock);
+    uint32_t sid = mxop__region_copy_find(c, id, s->c);
+    if (sid != 0)
+        return sid;
 
     int fd = -1;
     size_t size = 0;
@@ -274,45 +209,25 @@ static uint32_t sibling_region(mxop_client_t *c, struct mxop__pool *p, sib_t *s,
     pthread_mutex_unlock(&c->regions_lock);
     if (fd < 0)
         return 0;
-    uint32_t sid = 0;
     int rc = mxop__region_register_shared(s->c, fd, size, cmap, &sid);
     close(fd);
     if (rc < 0)
         return 0;
-    pthread_mutex_lock(&p->lock);
-    if (s->nmap == s->capmap) {
-        size_t cap = s->capmap ? 2 * s->capmap : 16;
-        uint32_t *f = realloc(s->from, cap * sizeof *f);
-        if (f != NULL)
-            s->from = f;
-        uint32_t *t = f != NULL ? realloc(s->to, cap * sizeof *t) : NULL;
-        if (t != NULL) {
-            s->to = t;
-            s->capmap = cap;
-        }
-    }
-    int kept = s->nmap < s->capmap;
-    if (kept) {
-        s->from[s->nmap] = id;
-        s->to[s->nmap] = sid;
-        s->nmap++;
-    }
-    pthread_mutex_unlock(&p->lock);
-    if (!kept) {
+    /* Recorded on the client's region, which releases it there when it goes (regions.c). */
+    if (mxop__region_copy_add(c, id, s->c, sid) < 0) {
         (void)mxop_region_release(s->c, sid);
         return 0;
     }
     return sid;
 }
 
-static int translate(mxop_client_t *c, struct mxop__pool *p, sib_t *s, const mxop_array_t *a, int n,
-                     mxop_array_t *t)
+static int translate(mxop_client_t *c, sib_t *s, const mxop_array_t *a, int n, mxop_array_t *t)
 {
     for (int i = 0; i < n; i++) {
         t[i] = a[i];
         if (a[i].region == MXOP_REGION_HEAP)
             continue;
-        uint32_t sid = sibling_region(c, p, s, a[i].region);
+        uint32_t sid = sibling_region(c, s, a[i].region);
         if (sid == 0)
             return -1;
         t[i].region = sid;
@@ -320,8 +235,8 @@ static int translate(mxop_client_t *c, struct mxop__pool *p, sib_t *s, const mxo
     return 0;
 }
 
-int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
-                   const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc_out)
+static int pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
+                    const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out, int *rc_out)
 {
     struct mxop__pool *p = c->pool;
     if (p == NULL || op == NULL || op->client != c || op->stateful || op->name == NULL ||
@@ -341,13 +256,15 @@ int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mx
         return 0;
     const mxop_op_t *sop = NULL;
     mxop_array_t tin[MXOP_MAX_TENSORS], tout[MXOP_MAX_TENSORS];
-    if (replay_libraries(p, s) < 0 || mxop_op_find(s->c, op->name, &sop) < 0 ||
-        translate(c, p, s, in, n_in, tin) < 0 || translate(c, p, s, out, n_out, tout) < 0) {
+    if (replay_libraries(c, s) < 0 || mxop_op_find(s->c, op->name, &sop) < 0 ||
+        translate(c, s, in, n_in, tin) < 0 || translate(c, s, out, n_out, tout) < 0) {
         give_sibling(p, s, 0, 0);
         return 0;
     }
-    int rc = backward ? mxop_backward(s->c, sop, call, tin, n_in, tout, n_out)
-                      : mxop_forward(s->c, sop, call, tin, n_in, tout, n_out);
+    /* The sibling has no pool: its call waits for its own lock. */
+    pthread_mutex_lock(&s->c->lock);
+    int rc = mxop__invoke_locked(s->c, sop, backward, call, tin, n_in, tout, n_out);
+    pthread_mutex_unlock(&s->c->lock);
     if (rc < 0) {
         mxop__error_of_sibling(c, mxop_last_error(s->c));
     } else {
@@ -364,6 +281,42 @@ int mxop__pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mx
     return 1;
 }
 
+/*
+ * The engine's forward and backward: on the client under its lock, or, when
+ * another thread's call holds that lock and the client has a pool, on an
+ * idle sibling.  Without a pool this is the lock and invoke.c's call.
+ */
+static int invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
+                  const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    if (c == NULL)
+        return MXOP_EINVAL;
+    if (c->pool == NULL) {
+        pthread_mutex_lock(&c->lock);
+    } else if (pthread_mutex_trylock(&c->lock) != 0) {
+        /* Another thread's call has the session: a sibling takes this one. */
+        int rc;
+        if (pool_try(c, op, backward, call, in, n_in, out, n_out, &rc))
+            return rc;
+        pthread_mutex_lock(&c->lock);
+    }
+    int rc = mxop__invoke_locked(c, op, backward, call, in, n_in, out, n_out);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mxop_forward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
+                 const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    return invoke(c, op, 0, call, in, n_in, out, n_out);
+}
+
+int mxop_backward(mxop_client_t *c, const mxop_op_t *op, const mxop_call_t *call,
+                  const mxop_array_t *in, int n_in, mxop_array_t *out, int n_out)
+{
+    return invoke(c, op, 1, call, in, n_in, out, n_out);
+}
+
 void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms)
 {
     struct mxop__pool *p = c->pool;
@@ -372,12 +325,12 @@ void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms)
     mxop_client_t *sibs[MXOP__POOL_MAX];
     int n = 0;
     pthread_mutex_lock(&p->lock);
-    p->opts.timeout_ms = timeout_ms; /* for siblings opened later */
+    p->timeout_ms = timeout_ms; /* for siblings opened later */
     for (int i = 0; i < p->nsibs; i++)
         if (p->sibs[i].c != NULL)
             sibs[n++] = p->sibs[i].c;
     pthread_mutex_unlock(&p->lock);
     /* Outside the pool's lock: a sibling busy with a call is waited for. */
     for (int i = 0; i < n; i++)
-        (void)mxop_set_timeout(sibs[i], timeout_ms);
+        (void)mxop__client_set_timeout(sibs[i], timeout_ms);
 }

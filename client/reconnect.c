@@ -9,8 +9,10 @@
  * over: their ids answer MXOP_ESTATE_LOST, naming the op, until the engine
  * creates them again.
  *
- * The other files only call the hooks declared in client_internal.h; the
- * decisions are made here.
+ * The files above (invoke.c, library.c, regions.c) ask here before and
+ * after a request; the decisions are made here, and the session's parts
+ * are restored through the files below (session_open.c, op_table.c) and
+ * regions.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +47,6 @@ struct mxop__reconn {
     int on;
     char *path;
     char *name; /* client name for Hello, or NULL */
-    char **libs;
-    size_t nlibs, caplibs;
     state_rec_t *states;
     size_t nstates, capstates;
     uint32_t count; /* reconnections made */
@@ -79,9 +79,6 @@ void mxop__reconnect_free(mxop_client_t *c)
     struct mxop__reconn *r = c->rcn;
     if (r == NULL)
         return;
-    for (size_t i = 0; i < r->nlibs; i++)
-        free(r->libs[i]);
-    free(r->libs);
     for (size_t i = 0; i < r->nstates; i++)
         free(r->states[i].op);
     free(r->states);
@@ -94,27 +91,6 @@ void mxop__reconnect_free(mxop_client_t *c)
 int mxop__reconnect_enabled(const mxop_client_t *c)
 {
     return c->rcn != NULL && c->rcn->on;
-}
-
-void mxop__reconnect_note_library(mxop_client_t *c, const char *name)
-{
-    struct mxop__reconn *r = c->rcn;
-    if (r == NULL)
-        return;
-    for (size_t i = 0; i < r->nlibs; i++)
-        if (strcmp(r->libs[i], name) == 0)
-            return;
-    if (r->nlibs == r->caplibs) {
-        size_t cap = r->caplibs ? r->caplibs * 2 : 4;
-        char **a = realloc(r->libs, cap * sizeof *a);
-        if (a == NULL)
-            return; /* not remembered: a reconnection will say the op is gone */
-        r->libs = a;
-        r->caplibs = cap;
-    }
-    char *s = strdup(name);
-    if (s != NULL)
-        r->libs[r->nlibs++] = s;
 }
 
 static state_rec_t *state_find(struct mxop__reconn *r, uint64_t id)
@@ -259,13 +235,12 @@ static int ops_remap(mxop_client_t *c, const Mxop__OpList *list)
 
 static int reload_libraries(mxop_client_t *c)
 {
-    struct mxop__reconn *r = c->rcn;
     const Mxop__OpList *list = NULL;
     Mxop__Reply *rep;
     int failed = 0;
-    for (size_t i = 0; i < r->nlibs; i++) {
+    for (size_t i = 0; i < mxop__library_count(c); i++) {
         Mxop__LoadLibrary body = MXOP__LOAD_LIBRARY__INIT;
-        body.path = r->libs[i];
+        body.path = (char *)mxop__library_at(c, i);
         Mxop__Request req = MXOP__REQUEST__INIT;
         req.body_case = MXOP__REQUEST__BODY_LOAD_LIBRARY;
         req.load_library = &body;

@@ -169,8 +169,19 @@ static int release_id(mxop_client_t *c, uint32_t id)
     return mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &r, NULL);
 }
 
+struct mxop__region_copy {
+    mxop_client_t *c; /* a sibling of the pool (pool.c) */
+    uint32_t id;      /* the region's id there */
+};
+
+/*
+ * Frees e's mappings and descriptor.  Its copies' array goes too, without a
+ * word to the siblings: drop_copies has released them, or (at mxop_close)
+ * the siblings are closed, their regions gone with their sessions.
+ */
 static void entry_free(mxop__region_t *e)
 {
+    free(e->copies);
     if (e->cmap_owned)
         mxop__region_unmap(e->cmap, e->size);
     if (e->owned)
@@ -230,6 +241,53 @@ err_fd:
     return rc;
 }
 
+uint32_t mxop__region_copy_find(mxop_client_t *c, uint32_t id, mxop_client_t *sc)
+{
+    uint32_t sid = 0;
+    pthread_mutex_lock(&c->regions_lock);
+    const mxop__region_t *e = mxop__region_find(c, id);
+    for (int k = 0; e != NULL && k < e->ncopies; k++)
+        if (e->copies[k].c == sc)
+            sid = e->copies[k].id;
+    pthread_mutex_unlock(&c->regions_lock);
+    return sid;
+}
+
+int mxop__region_copy_add(mxop_client_t *c, uint32_t id, mxop_client_t *sc, uint32_t sid)
+{
+    int rc = -1;
+    pthread_mutex_lock(&c->regions_lock);
+    mxop__region_t *e = mxop__region_find(c, id);
+    if (e != NULL && e->copies == NULL)
+        e->copies = calloc(MXOP__POOL_MAX, sizeof *e->copies);
+    if (e != NULL && e->copies != NULL && e->ncopies < MXOP__POOL_MAX) {
+        e->copies[e->ncopies++] = (struct mxop__region_copy){.c = sc, .id = sid};
+        rc = 0;
+    }
+    pthread_mutex_unlock(&c->regions_lock);
+    return rc;
+}
+
+/*
+ * Releases the siblings' registrations of region `id` (c->lock held, so the
+ * entry stays); a sibling busy with a call is waited for.
+ */
+static void drop_copies(mxop_client_t *c, uint32_t id)
+{
+    struct mxop__region_copy copies[MXOP__POOL_MAX];
+    int n = 0;
+    pthread_mutex_lock(&c->regions_lock);
+    mxop__region_t *e = mxop__region_find(c, id);
+    if (e != NULL && e->ncopies > 0) {
+        n = e->ncopies;
+        memcpy(copies, e->copies, (size_t)n * sizeof *copies);
+        e->ncopies = 0;
+    }
+    pthread_mutex_unlock(&c->regions_lock);
+    for (int k = 0; k < n; k++)
+        (void)mxop_region_release(copies[k].c, copies[k].id);
+}
+
 int mxop__region_drop(mxop_client_t *c, uint32_t id)
 {
     mxop__region_t *e = mxop__region_find(c, id);
@@ -242,7 +300,7 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
     /* A daemon that is gone has dropped the region with the session. */
     if (rc < 0 && rc != MXOP_EDISCONNECTED)
         return rc;
-    mxop__pool_region_dropped(c, id);
+    drop_copies(c, id);
     pthread_mutex_lock(&c->regions_lock);
     e = mxop__region_find(c, id); /* the table is unchanged, but be plain */
     entry_free(e);
@@ -269,7 +327,7 @@ void mxop__region_forget(mxop_client_t *c, uint32_t id)
     mxop__region_t *e = mxop__region_find(c, id);
     if (e == NULL)
         return;
-    mxop__pool_region_dropped(c, id);
+    drop_copies(c, id);
     entry_remove(c, e);
 }
 

@@ -9,7 +9,7 @@
  *   -----------  ------------------------------  -----------  -------------------------------
  *   (new)        mxop__client_new                OPENING      no channel
  *   OPENING      OpenSession answered with the   SERVING      take the channel (the shm path
- *                channel (connect.c)                          wants a mailbox)
+ *                channel (session_open.c)                     wants a mailbox)
  *   SERVING      WorkerEvent with the            SERVING      drop the old channel and its
  *                replacement's channel                        mailbox, take the new one
  *   SERVING      garbage on the channel          REPLACING    drop the channel; call.c asks
@@ -63,8 +63,8 @@
  * An attach that fails leaves the channel on SOCKET for that worker's
  * life (the socket always works); its replacement wants a mailbox again.
  *
- * The control socket itself (c->ctl) is connect.c's and reconnect.c's:
- * the state says whether it may be used.  Nothing here reads the wire: the
+ * The control socket itself (c->ctl) is session_open.c's, session.c's and
+ * reconnect.c's: the state says whether it may be used.  Nothing here reads the wire: the
  * files that hear the news (control.c, call.c, reconnect.c) decide, and
  * ask for the transition.
  */

@@ -12,13 +12,7 @@ int mxop_set_timeout(mxop_client_t *c, int32_t timeout_ms)
 {
     if (c == NULL)
         return MXOP_EINVAL;
-    pthread_mutex_lock(&c->lock);
-    int rc = 0;
-    if (timeout_ms <= 0)
-        rc = mxop__fail(c, MXOP_EINVAL, "timeout_ms must be > 0, got %d", (int)timeout_ms);
-    else
-        c->timeout_ms = timeout_ms;
-    pthread_mutex_unlock(&c->lock);
+    int rc = mxop__client_set_timeout(c, timeout_ms);
     if (rc == 0)
         mxop__pool_set_timeout(c, timeout_ms);
     return rc;
