@@ -15,7 +15,7 @@ import importlib.machinery
 import importlib.util
 import os
 
-from . import _lib
+from . import _lib, _outputs
 
 _state = {"mod": None, "tried": False, "torch": None}
 
@@ -59,7 +59,7 @@ def load():
                   np.dtype(("float32", "float64", "float16", None, "int32", "int64", "uint8",
                             "int8", "bool")[i]) for i in range(_lib.DTYPE_COUNT)]
         _state["descrs"] = descrs
-        out = _out_functions()
+        out = _outputs.addresses()
         mod.init(_addr(lib.mxop_forward), _addr(lib.mxop_backward),
                  out[0] if out else _addr(lib.mxop_array_alloc),
                  out[1] if out else _addr(lib.mxop_array_free), descrs)
@@ -71,19 +71,16 @@ def load():
     return mod
 
 
-def _out_functions():
-    from . import allocator
-
-    return allocator.out_functions()
-
-
-def use_out_functions(alloc, free):
-    """mxop.allocator's (alloc, free) addresses for outputs, in place of libmxop's."""
+def _use_out_functions(alloc, free):
+    """New output functions (_outputs.py): handed to the C call path again."""
     mod = _state["mod"]
     if mod is not None:
         lib = _lib.lib
         mod.init(_addr(lib.mxop_forward), _addr(lib.mxop_backward), alloc, free,
                  _state["descrs"])
+
+
+_outputs.subscribe(_use_out_functions)
 
 
 def set_torch(*args):

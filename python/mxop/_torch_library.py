@@ -45,6 +45,7 @@ from torch.autograd import forward_ad as _fwad
 from torch.library import Library
 
 from . import _lib as _mxlib
+from . import _outputs
 from . import client as _cl
 
 NAMESPACE = "mxop"
@@ -108,9 +109,7 @@ def cpp():
             def addr(f):
                 return ctypes.cast(f, vp).value
 
-            from .allocator import out_functions
-
-            out = out_functions()
+            out = _outputs.addresses()
             d.mxop_torchops_init(addr(lib.mxop_forward), addr(lib.mxop_backward),
                                  out[0] if out else addr(lib.mxop_array_alloc),
                                  out[1] if out else addr(lib.mxop_array_free),
@@ -161,8 +160,8 @@ class _Hooks:
         return self.d.mxop_torchops_release(h) == 1
 
 
-def use_out_functions(alloc, free):
-    """mxop.allocator's (alloc, free) addresses for outputs, in place of libmxop's."""
+def _use_out_functions(alloc, free):
+    """New output functions (_outputs.py): handed to the C++ kernels again."""
     d = _cpp["lib"]
     if d is not None:
         lib = _mxlib.lib
@@ -170,6 +169,9 @@ def use_out_functions(alloc, free):
         d.mxop_torchops_init(ctypes.cast(lib.mxop_forward, vp).value,
                              ctypes.cast(lib.mxop_backward, vp).value, alloc, free,
                              ctypes.cast(lib.mxop_close, vp).value)
+
+
+_outputs.subscribe(_use_out_functions)
 
 
 def cpp_calls():

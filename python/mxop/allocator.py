@@ -39,7 +39,7 @@ import sys
 import threading
 import warnings
 
-from . import _lib
+from . import _lib, _outputs
 from .errors import MxopError, NotSupported
 
 __all__ = ["enable", "disable", "enabled", "stats", "contains"]
@@ -145,13 +145,6 @@ def _torch_dll():
     return d
 
 
-def out_functions():
-    """(alloc, free) addresses the call paths use for op outputs instead of
-    mxop_array_alloc / mxop_array_free, or None while the allocator was
-    never on (_fast.py and _torch_library.py ask when they load)."""
-    return _state["out"]
-
-
 def _hand_out_functions():
     """Gives the output adapters to every call path (once: they stay, since
     their free takes arena and shared-heap blocks alike)."""
@@ -159,15 +152,7 @@ def _hand_out_functions():
         return
     a, f = _state["np"].adapters()
     _state["out"] = (a, f)
-    from . import client, _fast
-
-    client._out_alloc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32,
-                                         ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)(a)
-    client._out_free = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(f)
-    _fast.use_out_functions(a, f)
-    tl = sys.modules.get("mxop._torch_library")
-    if tl is not None:
-        tl.use_out_functions(a, f)
+    _outputs.set(a, f)
 
 
 def _torch_wanted(torch):

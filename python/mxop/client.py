@@ -30,7 +30,7 @@ import weakref
 
 import numpy as np
 
-from . import _fast, _lib
+from . import _fast, _lib, _outputs
 from ._lib import lib, MxopArray, MxopCall, MxopShape, MxopOpInfo, MxopStats
 from .errors import make_error, InvalidArgument, Disconnected
 
@@ -49,11 +49,6 @@ _ZPAD = tuple((0,) * (MAX_DIMS - k) for k in range(MAX_DIMS + 1))
 # is made, then the module, or False when it is missing or disabled
 # (MXOP_NO_FASTCALL=1) and every call takes the ctypes path below.
 _fc = None
-# mxop.allocator's stand-ins for mxop_array_alloc / mxop_array_free (ctypes
-# functions), set when it is first enabled: an output then may be a
-# shared-heap block (region 0, in no region of the client's table).
-_out_alloc = None
-_out_free = None
 # The C++ kernels of torch.ops (_torch_library._Hooks) once they are loaded:
 # told of each session's arena regions, worker and close.
 _tops = None
@@ -210,7 +205,8 @@ class _Block(MxopArray):
             return
         try:
             if c._h or self.region == 0:  # a shared-heap block needs no session
-                (_out_free or lib.mxop_array_free)(c._h, _addressof(self))
+                out = _outputs.functions()  # an output may be a shared-heap block (region 0)
+                (out[1] if out else lib.mxop_array_free)(c._h, _addressof(self))
             c._live -= 1
             if c._live == 0 and c._close_pending:
                 c._finish_close()
@@ -513,7 +509,8 @@ class Client:
         """A new arena block for (dtype, ndim, C shape array at caddr)."""
         h = self._handle()
         b = _Block()
-        rc = (_out_alloc or lib.mxop_array_alloc)(h, dtype, ndim, caddr, _addressof(b))
+        out = _outputs.functions()
+        rc = (out[0] if out else lib.mxop_array_alloc)(h, dtype, ndim, caddr, _addressof(b))
         if rc < 0:
             raise self._error(rc)  # b has no client: its __del__ does nothing
         b.client = self
