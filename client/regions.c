@@ -81,6 +81,20 @@ static int table_reserve(mxop_client_t *c)
     return 0;
 }
 
+/*
+ * Appends entry `e` (its id given by public_id from its wire id) to the
+ * table, whose room table_reserve made; returns it in place.
+ */
+static mxop__region_t *entry_append(mxop_client_t *c, mxop__region_t e)
+{
+    pthread_mutex_lock(&c->regions_lock);
+    e.id = public_id(c, e.wire);
+    mxop__region_t *p = &c->regions[c->nregions++];
+    *p = e;
+    pthread_mutex_unlock(&c->regions_lock);
+    return p;
+}
+
 int mxop__region_reserve(mxop_client_t *c)
 {
     return table_reserve(c);
@@ -216,22 +230,14 @@ int mxop__region_new(mxop_client_t *c, size_t bytes, int kind, mxop__region_t **
     if (rc < 0)
         goto err_map;
 
-    pthread_mutex_lock(&c->regions_lock);
-    mxop__region_t *e = &c->regions[c->nregions];
-    memset(e, 0, sizeof(*e));
-    e->id = public_id(c, id);
-    e->wire = id;
-    e->fd = fd;
-    e->base = base;
-    e->size = bytes;
-    e->owned = 1;
-    e->kind = kind;
-    e->cuda = 0;
-    e->device = -1;
-    e->cmap = base;
-    c->nregions++;
-    pthread_mutex_unlock(&c->regions_lock);
-    *out = e;
+    *out = entry_append(c, (mxop__region_t){.wire = id,
+                                            .fd = fd,
+                                            .base = base,
+                                            .size = bytes,
+                                            .owned = 1,
+                                            .kind = kind,
+                                            .device = -1,
+                                            .cmap = base});
     return 0;
 
 err_map:
@@ -340,24 +346,17 @@ int mxop__region_add_block(mxop_client_t *c, int fd, void *base, size_t size, ui
     rc = register_fd(c, fd, size, 0, 0, &wire);
     if (rc < 0)
         return rc;
-    pthread_mutex_lock(&c->regions_lock);
-    mxop__region_t *e = &c->regions[c->nregions];
-    memset(e, 0, sizeof(*e));
-    e->id = public_id(c, wire);
-    e->wire = wire;
-    /* Borrowed: kept for a registration again after a reconnection, never closed here. */
-    e->fd = fd;
-    e->base = base;
-    e->size = size;
-    e->owned = 0;
-    e->kind = MXOP__REGION_SHARED;
-    e->device = -1;
-    /* Scratch mode copies outputs into place through the heap's mapping, writable whatever
-     * the daemon seals. */
-    e->cmap = base;
-    c->nregions++;
-    pthread_mutex_unlock(&c->regions_lock);
-    *id = e->id;
+    /* The fd is borrowed: kept for a registration again after a reconnection, never closed
+     * here.  Scratch mode copies outputs into place through the heap's mapping (cmap),
+     * writable whatever the daemon seals. */
+    *id = entry_append(c, (mxop__region_t){.wire = wire,
+                                           .fd = fd,
+                                           .base = base,
+                                           .size = size,
+                                           .kind = MXOP__REGION_SHARED,
+                                           .device = -1,
+                                           .cmap = base})
+              ->id;
     return 0;
 }
 
@@ -491,24 +490,17 @@ static int register_fd_common(mxop_client_t *c, int fd, size_t bytes, uint32_t *
     /* With a pool, a copy of the fd is kept (closed at release): the
      * siblings register the region from it when a call there uses it. */
     int keep = c->pool != NULL || mxop__reconnect_enabled(c) ? dup(fd) : -1;
-    pthread_mutex_lock(&c->regions_lock);
-    mxop__region_t *e = &c->regions[c->nregions];
-    memset(e, 0, sizeof(*e));
-    e->id = public_id(c, id);
-    e->wire = id;
-    id = e->id;
-    e->fd = keep;
-    e->base = map;
-    e->size = bytes;
-    e->owned = map != NULL;
-    e->kind = MXOP__REGION_USER;
-    e->cuda = 0;
-    e->device = -1;
-    e->cmap = cmap;
-    e->cmap_owned = cmap != NULL && cmap != map && cmap != shared_cmap;
-    c->nregions++;
-    pthread_mutex_unlock(&c->regions_lock);
-    *region = id;
+    *region = entry_append(c, (mxop__region_t){.wire = id,
+                                               .fd = keep,
+                                               .base = map,
+                                               .size = bytes,
+                                               .owned = map != NULL,
+                                               .kind = MXOP__REGION_USER,
+                                               .device = -1,
+                                               .cmap = cmap,
+                                               .cmap_owned = cmap != NULL && cmap != map &&
+                                                             cmap != shared_cmap})
+                  ->id;
     if (base != NULL)
         *base = map;
     goto out;

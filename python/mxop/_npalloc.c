@@ -266,17 +266,26 @@ static PyObject *np_enable(PyObject *self, PyObject *noargs)
     Py_RETURN_TRUE;
 }
 
+/* Whether the current context's handler is this one: 1, 0, or -1 with an exception set. */
+static int current_is_ours(void)
+{
+    PyObject *cur = PyDataMem_GetHandler();
+    if (cur == NULL)
+        return -1;
+    int mine = cur == capsule;
+    Py_DECREF(cur);
+    return mine;
+}
+
 /* disable(): the current context's handler back to the previous one, if it
  * is this one; True if it was. */
 static PyObject *np_disable(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    PyObject *cur = PyDataMem_GetHandler();
-    if (cur == NULL)
+    int mine = current_is_ours();
+    if (mine < 0)
         return NULL;
-    int mine = cur == capsule;
-    Py_DECREF(cur);
     if (!mine)
         Py_RETURN_FALSE;
     PyObject *old = PyDataMem_SetHandler(prev_capsule);
@@ -291,12 +300,8 @@ static PyObject *np_enabled(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    PyObject *cur = PyDataMem_GetHandler();
-    if (cur == NULL)
-        return NULL;
-    int mine = cur == capsule;
-    Py_DECREF(cur);
-    return PyBool_FromLong(mine);
+    int mine = current_is_ours();
+    return mine < 0 ? NULL : PyBool_FromLong(mine);
 }
 
 /* outputs(on): outputs in shared-heap blocks (1) or in the arena (0);
