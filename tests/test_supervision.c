@@ -770,13 +770,14 @@ Test(supervision, crash_note_names_the_faulting_function)
 enum { NUL_INVOKE, NUL_INFER, NUL_STATE_CREATE };
 
 /*
- * Sends on the data channel a call of op 0 with one attribute whose key
- * or value has its '#' turned into a NUL (keys and values are bytes on the
- * wire, as a client other than libmxop may send them), and returns the
- * worker's result.  An Infer or a StateCreate carries one f32 input of
- * shape [2,3], so that only the NUL is wrong with it.
+ * Sends on the data channel a call of op 0 with `extra` plain attributes
+ * ("a0" = "1", ...), then one whose key or value has its '#' turned into a
+ * NUL (keys and values are bytes on the wire, as a client other than
+ * libmxop may send them), and returns the worker's result.  An Infer or a
+ * StateCreate carries one f32 input of shape [2,3], so that only the
+ * attributes are wrong with it.
  */
-static int nul_attr_call(int fd, int kind, const char *key, const char *value, char *msg,
+static int nul_attr_call(int fd, int kind, int extra, const char *key, const char *value, char *msg,
                          size_t msglen)
 {
     char k[64], v[64];
@@ -792,7 +793,20 @@ static int nul_attr_call(int fd, int kind, const char *key, const char *value, c
     a.key.len = strlen(key);
     a.value.data = (uint8_t *)v;
     a.value.len = strlen(value);
-    Mxop__Attr *attrs[] = {&a};
+    Mxop__Attr plain[80], *attrs[81];
+    char names[80][8];
+    cr_assert(extra >= 0 && extra <= 80);
+    for (int i = 0; i < extra; i++) {
+        snprintf(names[i], sizeof(names[i]), "a%d", i);
+        mxop__attr__init(&plain[i]);
+        plain[i].key.data = (uint8_t *)names[i];
+        plain[i].key.len = strlen(names[i]);
+        plain[i].value.data = (uint8_t *)"1";
+        plain[i].value.len = 1;
+        attrs[i] = &plain[i];
+    }
+    attrs[extra] = &a;
+    size_t n_attrs = (size_t)extra + 1;
     int32_t dtype = MXOP_F32;
     int64_t dims[] = {2, 3};
     Mxop__Shape shape = MXOP__SHAPE__INIT;
@@ -807,13 +821,13 @@ static int nul_attr_call(int fd, int kind, const char *key, const char *value, c
     switch (kind) {
     case NUL_INVOKE:
         iv.attrs = attrs;
-        iv.n_attrs = 1;
+        iv.n_attrs = n_attrs;
         call.body_case = MXOP__CALL__BODY_INVOKE;
         call.invoke = &iv;
         break;
     case NUL_INFER:
         inf.attrs = attrs;
-        inf.n_attrs = 1;
+        inf.n_attrs = n_attrs;
         inf.in_dtypes = &dtype;
         inf.n_in_dtypes = 1;
         inf.in_shapes = shapes;
@@ -823,7 +837,7 @@ static int nul_attr_call(int fd, int kind, const char *key, const char *value, c
         break;
     default:
         sc.attrs = attrs;
-        sc.n_attrs = 1;
+        sc.n_attrs = n_attrs;
         sc.in_dtypes = &dtype;
         sc.n_in_dtypes = 1;
         sc.in_shapes = shapes;
@@ -832,9 +846,9 @@ static int nul_attr_call(int fd, int kind, const char *key, const char *value, c
         call.state_create = &sc;
         break;
     }
-    uint8_t buf[MXOP__FRAME_HDR + 256];
+    uint8_t buf[MXOP__FRAME_HDR + 2048];
     size_t n = protobuf_c_message_get_packed_size(&call.base);
-    cr_assert(n <= 256);
+    cr_assert(n <= 2048);
     protobuf_c_message_pack(&call.base, buf + MXOP__FRAME_HDR);
     mxop__frame_hdr_encode(buf, MXOP__KIND_CALL, (uint32_t)n);
     cr_assert_eq(send(fd, buf, MXOP__FRAME_HDR + n, MSG_NOSIGNAL), (ssize_t)(MXOP__FRAME_HDR + n));
@@ -870,7 +884,7 @@ static void nul_refused_in(int kind)
     int fd = data_channel_fd();
     cr_assert(fd >= 0, "no data channel found");
     char msg[512];
-    int rc = nul_attr_call(fd, kind, "momentum", "0.5#junk", msg, sizeof(msg));
+    int rc = nul_attr_call(fd, kind, 0, "momentum", "0.5#junk", msg, sizeof(msg));
     cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
     cr_assert(strstr(msg, "op 'running_mean_norm'") != NULL && strstr(msg, "'momentum'") != NULL &&
                   strstr(msg, "NUL byte in its value, at byte 3 of 8") != NULL,
@@ -919,12 +933,12 @@ Test(supervision, nul_in_attribute_key_or_value_is_refused_naming_the_key)
     int fd = data_channel_fd();
     cr_assert(fd >= 0, "no data channel found");
     char msg[512];
-    int rc = nul_attr_call(fd, NUL_INVOKE, "alpha", "1.5#junk", msg, sizeof(msg));
+    int rc = nul_attr_call(fd, NUL_INVOKE, 0, "alpha", "1.5#junk", msg, sizeof(msg));
     cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
     cr_assert(strstr(msg, "'alpha'") != NULL && strstr(msg, "NUL") != NULL &&
                   strstr(msg, "value") != NULL && strstr(msg, "relu") != NULL,
               "%s", msg);
-    rc = nul_attr_call(fd, NUL_INVOKE, "be#ta", "2", msg, sizeof(msg));
+    rc = nul_attr_call(fd, NUL_INVOKE, 0, "be#ta", "2", msg, sizeof(msg));
     cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
     cr_assert(strstr(msg, "'be'") != NULL && strstr(msg, "key") != NULL, "%s", msg);
     /* Refused, not fatal: the same worker serves the session's next calls. */
@@ -936,6 +950,33 @@ Test(supervision, nul_in_attribute_key_or_value_is_refused_naming_the_key)
     fds_back_to(base, 10000);
     mxop_close(c);
     mxop_close(other);
+}
+
+/*
+ * A NUL is named even in an attribute past the most a call may carry: it is
+ * looked for before the count is checked, as before any other check.
+ */
+Test(supervision, nul_past_the_attribute_limit_is_named_before_the_count)
+{
+    const char *libs[] = {"running_mean.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    int fd = data_channel_fd();
+    cr_assert(fd >= 0, "no data channel found");
+    char msg[512];
+    int rc = nul_attr_call(fd, NUL_INFER, 70, "late", "x#y", msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "'late' (attribute 70 of the call) holds a NUL byte in its value") !=
+                  NULL,
+              "%s", msg);
+    rc = nul_attr_call(fd, NUL_INFER, 70, "late", "xy", msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "71 attributes, at most 64") != NULL, "%s", msg);
+    const char *attrs[] = {"momentum", "0.5", NULL};
+    int32_t dt = MXOP_F32, odt = -1;
+    mxop_shape_t sh = {.ndim = 2, .dims = {2, 3}}, osh;
+    cr_assert_eq(mxop_infer(c, mxt_op(c, "running_mean_norm"), attrs, 1, &dt, &sh, 1, &odt, &osh),
+                 0, "%s", mxop_last_error(c));
+    mxop_close(c);
 }
 
 /* ---- no process descended from a worker becomes a client ---- */
