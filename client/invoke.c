@@ -186,8 +186,11 @@ static int set_attrs(mxop_client_t *c, const char *const *attrs, size_t *n_out)
             return mxop__fail(c, MXOP_EINVAL, "attrs: key '%s' has no value", attrs[i]);
         if (n == MXOP__MAX_ATTRS)
             return mxop__fail(c, MXOP_EINVAL, "attrs: more than %d attributes", MXOP__MAX_ATTRS);
-        c->cb.attrs[n].key = (char *)attrs[i];
-        c->cb.attrs[n].value = (char *)attrs[i + 1];
+        /* bytes on the wire (proto/common.proto): the length is counted once, here. */
+        c->cb.attrs[n].key.data = (uint8_t *)attrs[i];
+        c->cb.attrs[n].key.len = strlen(attrs[i]);
+        c->cb.attrs[n].value.data = (uint8_t *)attrs[i + 1];
+        c->cb.attrs[n].value.len = strlen(attrs[i + 1]);
         n++;
     }
     *n_out = n;

@@ -43,21 +43,18 @@ int mxop_inproc_load(const char *path)
                              sizeof(last_msg));
 }
 
-/* The attribute list as the worker's call set-up takes it. */
-static int make_attrs(const char *const *attrs, Mxop__Attr *store, Mxop__Attr **ptrs, size_t *n)
+/* The {"k", "v", ..., NULL} list as the worker's call set-up takes it (borrowed). */
+static int make_attrs(const char *const *attrs, mxop__call_attrs_t *out)
 {
-    *n = 0;
+    out->n = 0;
     for (size_t i = 0; attrs != NULL && attrs[i] != NULL; i += 2) {
         if (attrs[i + 1] == NULL)
             return fail(MXOP_EINVAL, "attrs: key '%s' has no value", attrs[i]);
-        if (*n == MXOP__W_MAX_ATTRS)
+        if (out->n == MXOP__W_MAX_ATTRS)
             return fail(MXOP_EATTR, "attrs: more than %d attributes", MXOP__W_MAX_ATTRS);
-        Mxop__Attr a = MXOP__ATTR__INIT;
-        a.key = (char *)attrs[i];
-        a.value = (char *)attrs[i + 1];
-        store[*n] = a;
-        ptrs[*n] = &store[*n];
-        (*n)++;
+        out->keys[out->n] = attrs[i];
+        out->vals[out->n] = attrs[i + 1];
+        out->n++;
     }
     return 0;
 }
@@ -102,17 +99,15 @@ static int prepare(const char *role, int n, const mxop_tensor_t *src, mxop_tenso
 
 /*
  * The start of a call in process: the attributes in the worker's form (in
- * store and ptrs, the caller's, which must outlive the call), then
+ * *store, the caller's, which must outlive the call), then
  * mxop__call_begin, with no status page to publish to.
  */
-static int begin(const mxop__worker_op_t *op, const char *const *attrs, Mxop__Attr *store,
-                 Mxop__Attr **ptrs)
+static int begin(const mxop__worker_op_t *op, const char *const *attrs, mxop__call_attrs_t *store)
 {
-    size_t nattrs;
-    int rc = make_attrs(attrs, store, ptrs, &nattrs);
+    int rc = make_attrs(attrs, store);
     if (rc != 0)
         return rc;
-    return mxop__call_begin(op, 0, 0, nattrs, ptrs, 0, 0, NULL, last_msg, sizeof(last_msg));
+    return mxop__call_begin(op, 0, 0, store, 0, 0, NULL, last_msg, sizeof(last_msg));
 }
 
 int mxop_inproc_call(const char *name, int backward, const char *const *attrs, int n_in,
@@ -121,7 +116,7 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
     static mxop_tensor_t tin[MXOP__W_MAX_IN], tout[MXOP__W_MAX_OUT];
     static int32_t dt[MXOP__W_MAX_IN], odt[MXOP__W_MAX_OUT];
     static mxop_shape_t sh[MXOP__W_MAX_IN], osh[MXOP__W_MAX_OUT];
-    Mxop__Attr store[MXOP__W_MAX_ATTRS], *ptrs[MXOP__W_MAX_ATTRS];
+    mxop__call_attrs_t store;
     int k = 0;
     last_msg[0] = '\0';
     const mxop__worker_op_t *op = find(name);
@@ -142,7 +137,7 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
     if ((rc = prepare("input", n_in, in, tin, dt, sh)) != 0 ||
         (rc = prepare("output", n_out, out, tout, odt, osh)) != 0)
         return rc;
-    if ((rc = begin(op, attrs, store, ptrs)) != 0)
+    if ((rc = begin(op, attrs, &store)) != 0)
         return rc;
     /* Forward outputs must be what inference says; backward's match the forward inputs. */
     int32_t want_dt[MXOP__W_MAX_OUT];
@@ -188,7 +183,7 @@ int mxop_inproc_infer(const char *name, const char *const *attrs, int n_in,
                       const int32_t *in_dtypes, const mxop_shape_t *in_shapes, int n_out,
                       int32_t *out_dtypes, mxop_shape_t *out_shapes)
 {
-    Mxop__Attr store[MXOP__W_MAX_ATTRS], *ptrs[MXOP__W_MAX_ATTRS];
+    mxop__call_attrs_t store;
     int k;
     last_msg[0] = '\0';
     const mxop__worker_op_t *op = find(name);
@@ -198,7 +193,7 @@ int mxop_inproc_infer(const char *name, const char *const *attrs, int n_in,
         mxop__check_arity(op, 0, (size_t)n_in, (size_t)n_out, 1, &k, last_msg, sizeof(last_msg));
     if (rc != 0)
         return rc;
-    if ((rc = begin(op, attrs, store, ptrs)) != 0)
+    if ((rc = begin(op, attrs, &store)) != 0)
         return rc;
     rc = mxop__infer(op, n_in, in_dtypes, in_shapes, n_out, out_dtypes, out_shapes, last_msg,
                      sizeof(last_msg));

@@ -766,41 +766,99 @@ Test(supervision, crash_note_names_the_faulting_function)
 
 /* ---- NUL bytes inside attributes on the data channel ---- */
 
+/* The kinds of call nul_attr_call sends. */
+enum { NUL_INVOKE, NUL_INFER, NUL_STATE_CREATE };
+
 /*
- * Sends on the data channel a forward of op 0 with one attribute whose key
- * or value has its '#' turned into a NUL (protobuf-c packs C strings, so
- * the byte is put in after packing), and returns the worker's result.
+ * Sends on the data channel a call of op 0 with `extra` plain attributes
+ * ("a0" = "1", ...), then one whose key or value has its '#' turned into a
+ * NUL (keys and values are bytes on the wire, as a client other than
+ * libmxop may send them), and returns the worker's result.  An Infer or a
+ * StateCreate carries one f32 input of shape [2,3], so that only the
+ * attributes are wrong with it.
  */
-static int nul_attr_call(int fd, const char *key, const char *value, char *msg, size_t msglen)
+static int nul_attr_call(int fd, int kind, int extra, const char *key, const char *value, char *msg,
+                         size_t msglen)
 {
+    char k[64], v[64];
+    cr_assert(strlen(key) < sizeof(k) && strlen(value) < sizeof(v));
+    strcpy(k, key);
+    strcpy(v, value);
+    for (char *h = strchr(k, '#'); h != NULL; h = strchr(h + 1, '#'))
+        *h = '\0';
+    for (char *h = strchr(v, '#'); h != NULL; h = strchr(h + 1, '#'))
+        *h = '\0';
     Mxop__Attr a = MXOP__ATTR__INIT;
-    a.key = (char *)key;
-    a.value = (char *)value;
-    Mxop__Attr *attrs[] = {&a};
+    a.key.data = (uint8_t *)k;
+    a.key.len = strlen(key);
+    a.value.data = (uint8_t *)v;
+    a.value.len = strlen(value);
+    Mxop__Attr plain[80], *attrs[81];
+    char names[80][8];
+    cr_assert(extra >= 0 && extra <= 80);
+    for (int i = 0; i < extra; i++) {
+        snprintf(names[i], sizeof(names[i]), "a%d", i);
+        mxop__attr__init(&plain[i]);
+        plain[i].key.data = (uint8_t *)names[i];
+        plain[i].key.len = strlen(names[i]);
+        plain[i].value.data = (uint8_t *)"1";
+        plain[i].value.len = 1;
+        attrs[i] = &plain[i];
+    }
+    attrs[extra] = &a;
+    size_t n_attrs = (size_t)extra + 1;
+    int32_t dtype = MXOP_F32;
+    int64_t dims[] = {2, 3};
+    Mxop__Shape shape = MXOP__SHAPE__INIT;
+    shape.dims = dims;
+    shape.n_dims = 2;
+    Mxop__Shape *shapes[] = {&shape};
     Mxop__Invoke iv = MXOP__INVOKE__INIT;
-    iv.op = 0;
-    iv.attrs = attrs;
-    iv.n_attrs = 1;
+    Mxop__Infer inf = MXOP__INFER__INIT;
+    Mxop__StateCreate sc = MXOP__STATE_CREATE__INIT;
     Mxop__Call call = MXOP__CALL__INIT;
     call.id = 1ull << 40; /* far from the client's own ids */
-    call.body_case = MXOP__CALL__BODY_INVOKE;
-    call.invoke = &iv;
-    uint8_t buf[MXOP__FRAME_HDR + 256];
+    switch (kind) {
+    case NUL_INVOKE:
+        iv.attrs = attrs;
+        iv.n_attrs = n_attrs;
+        call.body_case = MXOP__CALL__BODY_INVOKE;
+        call.invoke = &iv;
+        break;
+    case NUL_INFER:
+        inf.attrs = attrs;
+        inf.n_attrs = n_attrs;
+        inf.in_dtypes = &dtype;
+        inf.n_in_dtypes = 1;
+        inf.in_shapes = shapes;
+        inf.n_in_shapes = 1;
+        call.body_case = MXOP__CALL__BODY_INFER;
+        call.infer = &inf;
+        break;
+    default:
+        sc.attrs = attrs;
+        sc.n_attrs = n_attrs;
+        sc.in_dtypes = &dtype;
+        sc.n_in_dtypes = 1;
+        sc.in_shapes = shapes;
+        sc.n_in_shapes = 1;
+        call.body_case = MXOP__CALL__BODY_STATE_CREATE;
+        call.state_create = &sc;
+        break;
+    }
+    uint8_t buf[MXOP__FRAME_HDR + 2048];
     size_t n = protobuf_c_message_get_packed_size(&call.base);
-    cr_assert(n <= 256);
+    cr_assert(n <= 2048);
     protobuf_c_message_pack(&call.base, buf + MXOP__FRAME_HDR);
-    uint8_t *hash = memchr(buf + MXOP__FRAME_HDR, '#', n);
-    cr_assert(hash != NULL);
-    *hash = '\0';
     mxop__frame_hdr_encode(buf, MXOP__KIND_CALL, (uint32_t)n);
     cr_assert_eq(send(fd, buf, MXOP__FRAME_HDR + n, MSG_NOSIGNAL), (ssize_t)(MXOP__FRAME_HDR + n));
     mxop__framebuf_t fb = {0};
-    uint16_t kind;
+    uint16_t rkind;
     uint32_t len;
     int fds[MXOP__FRAME_MAX_FDS], nfds = 0;
-    int rc = mxop__frame_recv(fd, &fb, &kind, &len, fds, MXOP__FRAME_MAX_FDS, &nfds, 10000);
+    int rc = mxop__frame_recv(fd, &fb, &rkind, &len, fds, MXOP__FRAME_MAX_FDS, &nfds, 10000);
     cr_assert_eq(rc, 0, "no result from the worker: %s", mxop_err_name(rc));
-    cr_assert_eq(kind, MXOP__KIND_CALL_RESULT);
+    cr_assert_eq(rkind, MXOP__KIND_CALL_RESULT);
     Mxop__CallResult *res = mxop__call_result__unpack(NULL, len, fb.data);
     cr_assert(res != NULL);
     cr_assert_eq(res->id, call.id);
@@ -809,6 +867,56 @@ static int nul_attr_call(int fd, const char *key, const char *value, char *msg, 
     mxop__call_result__free_unpacked(res, NULL);
     mxop__framebuf_free(&fb);
     return status;
+}
+
+/*
+ * A call of `kind` to running_mean_norm whose momentum "0.5#junk" would
+ * read as a valid 0.5 with the rest lost is refused naming the attribute
+ * and the byte; the same worker then serves the session's next calls.
+ */
+static void nul_refused_in(int kind)
+{
+    const char *libs[] = {"running_mean.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    const mxop_op_t *op = mxt_op(c, "running_mean_norm");
+    mxop_stats_t before, after;
+    cr_assert_eq(mxop_stats(c, &before), 0);
+    int fd = data_channel_fd();
+    cr_assert(fd >= 0, "no data channel found");
+    char msg[512];
+    int rc = nul_attr_call(fd, kind, 0, "momentum", "0.5#junk", msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "op 'running_mean_norm'") != NULL && strstr(msg, "'momentum'") != NULL &&
+                  strstr(msg, "NUL byte in its value, at byte 3 of 8") != NULL,
+              "%s", msg);
+    const char *attrs[] = {"momentum", "0.5", NULL};
+    int32_t dt = MXOP_F32, odt = -1;
+    mxop_shape_t sh = {.ndim = 2, .dims = {2, 3}}, osh;
+    uint64_t state = 0;
+    if (kind == NUL_INFER) {
+        cr_assert_eq(mxop_infer(c, op, attrs, 1, &dt, &sh, 1, &odt, &osh), 0, "%s",
+                     mxop_last_error(c));
+        cr_assert_eq(odt, MXOP_F32);
+    } else {
+        cr_assert_eq(mxop_state_create(c, op, attrs, 1, &dt, &sh, &state), 0, "%s",
+                     mxop_last_error(c));
+        cr_assert_eq(mxop_state_destroy(c, state), 0, "%s", mxop_last_error(c));
+    }
+    cr_assert_eq(mxop_stats(c, &after), 0);
+    cr_assert_eq(after.worker_restarts, before.worker_restarts);
+    cr_assert_eq(after.worker_pid, before.worker_pid);
+    cr_assert(mxt_daemon_alive(&daemon_));
+    mxop_close(c);
+}
+
+Test(supervision, nul_in_an_infer_attribute_is_refused_naming_it)
+{
+    nul_refused_in(NUL_INFER);
+}
+
+Test(supervision, nul_in_a_state_create_attribute_is_refused_naming_it)
+{
+    nul_refused_in(NUL_STATE_CREATE);
 }
 
 Test(supervision, nul_in_attribute_key_or_value_is_refused_naming_the_key)
@@ -825,12 +933,12 @@ Test(supervision, nul_in_attribute_key_or_value_is_refused_naming_the_key)
     int fd = data_channel_fd();
     cr_assert(fd >= 0, "no data channel found");
     char msg[512];
-    int rc = nul_attr_call(fd, "alpha", "1.5#junk", msg, sizeof(msg));
+    int rc = nul_attr_call(fd, NUL_INVOKE, 0, "alpha", "1.5#junk", msg, sizeof(msg));
     cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
     cr_assert(strstr(msg, "'alpha'") != NULL && strstr(msg, "NUL") != NULL &&
                   strstr(msg, "value") != NULL && strstr(msg, "relu") != NULL,
               "%s", msg);
-    rc = nul_attr_call(fd, "be#ta", "2", msg, sizeof(msg));
+    rc = nul_attr_call(fd, NUL_INVOKE, 0, "be#ta", "2", msg, sizeof(msg));
     cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
     cr_assert(strstr(msg, "'be'") != NULL && strstr(msg, "key") != NULL, "%s", msg);
     /* Refused, not fatal: the same worker serves the session's next calls. */
@@ -842,6 +950,33 @@ Test(supervision, nul_in_attribute_key_or_value_is_refused_naming_the_key)
     fds_back_to(base, 10000);
     mxop_close(c);
     mxop_close(other);
+}
+
+/*
+ * A NUL is named even in an attribute past the most a call may carry: it is
+ * looked for before the count is checked, as before any other check.
+ */
+Test(supervision, nul_past_the_attribute_limit_is_named_before_the_count)
+{
+    const char *libs[] = {"running_mean.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    int fd = data_channel_fd();
+    cr_assert(fd >= 0, "no data channel found");
+    char msg[512];
+    int rc = nul_attr_call(fd, NUL_INFER, 70, "late", "x#y", msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "'late' (attribute 70 of the call) holds a NUL byte in its value") !=
+                  NULL,
+              "%s", msg);
+    rc = nul_attr_call(fd, NUL_INFER, 70, "late", "xy", msg, sizeof(msg));
+    cr_assert_eq(rc, MXOP_EATTR, "got %s (%s)", mxop_err_name(rc), msg);
+    cr_assert(strstr(msg, "71 attributes, at most 64") != NULL, "%s", msg);
+    const char *attrs[] = {"momentum", "0.5", NULL};
+    int32_t dt = MXOP_F32, odt = -1;
+    mxop_shape_t sh = {.ndim = 2, .dims = {2, 3}}, osh;
+    cr_assert_eq(mxop_infer(c, mxt_op(c, "running_mean_norm"), attrs, 1, &dt, &sh, 1, &odt, &osh),
+                 0, "%s", mxop_last_error(c));
+    mxop_close(c);
 }
 
 /* ---- no process descended from a worker becomes a client ---- */

@@ -4,7 +4,6 @@
 #include "wire/pbwalk.h"
 
 #include <stdbool.h>
-#include <string.h>
 
 #include "common/util.h"
 
@@ -22,23 +21,6 @@ static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
     return false;
 }
 
-/* Occurrences of each field number in one message, for mxop__pbwalk_at_t.index. */
-typedef struct seen {
-    uint32_t number[16];
-    size_t count[16];
-} seen_t;
-
-static size_t seen_next(seen_t *s, uint32_t number)
-{
-    for (int k = 0; k < 16; k++) {
-        if (s->number[k] == number || s->number[k] == 0) {
-            s->number[k] = number;
-            return s->count[k]++;
-        }
-    }
-    return 0; /* more distinct fields than any of mxop's messages has: index unknown */
-}
-
 static int stop_at(mxop__pbwalk_t *w, int code, const char *path, uint32_t number, uint32_t depth)
 {
     mxop__fmt(w->where, sizeof(w->where), "%s", path);
@@ -48,22 +30,18 @@ static int stop_at(mxop__pbwalk_t *w, int code, const char *path, uint32_t numbe
 }
 
 static int walk(mxop__pbwalk_t *w, const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
-                size_t len, uint32_t depth, const mxop__pbwalk_at_t *parent, const char *path)
+                size_t len, uint32_t depth, const char *path)
 {
     if (depth > w->max_depth)
         return stop_at(w, MXOP__PBWALK_TOO_DEEP, path, 0, depth);
     const uint8_t *p = buf;
     const uint8_t *end = buf + len;
-    seen_t seen;
-    memset(&seen, 0, sizeof(seen));
     while (p < end) {
         uint64_t key, v = 0;
         if (!read_varint(&p, end, &key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
             return stop_at(w, MXOP__PBWALK_BAD_KEY, path, 0, depth);
-        mxop__pbwalk_at_t at = {
-            .parent = parent, .number = (uint32_t)(key >> 3), .depth = depth, .path = path};
+        mxop__pbwalk_at_t at = {.number = (uint32_t)(key >> 3), .depth = depth, .path = path};
         at.field = desc != NULL ? protobuf_c_message_descriptor_get_field(desc, at.number) : NULL;
-        at.index = seen_next(&seen, at.number);
         int rc = w->on_field != NULL ? w->on_field(w->ctx, &at) : 0;
         if (rc != 0)
             return rc;
@@ -85,7 +63,7 @@ static int walk(mxop__pbwalk_t *w, const ProtobufCMessageDescriptor *desc, const
             if (at.field != NULL && at.field->type == PROTOBUF_C_TYPE_MESSAGE) {
                 char sub[160];
                 mxop__fmt(sub, sizeof(sub), "%s.%s", path, at.field->name);
-                rc = walk(w, at.field->descriptor, p, (size_t)v, depth + 1, &at, sub);
+                rc = walk(w, at.field->descriptor, p, (size_t)v, depth + 1, sub);
             } else if (at.field != NULL && at.field->type == PROTOBUF_C_TYPE_STRING &&
                        w->on_string != NULL) {
                 rc = w->on_string(w->ctx, &at, p, (size_t)v);
@@ -108,5 +86,5 @@ int mxop__pbwalk(mxop__pbwalk_t *w, const ProtobufCMessageDescriptor *desc, cons
     w->where[0] = '\0';
     w->where_number = 0;
     w->where_depth = 0;
-    return walk(w, desc, buf, len, 1, NULL, root);
+    return walk(w, desc, buf, len, 1, root);
 }

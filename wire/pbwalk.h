@@ -7,7 +7,8 @@
  * for each: the daemon bounds control requests with them.  And a NUL byte
  * inside a string: protobuf-c hands strings over NUL-terminated, so
  * "alpha\0junk" decodes as "alpha" and the rest is silently lost; the
- * daemon refuses such requests and the worker such calls, naming the field.
+ * daemon refuses such requests, naming the field.  (The data plane needs
+ * no walk: its attributes are `bytes`, decoded with their length.)
  */
 #ifndef MXOP_WIRE_PBWALK_H
 #define MXOP_WIRE_PBWALK_H
@@ -18,11 +19,9 @@
 
 /* A field met by the walk, valid only during the callback. */
 typedef struct mxop__pbwalk_at {
-    const struct mxop__pbwalk_at *parent;  /* the enclosing message field; NULL at the top */
     const ProtobufCFieldDescriptor *field; /* NULL: a field its message's descriptor lacks */
     uint32_t number;
     uint32_t depth;   /* of the message holding it: 1 for the top message's fields */
-    size_t index;     /* its occurrences in that message before this one (repeated fields) */
     const char *path; /* the holding message: "Request.load_library" */
 } mxop__pbwalk_at_t;
 

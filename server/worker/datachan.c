@@ -215,10 +215,6 @@ static void serve_frame(uint16_t kind, uint32_t len, const uint8_t *payload, int
         return;
     }
     close_fds(fds, nfds);
-    if (mxop__call_nul_refused(call, payload, len, &res)) {
-        reply(&res, via_mbox);
-        return;
-    }
     mxop__run_call(call, &res);
     reply(&res, via_mbox);
 }

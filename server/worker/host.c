@@ -388,7 +388,7 @@ static void *host_alloc_output(mxop_ctx_t *ctx, int i, int32_t ndim, const int64
 /* ------------------------------------------------------------------------ */
 /* Call set-up. */
 
-int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr **attrs,
+int mxop__ctx_begin_call(const mxop__worker_op_t *op, const mxop__call_attrs_t *attrs,
                          uint64_t seed, char *msg, size_t msglen)
 {
     struct mxop_ctx *c = &mxop__ctx;
@@ -401,14 +401,15 @@ int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr
     ws_reset(c);
     rng_seed(c, seed != 0 ? seed : splitmix64(&session_seq));
 
+    size_t n_attrs = attrs != NULL ? attrs->n : 0;
     if (n_attrs > MXOP__W_MAX_ATTRS) {
         mxop__fmt(msg, msglen, "op '%s': %zu attributes, at most %d", op->name, n_attrs,
                   MXOP__W_MAX_ATTRS);
         return MXOP_EATTR;
     }
     for (size_t i = 0; i < n_attrs; i++) {
-        const char *k = attrs[i]->key != NULL ? attrs[i]->key : "";
-        const char *v = attrs[i]->value != NULL ? attrs[i]->value : "";
+        const char *k = attrs->keys[i];
+        const char *v = attrs->vals[i];
         if (k[0] == '\0') {
             mxop__fmt(msg, msglen, "op '%s': attribute %zu has an empty key", op->name, i);
             return MXOP_EATTR;
@@ -428,10 +429,10 @@ int mxop__ctx_begin_call(const mxop__worker_op_t *op, size_t n_attrs, Mxop__Attr
 }
 
 int mxop__call_begin(const mxop__worker_op_t *op, uint64_t call_id, uint32_t deadline_ms,
-                     size_t n_attrs, Mxop__Attr **attrs, uint64_t seed, int n_in,
+                     const mxop__call_attrs_t *attrs, uint64_t seed, int n_in,
                      const mxop_tensor_t *in, char *msg, size_t msglen)
 {
-    int rc = mxop__ctx_begin_call(op, n_attrs, attrs, seed, msg, msglen);
+    int rc = mxop__ctx_begin_call(op, attrs, seed, msg, msglen);
     if (rc != 0) {
         mxop__ctx_end();
         return rc;

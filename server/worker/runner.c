@@ -174,7 +174,8 @@ static int report_shapes(const mxop__worker_op_t *op, int n_out, Mxop__CallResul
     return 0;
 }
 
-static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *res)
+static int invoke(uint64_t call_id, const Mxop__Invoke *iv, const mxop__call_attrs_t *attrs,
+                  Mxop__CallResult *res)
 {
     int rc = 0;
     const mxop__worker_op_t *op = get_op(iv->op, &rc);
@@ -244,8 +245,8 @@ static int invoke(uint64_t call_id, const Mxop__Invoke *iv, Mxop__CallResult *re
     if (fn == NULL && sfn == NULL)
         return mxop__no_callback(op, cb, dev, res_msg, sizeof(res_msg));
 
-    rc = mxop__call_begin(op, call_id, iv->deadline_ms, iv->n_attrs, iv->attrs, iv->seed, n_in,
-                          in_t, res_msg, sizeof(res_msg));
+    rc = mxop__call_begin(op, call_id, iv->deadline_ms, attrs, iv->seed, n_in, in_t, res_msg,
+                          sizeof(res_msg));
     if (rc != 0)
         return rc;
     rc = check_types(op, iv->backward, n_in, n_out, k);
@@ -303,7 +304,8 @@ static int shape_inputs(const mxop__worker_op_t *op, size_t n_dtypes, const int3
     return 0;
 }
 
-static int infer(uint64_t call_id, const Mxop__Infer *inf, Mxop__CallResult *res)
+static int infer(uint64_t call_id, const Mxop__Infer *inf, const mxop__call_attrs_t *attrs,
+                 Mxop__CallResult *res)
 {
     int rc = 0;
     const mxop__worker_op_t *op = get_op(inf->op, &rc);
@@ -315,8 +317,7 @@ static int infer(uint64_t call_id, const Mxop__Infer *inf, Mxop__CallResult *res
         return rc;
     int n_in = (int)inf->n_in_dtypes, no = op->def.num_outputs;
 
-    rc = mxop__call_begin(op, call_id, 0, inf->n_attrs, inf->attrs, 0, 0, NULL, res_msg,
-                          sizeof(res_msg));
+    rc = mxop__call_begin(op, call_id, 0, attrs, 0, 0, NULL, res_msg, sizeof(res_msg));
     if (rc != 0)
         return rc;
     rc = mxop__infer(op, n_in, in_dt, in_sh, no, inf_dt, inf_sh, res_msg, sizeof(res_msg));
@@ -346,7 +347,8 @@ out:
     return rc;
 }
 
-static int state_create(uint64_t call_id, const Mxop__StateCreate *sc, Mxop__CallResult *res)
+static int state_create(uint64_t call_id, const Mxop__StateCreate *sc,
+                        const mxop__call_attrs_t *attrs, Mxop__CallResult *res)
 {
     int rc = 0;
     const mxop__worker_op_t *op = get_op(sc->op, &rc);
@@ -363,8 +365,7 @@ static int state_create(uint64_t call_id, const Mxop__StateCreate *sc, Mxop__Cal
     if ((rc = mxop__states_room(res_msg, sizeof(res_msg))) != 0)
         return rc;
 
-    rc = mxop__call_begin(op, call_id, 0, sc->n_attrs, sc->attrs, 0, 0, NULL, res_msg,
-                          sizeof(res_msg));
+    rc = mxop__call_begin(op, call_id, 0, attrs, 0, 0, NULL, res_msg, sizeof(res_msg));
     if (rc != 0)
         return rc;
     void *state = NULL;
@@ -408,22 +409,31 @@ static int state_destroy(uint64_t call_id, const Mxop__StateDestroy *sd)
 
 /* ------------------------------------------------------------------------ */
 
+/* The call's body to its handler, with its attributes read (call_attrs.c). */
+static int dispatch(const Mxop__Call *call, const mxop__call_attrs_t *attrs, Mxop__CallResult *res)
+{
+    switch (call->body_case) {
+    case MXOP__CALL__BODY_INVOKE: return invoke(call->id, call->invoke, attrs, res);
+    case MXOP__CALL__BODY_INFER: return infer(call->id, call->infer, attrs, res);
+    case MXOP__CALL__BODY_STATE_CREATE:
+        return state_create(call->id, call->state_create, attrs, res);
+    case MXOP__CALL__BODY_STATE_DESTROY: return state_destroy(call->id, call->state_destroy);
+    default:
+        return fail(MXOP_EPROTOCOL,
+                    "call %llu carries no invoke, infer, state_create or state_destroy",
+                    (unsigned long long)call->id);
+    }
+}
+
 void mxop__run_call(const Mxop__Call *call, Mxop__CallResult *res)
 {
-    int rc;
+    static mxop__call_attrs_t attrs;
     res_msg[0] = '\0';
     res->id = call->id;
-    switch (call->body_case) {
-    case MXOP__CALL__BODY_INVOKE: rc = invoke(call->id, call->invoke, res); break;
-    case MXOP__CALL__BODY_INFER: rc = infer(call->id, call->infer, res); break;
-    case MXOP__CALL__BODY_STATE_CREATE: rc = state_create(call->id, call->state_create, res); break;
-    case MXOP__CALL__BODY_STATE_DESTROY: rc = state_destroy(call->id, call->state_destroy); break;
-    default:
-        rc = fail(MXOP_EPROTOCOL,
-                  "call %llu carries no invoke, infer, state_create or state_destroy",
-                  (unsigned long long)call->id);
-        break;
-    }
+    /* Before any other check: a NUL inside an attribute is refused whatever else is wrong. */
+    int rc = mxop__call_attrs_read(call, &attrs, res_msg, sizeof(res_msg));
+    if (rc == 0)
+        rc = dispatch(call, &attrs, res);
     res->status = rc;
     if (rc != 0) {
         /* A failed call reports nothing but its error. */

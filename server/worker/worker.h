@@ -55,6 +55,7 @@ enum mxop__ctx_mode {
 };
 
 struct mxop__worker_op;
+struct mxop__call_attrs;
 
 /* An extra workspace block handed out when the main buffer was too small. */
 struct mxop__ws_block {
@@ -69,7 +70,7 @@ struct mxop_ctx {
     int has_msg;
     char msg[MXOP__W_MSG_MAX];
 
-    /* The call's attributes, borrowed from the unpacked Call message. */
+    /* The call's attributes, borrowed from mxop__call_attrs_read (or inproc's caller). */
     int n_attrs;
     const char *attr_keys[MXOP__W_MAX_ATTRS];
     const char *attr_vals[MXOP__W_MAX_ATTRS];
@@ -123,11 +124,11 @@ void mxop__ctx_seed_session(uint64_t session, uint32_t generation);
 
 /**
  * Prepares the context for a call of `op` with the given attributes
- * (borrowed until mxop__ctx_end) and seed (0: the session's sequence).
- * Returns 0, or MXOP_EATTR (too many or repeated attributes) with the
- * reason in msg[msglen].
+ * (borrowed until mxop__ctx_end; NULL: none) and seed (0: the session's
+ * sequence).  Returns 0, or MXOP_EATTR (too many or repeated attributes)
+ * with the reason in msg[msglen].
  */
-int mxop__ctx_begin_call(const struct mxop__worker_op *op, size_t n_attrs, Mxop__Attr **attrs,
+int mxop__ctx_begin_call(const struct mxop__worker_op *op, const struct mxop__call_attrs *attrs,
                          uint64_t seed, char *msg, size_t msglen);
 
 /**
@@ -153,7 +154,7 @@ void mxop__ctx_end(void);
  * already ended.
  */
 int mxop__call_begin(const struct mxop__worker_op *op, uint64_t call_id, uint32_t deadline_ms,
-                     size_t n_attrs, Mxop__Attr **attrs, uint64_t seed, int n_in,
+                     const struct mxop__call_attrs *attrs, uint64_t seed, int n_in,
                      const mxop_tensor_t *in, char *msg, size_t msglen);
 
 /** The end of a call begun by mxop__call_begin: the status page, then the context. */
@@ -468,7 +469,10 @@ void mxop__sup_handle(const Mxop__SupRequest *req, int *fds, int nfds, Mxop__Sup
 /** Frees what the last mxop__sup_handle reply pointed to. */
 void mxop__sup_reply_done(Mxop__SupReply *reply);
 
-/** Serves one call, filling `res` (storage valid until the next call). */
+/**
+ * Serves one call, filling `res` (storage valid until the next call).  A
+ * NUL inside an attribute is refused first (mxop__call_attrs_read).
+ */
 void mxop__run_call(const Mxop__Call *call, Mxop__CallResult *res);
 
 /* ------------------------------------------------------------------------ */
@@ -546,31 +550,23 @@ const char *mxop__dtype_name(int32_t dtype, char *buf, size_t len);
 int mxop__is_known_error(int code);
 
 /* ------------------------------------------------------------------------ */
-/* wire_nul.c */
+/* call_attrs.c */
 
-/* Where a string field of a message held a NUL byte. */
-typedef struct mxop__wire_nul {
-    const char *parent; /* the repeated field of the call's body ("attrs"), or "" */
-    size_t index;       /* which of them */
-    const char *field;  /* the string field ("key", "value") */
-    size_t offset;      /* the NUL's byte in it */
-    size_t length;      /* the string's length on the wire */
-} mxop__wire_nul_t;
+/* A call's attributes as its op reads them: C strings, valid until the next call. */
+typedef struct mxop__call_attrs {
+    size_t n; /* how many the call carries; past MXOP__W_MAX_ATTRS none is filled in */
+    const char *keys[MXOP__W_MAX_ATTRS];
+    const char *vals[MXOP__W_MAX_ATTRS];
+} mxop__call_attrs_t;
 
 /**
- * Whether a string field anywhere in the wire form `buf` of a message of
- * type `desc` holds a NUL byte (which the decoded, NUL-terminated string
- * would hide); *where says which.
+ * The attributes of `call` (an Invoke, Infer or StateCreate; others have
+ * none) into *out, from the decoded message, before any other check of
+ * the call.  Returns 0, or MXOP_EATTR with msg[msglen] naming the op and
+ * the attribute when a key or value holds a NUL byte (which a C string
+ * would cut off silently).
  */
-bool mxop__wire_find_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
-                         mxop__wire_nul_t *where);
-
-/**
- * A call whose attribute keys or values hold a NUL byte (in its wire form
- * `payload`): true, with *res the MXOP_EATTR result naming the op and the
- * key.  Runs before any callback, only for calls with attributes.
- */
-bool mxop__call_nul_refused(const Mxop__Call *call, const uint8_t *payload, size_t len,
-                            Mxop__CallResult *res);
+int mxop__call_attrs_read(const Mxop__Call *call, mxop__call_attrs_t *out, char *msg,
+                          size_t msglen);
 
 #endif /* MXOP_SERVER_WORKER_WORKER_H */
