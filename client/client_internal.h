@@ -396,6 +396,20 @@ int mxop__region_add_block(mxop_client_t *c, int fd, void *base, size_t size, ui
 /** Makes room for one more region entry.  Returns 0 or MXOP_ENOMEM (reason in c->err). */
 int mxop__region_reserve(mxop_client_t *c);
 
+/* ---- a region's registration with the daemon (region_wire.c); never reconnects ---- */
+
+/**
+ * Sends RegisterRegion with `fd` (borrowed) attached; *id gets the daemon's
+ * id.  `scratch`: the staging region.  `reserve_from`: the bytes of the
+ * memfd before it are reserved while the request is on its way (a failure
+ * releases the region again).  The caller holds c->lock.
+ */
+int mxop__region_register(mxop_client_t *c, int fd, size_t bytes, int scratch, size_t reserve_from,
+                          uint32_t *id);
+
+/** Sends ReleaseRegion for the daemon's region `id` (its wire id). */
+int mxop__region_release_id(mxop_client_t *c, uint32_t id);
+
 /** Registers every region again with a new daemon (after a reconnection). */
 int mxop__regions_reregister(mxop_client_t *c);
 

@@ -11,8 +11,8 @@
  *
  * The files above (invoke.c, library.c, regions.c) ask here before and
  * after a request; the decisions are made here, and the session's parts
- * are restored through the files below (session_open.c, op_table.c) and
- * regions.c.
+ * are restored through the files below (session_open.c, op_table.c,
+ * region_wire.c).
  */
 #include <stdlib.h>
 #include <string.h>

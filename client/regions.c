@@ -100,87 +100,17 @@ int mxop__region_reserve(mxop_client_t *c)
     return table_reserve(c);
 }
 
-static int release_id(mxop_client_t *c, uint32_t id);
-
 /*
- * Sends RegisterRegion with `fd` attached; *id gets the daemon's id.
- * `scratch`: the staging region, which the worker may write in scratch mode
- * too.  `reserve_from`: the bytes of the memfd before it are not reserved
- * yet; they are reserved here while the request is on its way, from the
- * top down, MXOP__REGION_RESERVE_STEP at a time, and a failure to reserve
- * them releases the region again.  The worker leaves them alone until a
- * call writes there (shm/region.h), or, with a mailbox, until the
- * mailbox's reserve words say they are reserved: written here after each
- * step, so that the worker faults in each part while the next is reserved.
- * The caller holds c->lock, which keeps the mailbox in place.
+ * Registers `fd` with the daemon (mxop__region_register, region_wire.c); a
+ * daemon that went away is reconnected first, before the mailbox is read.
  */
 static int register_fd(mxop_client_t *c, int fd, size_t bytes, int scratch, size_t reserve_from,
                        uint32_t *id)
 {
-    /* A daemon that went away is reconnected first (before the mailbox is read below). */
     int rc = mxop__reconnect_if_gone(c);
     if (rc < 0)
         return rc;
-    Mxop__RegisterRegion body = MXOP__REGISTER_REGION__INIT;
-    body.size = bytes;
-    body.scratch = scratch != 0;
-    body.reserved_from = reserve_from;
-    Mxop__Request req = MXOP__REQUEST__INIT;
-    req.body_case = MXOP__REQUEST__BODY_REGISTER_REGION;
-    req.register_region = &body;
-
-    /* The worker's mailbox, where it reads how far this reservation has come. */
-    mxop__mbox_shared_t *sh = c->sess.chan == MXOP__CHAN_MBOX ? c->mbox.sh : NULL;
-    struct stat st;
-    if (reserve_from == 0 || fstat(fd, &st) != 0)
-        sh = NULL;
-    if (sh != NULL) {
-        /* The offset first: a worker that sees the inode reads this region's progress. */
-        atomic_store_explicit(&sh->reserve_from, (uint64_t)reserve_from, memory_order_relaxed);
-        atomic_store_explicit(&sh->reserve_ino, (uint64_t)st.st_ino, memory_order_release);
-    }
-    rc = mxop__ctl_send(c, &req, &fd, 1);
-    if (rc < 0)
-        return rc;
-    int reserved = 0;
-    for (size_t from = reserve_from; from > 0 && reserved == 0;) {
-        size_t step = from < MXOP__REGION_RESERVE_STEP ? from : MXOP__REGION_RESERVE_STEP;
-        reserved = mxop__region_reserve_pages(fd, from - step, step);
-        if (reserved == 0) {
-            from -= step;
-            if (sh != NULL)
-                atomic_store_explicit(&sh->reserve_from, (uint64_t)from, memory_order_release);
-        }
-    }
-    int reserve_errno = errno;
-    Mxop__Reply *r;
-    rc = mxop__ctl_await(c, req.id, mxop__ctl_timeout(c), &r, NULL);
-    if (rc < 0)
-        return rc;
-    if (r->body_case != MXOP__REPLY__BODY_REGISTER_REGION || r->register_region == NULL ||
-        r->register_region->region == MXOP_REGION_HEAP)
-        return mxop__fail(c, MXOP_EPROTOCOL,
-                          "mxop-serverd answered RegisterRegion without a region id");
-    *id = r->register_region->region;
-    if (reserved != 0) {
-        (void)release_id(c, *id);
-        return mxop__fail(c, MXOP_ESHM,
-                          "cannot reserve the first %zu of the %zu bytes of a shared memory "
-                          "region: %s",
-                          reserve_from, bytes, strerror(reserve_errno));
-    }
-    return 0;
-}
-
-static int release_id(mxop_client_t *c, uint32_t id)
-{
-    Mxop__ReleaseRegion body = MXOP__RELEASE_REGION__INIT;
-    body.region = id;
-    Mxop__Request req = MXOP__REQUEST__INIT;
-    req.body_case = MXOP__REQUEST__BODY_RELEASE_REGION;
-    req.release_region = &body;
-    Mxop__Reply *r;
-    return mxop__ctl_request(c, &req, NULL, 0, mxop__ctl_timeout(c), &r, NULL);
+    return mxop__region_register(c, fd, bytes, scratch, reserve_from, id);
 }
 
 struct mxop__region_copy {
@@ -302,7 +232,7 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
     /* A daemon that went away is reconnected first, so that the release goes to the right one. */
     (void)mxop__reconnect_if_gone(c);
     e = mxop__region_find(c, id);
-    int rc = release_id(c, e->wire);
+    int rc = mxop__region_release_id(c, e->wire);
     /* A daemon that is gone has dropped the region with the session. */
     if (rc < 0 && rc != MXOP_EDISCONNECTED)
         return rc;
@@ -369,26 +299,6 @@ void mxop__regions_free(mxop_client_t *c)
     c->regions = NULL;
     c->nregions = c->capregions = 0;
     pthread_mutex_unlock(&c->regions_lock);
-}
-
-int mxop__regions_reregister(mxop_client_t *c)
-{
-    for (size_t i = 0; i < c->nregions; i++) {
-        mxop__region_t *e = &c->regions[i];
-        if (e->fd < 0)
-            continue; /* a device region, or a borrowed fd not kept: calls name it unknown */
-        uint32_t wire;
-        int rc = register_fd(c, e->fd, e->size, e->kind == MXOP__REGION_STAGE, 0, &wire);
-        if (rc < 0) {
-            char why[MXOP__ERR_MAX];
-            memcpy(why, c->err, sizeof why);
-            return mxop__fail(c, rc, "registering region %u again: %s", e->id, why);
-        }
-        pthread_mutex_lock(&c->regions_lock);
-        e->wire = wire;
-        pthread_mutex_unlock(&c->regions_lock);
-    }
-    return 0;
 }
 
 int mxop_region_create(mxop_client_t *c, size_t bytes, uint32_t *region, void **base)

@@ -13,7 +13,6 @@
 
 #include "common/util.h"
 #include "mxop/inproc.h"
-#include "server/worker/cuda.h"
 #include "server/worker/worker.h"
 
 static char last_msg[MXOP__W_MSG_MAX];
@@ -130,7 +129,8 @@ int mxop_inproc_call(const char *name, int backward, const char *const *attrs, i
         return rc;
     if (op->def.state_create != NULL)
         return fail(MXOP_ENOT_SUPPORTED, "op '%s' is stateful: not supported in process", op->name);
-    mxop__op_fn_t fn = backward ? op->def.backward : op->def.forward;
+    int (*fn)(mxop_ctx_t *, int, const mxop_tensor_t *, int, mxop_tensor_t *) =
+        backward ? op->def.backward : op->def.forward;
     if (fn == NULL)
         return fail(MXOP_ENOT_SUPPORTED, "op '%s' has no %s on the host", op->name,
                     backward ? "backward" : "forward");

@@ -15,7 +15,7 @@
  *   MXOP_SERVERD, MXOP_WORKER  the private daemon's programs
  * The environment wins over the file.
  *
- * The private daemon (client/daemon_launch.h) is the proxy's child in a
+ * The private daemon (common/daemon_launch.h) is the proxy's child in a
  * directory of its own; it ends with the process however that ends, and at
  * exit (or when the library is unloaded) it is stopped and its directory
  * removed.
@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/daemon_launch.h"
+#include "common/daemon_launch.h"
 #include "mxnet_proxy/proxy.h"
 
 enum { MAX_LIBS = 64 };

@@ -2,7 +2,7 @@
  * tests/harness.h - starting and stopping a real mxop-serverd for a test.
  *
  * Every integration test runs the real daemon and worker: a private daemon
- * (client/daemon_launch.h) in a directory of its own, under $TMPDIR when it
+ * (common/daemon_launch.h) in a directory of its own, under $TMPDIR when it
  * is short enough, whose plugin directory holds copies of the example and
  * fixture plugins.  It dies with the test process, and one a test never
  * stopped (an early end, a failed assertion) is stopped at exit, so a test
@@ -14,10 +14,10 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "client/daemon_launch.h"
+#include "common/daemon_launch.h"
 #include "mxop/client.h"
 
-/* A private daemon (client/daemon_launch.h): pid, dir, sock (control socket), plugins. */
+/* A private daemon (common/daemon_launch.h): pid, dir, sock (control socket), plugins. */
 typedef mxop__launch_t mxt_daemon_t;
 
 /** The build directory (MXOP_BUILD_DIR or the one the tests were built in). */

@@ -1,6 +1,6 @@
 /*
  * tests/test_daemon_launch.c - the private-daemon launcher
- * (client/daemon_launch.c): a daemon that answers, and every way a start
+ * (common/daemon_launch.c): a daemon that answers, and every way a start
  * can fail or an owner can end, each leaving nothing running or on disk.
  */
 #include <criterion/criterion.h>

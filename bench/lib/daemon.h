@@ -1,7 +1,7 @@
 /*
  * bench/lib/daemon.h - a private mxop-serverd for one benchmark run.
  *
- * The daemon (client/daemon_launch.h) runs in a fresh directory under /tmp
+ * The daemon (common/daemon_launch.h) runs in a fresh directory under /tmp
  * (its socket and a plugin directory holding copies of the build's op
  * libraries and the crash fixture), dies with the benchmark, and is stopped
  * and its directory removed at exit, on SIGINT/SIGTERM/SIGHUP too, so a run
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "client/daemon_launch.h"
+#include "common/daemon_launch.h"
 
 /* pid, dir, sock (the control socket), plugins (the plugin directory). */
 typedef mxop__launch_t mxb_daemon_t;

@@ -15,7 +15,7 @@ cleaner process (see _start_cleaner) removes the private directory when the
 owner dies without running atexit (os._exit, SIGTERM, SIGKILL).
 
 The C programs (tests, benchmarks, the `mxop` command) start theirs with
-client/daemon_launch.c, in the same layout and with the same command line
+common/daemon_launch.c, in the same layout and with the same command line
 and death signal.  Python keeps its own: its child must be a Popen that
 Python reaps (a waitpid in C would take its status from subprocess), forked
 from the spawner thread, with its stderr forwarded to logging; and the

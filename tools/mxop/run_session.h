@@ -1,7 +1,7 @@
 /*
  * The daemon `mxop run` and `mxop verify` talk to: the one at --socket or
  * $MXOP_SOCKET, else a private mxop-serverd started for the command
- * (client/daemon_launch.h): a temporary directory (mode 0700) with the
+ * (common/daemon_launch.h): a temporary directory (mode 0700) with the
  * control socket and a plugin directory holding a copy of the library.  The
  * private daemon is stopped and its directory removed at exit, also on an
  * error or a fatal signal, and it ends with this process however that ends.
@@ -11,7 +11,7 @@
 
 #include <sys/types.h>
 
-#include "client/daemon_launch.h"
+#include "common/daemon_launch.h"
 #include "mxop/client.h"
 
 typedef struct mxop__run_daemon {

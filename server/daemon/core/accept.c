@@ -17,8 +17,8 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/core/daemon.h"
-#include "server/daemon/core/log.h"
-#include "server/daemon/worker/workeruid.h"
+#include "server/daemon/worker/worker.h"
+#include "server/daemon/session/session.h"
 
 static bool gid_listed(const mxop__daemon_t *d, gid_t gid)
 {

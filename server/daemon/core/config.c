@@ -20,7 +20,6 @@
 #include "mxop/errors.h"
 #include "server/daemon/core/daemon.h"
 #include "server/daemon/core/integrity.h"
-#include "server/daemon/core/log.h"
 
 /* The longest line the file may hold. */
 #define LINE_MAX_BYTES 4096

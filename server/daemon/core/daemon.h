@@ -1,27 +1,32 @@
 /*
- * server/daemon/core/daemon.h - the internal structures of mxop-serverd.
+ * server/daemon/core/daemon.h - the daemon's core, as the other two folders
+ * see it: its one public header.
  *
- * The daemon is one libuv loop.  Its objects:
+ * mxop-serverd is three folders, each with one public header that the
+ * other folders include, and private headers its own files alone include:
+ *
+ *   core/daemon.h      the loop and its objects (below), the log, the
+ *                      options, what the allowlist and the layers say
+ *   worker/worker.h    one worker process as a handle (includes this one)
+ *   session/session.h  a client, its session and its slots (includes both)
+ *
+ * Headers include downward only: this one includes nothing of the other
+ * two folders.  The objects of the loop:
  *
  *   mxop__daemon_t   the configuration, the listening socket, the watchdog,
  *                    the lists of client connections and workers.
  *   mxop__conn_t     a framed, non-blocking Unix stream socket (uv_poll_t,
  *                    SCM_RIGHTS both ways, a write queue).  Used for client
  *                    connections and for each worker's supervisor channel.
- *   mxop__client_t   one accepted control connection: credentials, the
- *                    handshake state, and at most one session.
- *   mxop__session_t  what a client opened: its worker and spare, loaded
- *                    libraries, ops, regions (each worker holds its own
- *                    queue of supervisor requests in flight).  Lives exactly as long as its client.
- * Its files and their shared declarations: session.h. mxop__worker_t   one spawned worker process
- * (one generation of a session's worker), a handle with its own states (worker.h, worker.c).
- * Outlives its session until the process has been reaped.
+ *   mxop__client_t   one accepted control connection, and at most one
+ *                    session (session.h).
+ *   mxop__worker_t   one spawned worker process (worker.h).
  *
  * Ownership: the daemon owns clients and workers (intrusive lists); a
  * client owns its session; a session points at its current worker and its
  * spare; a worker knows its owner only as the opaque pointer its callbacks
- * (mxop__worker_cbs_t) are given, until it is detached.  Handle memory is freed only in libuv close
- * callbacks.
+ * (mxop__worker_cbs_t) are given, until it is detached.  Handle memory is
+ * freed only in libuv close callbacks.
  */
 #ifndef MXOP_SERVER_DAEMON_H
 #define MXOP_SERVER_DAEMON_H
@@ -37,9 +42,6 @@
 #include "control.pb-c.h"
 #include "wire/frame.h"
 #include "server/daemon/core/lease_pages.h"
-#include "server/daemon/worker/spawn.h"
-#include "shm/status_page.h"
-#include "supervisor.pb-c.h"
 
 /* The control protocol versions this daemon speaks. */
 #define MXOP__DAEMON_PROTO_MIN 1u
@@ -47,39 +49,10 @@
 
 /* The most regions one session may hold by default (--session-max-regions). */
 #define MXOP__SESSION_MAX_REGIONS 4096
-/*
- * Restart policy (session_fsm.c).  A worker that dies outside any call or
- * request is respawned after a backoff that doubles with each consecutive
- * such death of a worker that never served a call (0, then 10, 20, 40 ...
- * ms, capped); a spawn that fails is retried with the same backoff; the
- * spare is re-armed with it.  None of them ever gives up: the cause may
- * clear.  A death inside a call is respawned at once: the client sets the
- * pace.
- */
-#define MXOP__BACKOFF_FIRST_MS 10
-#define MXOP__BACKOFF_MAX_MS 2000
 /* A library that crashes its worker while loading this often is refused (MXOP_EQUARANTINED). */
 #define MXOP__QUARANTINE_CRASHES 3
 /* The most libraries the quarantine remembers (the oldest unquarantined entry makes room). */
 #define MXOP__QUARANTINE_MAX 256
-/*
- * A warm spare is started this long after it is needed (at session open, after
- * a crash), so that its start does not compete for the CPU with the calls
- * that follow.
- */
-#define MXOP__SPARE_DELAY_MS 100
-/*
- * A worker not exec'd this long after its clone (stopped, starved) is
- * killed, and its start counts as failed (worker_proc.c).
- */
-#define MXOP__START_TIMEOUT_MS 5000
-/*
- * A worker asked to retire (a hot reload) that has not exited this long
- * after the Retire, or after the end of the call it was running then, is
- * killed; requests sent after the Retire go to its replacement all the
- * same (deadline.c, session_fsm.c).
- */
-#define MXOP__RETIRE_TIMEOUT_MS 2000
 /* The watchdog's period. */
 #define MXOP__WATCHDOG_MS 20
 /* Descriptors a connection may hold that no frame has claimed yet. */
@@ -133,6 +106,7 @@ typedef struct mxop__conn mxop__conn_t;
 typedef struct mxop__client mxop__client_t;
 typedef struct mxop__session mxop__session_t;
 typedef struct mxop__worker mxop__worker_t;
+typedef struct mxop__worker_exit mxop__worker_exit_t;
 
 /* ------------------------------------------------------------------------ */
 /* conn.c: framed non-blocking sockets. */
@@ -347,288 +321,6 @@ struct mxop__daemon {
     bool sock_activated;       /* the listening socket came from the service manager (LISTEN_FDS) */
 };
 
-struct mxop__client {
-    mxop__list_t link;
-    mxop__daemon_t *d;
-    mxop__conn_t conn;
-    uint64_t id;          /* for the log */
-    int64_t connected_ns; /* for the handshake and idle timeouts */
-    uid_t uid;
-    pid_t pid;
-    bool hello_done;
-    uint32_t version;
-    char name[64]; /* Hello.client_name, sanitised */
-    mxop__session_t *session;
-};
-
-/*
- * A library's version (libver.c): the identity of the file the daemon read
- * for a worker and the SHA-256 of what it read, with when.
- */
-typedef struct mxop__libver {
-    bool known; /* false when the file could not be read (the load itself may still work) */
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    int64_t mtime_ns;
-    char sha256[65];
-    int64_t loaded_at_ms; /* CLOCK_REALTIME */
-} mxop__libver_t;
-
-typedef struct mxop__lib {
-    char *path;               /* resolved */
-    char *name;               /* as the client gave it */
-    mxop__libver_t ver;       /* what the live worker loaded (reload.c reports it) */
-    mxop__libver_t spare_ver; /* what the warm spare loaded: becomes ver when it is promoted */
-} mxop__lib_t;
-
-/* The size of a CUDA IPC handle (cudaIpcMemHandle_t) a device region carries. */
-#define MXOP__CUDA_IPC_BYTES 64
-
-typedef struct mxop__region {
-    uint32_t id;
-    int fd; /* -1 for a device region */
-    uint64_t size;
-    bool cuda;      /* a device region: replayed from its IPC handle, not an fd */
-    int32_t device; /* its CUDA ordinal */
-    uint8_t ipc[MXOP__CUDA_IPC_BYTES];
-    /* Memory integrity (memconfine.c): the client's scratch region, writable in scratch mode. */
-    bool scratch;
-    /* RegisterRegion.reserved_from, passed on to later workers' maps (replay.c). */
-    uint64_t reserved_from;
-} mxop__region_t;
-
-enum mxop__pending_kind {
-    MXOP__PENDING_LOAD,
-    MXOP__PENDING_MAP,
-    MXOP__PENDING_UNMAP,
-    MXOP__PENDING_PING /* a liveness probe of the idle live worker (deadline.c); answers no one */
-};
-
-/* One supervisor request in flight, and what to answer when it completes. */
-typedef struct mxop__pending {
-    struct mxop__pending *next;
-    uint64_t sup_id;
-    uint64_t req_id; /* the client request to answer; unused for replays */
-    int kind;
-    bool replay; /* sent to a respawned worker: log failures, answer no one */
-    char *path;  /* LOAD: resolved path (malloc'd) */
-    char *name;  /* LOAD: the client's name for it (malloc'd) */
-    uint32_t region;
-    uint64_t size;
-    int fd;    /* MAP of a new region: the region's fd until it is registered; LOAD: the
-                  library's (libfd.c); else -1 */
-    bool cuda; /* MAP of a device region: the handle below instead of an fd */
-    int32_t device;
-    uint8_t ipc[MXOP__CUDA_IPC_BYTES];
-    mxop__libver_t ver; /* LOAD: the version read for this load (libver.c) */
-    /* Memory integrity (memconfine.c): MAP of the client's scratch region. */
-    bool scratch;
-    /* MAP: the bytes before it the client was still reserving (RegisterRegion.reserved_from). */
-    uint64_t reserved_from;
-    /*
-     * Least privilege (libfd.c): a LOAD's fd above is the library the
-     * daemon opened; under an allowlist, the digest listed for it, where
-     * (malloc'd, NULL without one), and whether its line says `trusted`.
-     */
-    char expect_sha256[65];
-    char *allowlist_where;
-    bool allow_trusted;
-    char *open_error; /* a replayed LOAD the daemon could not open: why (malloc'd), else NULL */
-} mxop__pending_t;
-
-/* A session's timer, allocated apart so that it can outlive the session until closed. */
-typedef struct mxop__stimer {
-    uv_timer_t timer;
-    mxop__session_t *s; /* NULL once the session is gone */
-} mxop__stimer_t;
-
-/*
- * What a worker's death looked like to the daemon: one report, made when
- * the process is reaped (worker.c), handed to its owner by the exit
- * callback, kept by the session (mxop__session_t.death) and sent to the
- * client as the WorkerEvent.  `code` is derived from what the daemon
- * observed (exit status, signal, its own clock); the worker's fault note
- * only refines it where the observation agrees.
- */
-typedef struct mxop__worker_exit {
-    int code;
-    int term_signal;
-    int exit_status;    /* -1 when a signal ended it */
-    uint64_t call_id;   /* the call in flight when it died, or 0 */
-    bool served;        /* it began at least one call */
-    bool started;       /* it had exec'd mxop-worker (false: a failed start, no library's fault) */
-    bool daemon_killed; /* the daemon killed it (a deadline, a stop, a broken channel, ...) */
-    bool retiring;      /* it had been asked to retire (a hot reload) and was not killed */
-    char op[MXOP__STATUS_OP_MAX]; /* the op in flight, or "" */
-    /* "worker 12 running op 'x' (call 3) was killed by signal 11 (SIGSEGV)" */
-    char message[MXOP__MSG_MAX];
-    char how[256];                /* "was killed by signal 9 (SIGKILL)" or "exited with status 1" */
-    char kill_msg[MXOP__MSG_MAX]; /* why the daemon killed it, or "" */
-} mxop__worker_exit_t;
-
-/* Introspection (introspect.c, cli): how many restart reasons a session keeps. */
-#define MXOP__RECENT_RESTARTS 8
-/* ... and how many ops' crash and timeout counts (further ops count for the session only). */
-#define MXOP__FAULT_OPS 32
-
-/* One restart of a session's worker, as `mxop status` shows it: when, and its exit report. */
-typedef struct mxop__restart_note {
-    int64_t at_ns;
-    mxop__worker_exit_t exit;
-} mxop__restart_note_t;
-
-/* The deaths the daemon saw during calls of one op (its own observation, not the client's). */
-typedef struct mxop__op_fault {
-    char op[MXOP__STATUS_OP_MAX];
-    uint64_t crashes;
-    uint64_t timeouts;
-} mxop__op_fault_t;
-
-/*
- * The session's live worker slot (session_fsm.c owns it; the table is at
- * the top of that file and in docs/architecture.md).
- */
-typedef enum mxop__sess_state {
-    MXOP__SESS_RUNNING,  /* s->worker serves */
-    MXOP__SESS_WAITING,  /* no worker: a respawn (or a retry of a failed spawn) waits for its timer
-                          */
-    MXOP__SESS_RETIRING, /* a reload asked s->worker to exit between calls; it still serves */
-    /*
-     * A reload's replacement whose channel the client has not been given:
-     * RELOAD_WAITING as WAITING (after the retirement, or the replacement
-     * died unchecked); RELOAD_CHECKING as RUNNING while its replayed loads
-     * are checked (the client's end of its channel in reload_fd);
-     * RELOAD_RETIRING as RETIRING (another reload came meanwhile).
-     */
-    MXOP__SESS_RELOAD_WAITING,
-    MXOP__SESS_RELOAD_CHECKING,
-    MXOP__SESS_RELOAD_RETIRING,
-    MXOP__SESS_FAILED, /* the session cannot be restored: worker-bound requests fail */
-    MXOP__SESS_ENDED   /* the client is gone */
-} mxop__sess_state_t;
-
-/* The session's warm spare slot (spare.c owns it; its table is at the top of that file). */
-typedef enum mxop__spare_state {
-    MXOP__SPARE_NONE,      /* no spare and none planned (off, or the live worker is waiting) */
-    MXOP__SPARE_SCHEDULED, /* spare_timer will start one */
-    MXOP__SPARE_WARM,      /* s->spare runs and is given what the session has */
-    MXOP__SPARE_OFF        /* never again: --warm-spare off, or the session failed or ended */
-} mxop__spare_state_t;
-
-struct mxop__session {
-    mxop__daemon_t *d;
-    mxop__client_t *client;
-    uint64_t id;
-    uint32_t generation;
-    mxop__sess_state_t state; /* changed only by session_fsm.c's transition function */
-    mxop__worker_t *worker;   /* the live worker: set exactly when mxop__session_has_worker */
-    int dead_code;            /* MXOP__SESS_FAILED: what requests get */
-    char dead_msg[MXOP__MSG_MAX];
-    uint64_t restarts;
-    int idle_deaths;    /* consecutive deaths outside calls of workers that served no call */
-    int spawn_failures; /* consecutive failed spawns of a replacement */
-
-    /*
-     * The warm spare: a worker started ahead of need (generation + 1) and
-     * given every library and region the session has, in the same order,
-     * as soon as the live worker has them.  When the live worker dies, the
-     * spare takes its place at once: nothing to start, nothing to replay.
-     * Its requests in flight are on its own queue (all replays).
-     */
-    mxop__spare_state_t spare_state; /* changed only by spare.c's transition function */
-    mxop__worker_t *spare;           /* set exactly in MXOP__SPARE_WARM */
-    int spare_deaths; /* consecutive deaths or failures of spares: sets the backoff */
-    mxop__stimer_t *respawn_timer;
-    mxop__stimer_t *spare_timer;
-    int64_t respawn_at;        /* MXOP__SESS_WAITING: when (mxop__now_ns) */
-    mxop__worker_exit_t death; /* the last death: what the event says when it comes */
-
-    mxop__lib_t *libs;
-    size_t n_libs;
-    size_t cap_libs;
-    Mxop__OpInfo *ops; /* deep copies; strings malloc'd */
-    size_t n_ops;
-    size_t cap_ops;
-    mxop__region_t *regions;
-    size_t n_regions;
-    size_t cap_regions;
-    uint64_t region_bytes;
-    uint32_t next_region;
-    size_t n_pending_maps;      /* new regions being mapped (counted against the limit) */
-    uint64_t pending_map_bytes; /* and their bytes */
-
-    uint64_t next_sup_id;
-    /*
-     * Hot reload (session_fsm.c): supervisor requests sent to a retiring
-     * worker after it was asked to retire, which it never read: they go to
-     * its replacement.
-     */
-    mxop__pending_t *held;
-    char retire_why[MXOP__MSG_MAX / 2]; /* RETIRING: the library being reloaded, for messages */
-    /*
-     * RETIRING (deadline.c): since when the worker has had no call of its
-     * own to finish, and the call in flight at the Retire (the only one it
-     * may still run; 0: none).  MXOP__RETIRE_TIMEOUT_MS after the first it
-     * is killed.
-     */
-    int64_t retire_since_ns;
-    uint64_t retire_call_id;
-    uint64_t retire_sup_id; /* the Retire's id: requests before it are answered first */
-    /*
-     * RELOAD_CHECKING (and RELOAD_RETIRING from it): the client's end of the
-     * replacement's channel, given once the replacement has loaded every
-     * library again with the same ops (replay.c checks each); else -1.
-     */
-    int reload_fd;
-
-    /* deadline.c: the calls the client publishes, and what the watchdog saw of them. */
-    struct mxop__call_page *call_page; /* mapped read-write by the daemon and the client only */
-    uint64_t cp_seen_id;               /* the call in flight at the last tick */
-    int64_t cp_seen_ns;                /* when the daemon first saw it (its own clock) */
-    uint64_t cp_killed_id;             /* the last call whose overrun killed a worker */
-    uint64_t head_sup_id[2];           /* the request at the head of each worker's queue ... */
-    int64_t head_since_ns[2];          /* ... and since when (live, spare) */
-    /* deadline.c: liveness probes of the idle live worker. */
-    int64_t probe_ok_ns;    /* the last sign of life: its spawn, a call, an answer to a probe */
-    int64_t probe_quiet_ns; /* since when the probe in flight has had no call beside it */
-    uint64_t probe_sup_id;  /* the probe in flight, or 0 */
-    pid_t probe_pid;        /* the live worker these are about */
-
-    /* introspect.c (cli): when it opened, its last restarts, the deaths seen per op. */
-    int64_t opened_ns;
-    mxop__restart_note_t recent[MXOP__RECENT_RESTARTS];
-    uint64_t n_recent; /* restarts noted; the newest is recent[(n_recent - 1) % N] */
-    mxop__op_fault_t faults[MXOP__FAULT_OPS];
-    size_t n_faults;
-    uint64_t crashes;  /* deaths of the live worker other than timeouts, in a call or not */
-    uint64_t timeouts; /* deaths by a deadline the daemon enforced */
-
-    /*
-     * Memory integrity (memconfine.c): set for good when the session loads
-     * a library the operator did not mark trusted under --sandbox strict.
-     * From then on its workers hold engine regions read-only only, and the
-     * client sends outputs through its scratch region.
-     */
-    bool mem_confined;
-    /* deadline.c: the live worker was killed for CPU used with no call in flight;
-     * the next WorkerEvent says so, and the client fails its next call with the reason. */
-    bool idle_cpu_killed;
-};
-
-/*
- * How a worker reports to its owner, as libuv reports a process exit
- * through exit_cb: worker.c never reaches into the owner's state.
- * `owner` is the pointer given at spawn; neither callback runs once the
- * worker is detached.
- */
-typedef struct mxop__worker_cbs {
-    /* A SupReply arrived (valid only during the call). */
-    void (*on_reply)(void *owner, mxop__worker_t *w, const Mxop__SupReply *r);
-    /* The process was reaped; the worker is detached from then on. */
-    void (*on_exit)(void *owner, mxop__worker_t *w, const mxop__worker_exit_t *e);
-} mxop__worker_cbs_t;
-
 /* ------------------------------------------------------------------------ */
 /* listener.c */
 
@@ -695,46 +387,6 @@ int mxop__drain_in_flight(mxop__daemon_t *d);
 void mxop__daemon_stop(mxop__daemon_t *d, const char *why);
 
 /* ------------------------------------------------------------------------ */
-/* deadline.c */
-
-/*
- * One watchdog tick over every session: kills a worker whose call, as the
- * client published it, is past its deadline or the daemon's maximum, or
- * whose supervisor request (a library's load) has run longer than
- * --init-timeout-ms.
- */
-void mxop__deadlines_tick(mxop__daemon_t *d);
-
-/* ------------------------------------------------------------------------ */
-/* client.c */
-
-/*
- * Ends connections that overstay: no Hello within --handshake-timeout-ms,
- * no session within --idle-timeout-ms (an error frame naming the limit,
- * then the close).
- */
-void mxop__clients_tick(mxop__daemon_t *d, int64_t now);
-/* Takes an accepted, credential-checked connection fd and serves it. */
-void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
-/* Ends a client: closes its connection and ends its session. */
-void mxop__client_close(mxop__client_t *cl);
-
-/* ------------------------------------------------------------------------ */
-/* worker_proc.c (the worker itself: worker.h), and worker.c's sweep */
-
-/* True if some live worker is `pid` or shares its session (an op's child). */
-bool mxop__is_worker_process(mxop__daemon_t *d, pid_t pid);
-/*
- * The workers' own checks at each watchdog tick: one not exec'd in time is
- * killed; about once a second, stopped workers and descendants that
- * escaped a dead worker's group.
- */
-void mxop__workers_tick(mxop__daemon_t *d, int64_t now);
-/* worker.c: kills and reaps the daemon's children that are not workers (escaped from a dead
- * one). */
-void mxop__workers_sweep(mxop__daemon_t *d);
-
-/* ------------------------------------------------------------------------ */
 /* watchdog.c */
 
 /* Makes the daemon the child subreaper and starts the periodic tick. */
@@ -756,27 +408,6 @@ int mxop__plugin_resolve(const char *dir_real, const char *name, size_t name_len
                          size_t outlen, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------------ */
-/* admin.c */
-
-/*
- * True if the client may send daemon-wide requests (Shutdown, Reload): its
- * uid is the daemon's, root, or an --admin-uid.  A worker's descendants
- * never get this far (listener.c refuses them as clients).
- */
-bool mxop__client_is_admin(const mxop__daemon_t *d, const mxop__client_t *cl);
-/* MXOP_EDENIED with a sentence naming the uid and how to allow it, for `what` ("Shutdown"). */
-int mxop__admin_refusal(const mxop__daemon_t *d, const mxop__client_t *cl, const char *what,
-                        char *err, size_t errlen);
-
-/* ------------------------------------------------------------------------ */
-/* reload.c */
-
-/* The --watch check, called at each watchdog tick (does its work once a second). */
-void mxop__reload_tick(mxop__daemon_t *d, int64_t now);
-/* Frees what waits for reloads (at exit). */
-void mxop__reload_free(mxop__daemon_t *d);
-
-/* ------------------------------------------------------------------------ */
 /* quarantine.c */
 
 /*
@@ -788,5 +419,114 @@ int mxop__quarantine_check(mxop__daemon_t *d, const char *path, char *err, size_
 int mxop__quarantine_crash(mxop__daemon_t *d, const char *path);
 /* Forgets everything (at exit). */
 void mxop__quarantine_free(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/*
+ * log.c - the daemon's log: one line per event on stderr.
+ *
+ *     mxop-serverd[PID] LEVEL TIMESTAMP[ session=N][ op=NAME][ library=L][ worker=PID]: message
+ *
+ * or, with --log-format json, one JSON object a line: ts, level,
+ * daemon_pid, and where known session, op, library, worker_pid; then msg.
+ *
+ * Only the daemon logs; the libraries it shares code with return errors.
+ */
+
+enum mxop__log_level {
+    MXOP__LOG_DEBUG = 0,
+    MXOP__LOG_INFO = 1,
+    MXOP__LOG_WARN = 2,
+    MXOP__LOG_ERROR = 3,
+};
+
+enum mxop__log_format { MXOP__LOG_TEXT = 0, MXOP__LOG_JSON = 1 };
+
+/* Parses "text" or "json".  Returns 0 or MXOP_EINVAL. */
+int mxop__log_parse_format(const char *s, int *format);
+void mxop__log_set_format(int format);
+
+/* What an event is about, where known (0, NULL or "" when not). */
+typedef struct mxop__log_ctx {
+    uint64_t session;
+    const char *op;
+    const char *library;
+    int worker_pid;
+} mxop__log_ctx_t;
+
+/*
+ * Sends the log to `path` (appended, created 0640) instead of stderr: the
+ * file becomes fd 2.  mxop__log_reopen opens the same path again, after
+ * logrotate moved the file (SIGUSR1).  Return 0, or MXOP_EIO with a
+ * sentence in err (the log then stays where it was).
+ */
+int mxop__log_open_file(const char *path, char *err, size_t errlen);
+int mxop__log_reopen(char *err, size_t errlen);
+
+/* Parses "debug", "info", "warn" or "error".  Returns 0 or MXOP_EINVAL. */
+int mxop__log_parse_level(const char *s, int *level);
+void mxop__log_set_level(int level);
+int mxop__log_enabled(int level);
+
+/*
+ * Writes one line: `session` 0 and `op` NULL or "" are left out.  Control
+ * characters in the message are replaced so that an event stays one line.
+ */
+void mxop__log(int level, uint64_t session, const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The same with every field of `ctx`. */
+void mxop__log_ev(int level, const mxop__log_ctx_t *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define MXOP__LOGD(session, op, ...) mxop__log(MXOP__LOG_DEBUG, (session), (op), __VA_ARGS__)
+#define MXOP__LOGI(session, op, ...) mxop__log(MXOP__LOG_INFO, (session), (op), __VA_ARGS__)
+#define MXOP__LOGW(session, op, ...) mxop__log(MXOP__LOG_WARN, (session), (op), __VA_ARGS__)
+#define MXOP__LOGE(session, op, ...) mxop__log(MXOP__LOG_ERROR, (session), (op), __VA_ARGS__)
+
+/* ------------------------------------------------------------------------ */
+/* integrity.c (the rest, for core's own files: integrity.h) */
+
+/** The allowlist's absolute path for the worker's --allowlist, or "" when none. */
+const char *mxop__integrity_allowlist(void);
+/**
+ * Looks the library at `resolved` (inside `plugin_dir`) up in the
+ * allowlist, read again now (edits apply at the next load).  Returns 0
+ * when there is no allowlist; 1 when listed, with its digest in
+ * expected[65], "FILE (line N)" in where and the line's `trusted` field in
+ * *trusted; or MXOP_EDENIED (not listed, or the file unreadable or
+ * malformed) with a sentence naming `lname` in err.
+ */
+int mxop__integrity_lookup(const char *plugin_dir, const char *resolved, const char *lname,
+                           char expected[65], char *where, size_t wherelen, int *trusted, char *err,
+                           size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* introspect.c (metrics.c: introspect.h) */
+
+/* Answers DaemonStatus: the daemon, its sandbox, the sessions the asker may see. */
+void mxop__introspect_status(mxop__client_t *cl, const Mxop__Request *req);
+/* Answers DaemonStats: counters per op and per session (and the Prometheus text if asked). */
+void mxop__introspect_stats(mxop__client_t *cl, const Mxop__Request *req);
+/* The live worker of `s` died: notes the restart reason and the op's fault, and logs it. */
+void mxop__introspect_death(mxop__session_t *s, const mxop__worker_t *w,
+                            const mxop__worker_exit_t *e);
+
+/* ------------------------------------------------------------------------ */
+/* layers.c (the rest, for core's own files: layers.h) */
+
+/**
+ * The namespace profile strict workers get (`--ns-profile` of the worker,
+ * server/worker/namespaces.h): "none", "cpu" or "gpu", as decided by
+ * mxop__layers_check ("none" before it and under basic).
+ */
+const char *mxop__layers_ns_profile(void);
+/*
+ * Whether workers start in a pid namespace of their own (spawn.c): strict
+ * as root with the cpu profile; never basic (it keeps the host's /proc),
+ * never the gpu profile (legacy CUDA IPC handles do not open across pid
+ * namespaces) and never without root (CLONE_NEWPID needs CAP_SYS_ADMIN in
+ * the daemon's user namespace).  False before mxop__layers_check.
+ */
+bool mxop__layers_pid_ns(void);
 
 #endif /* MXOP_SERVER_DAEMON_H */

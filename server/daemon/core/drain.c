@@ -31,7 +31,6 @@
 #include "common/util.h"
 #include "server/daemon/core/daemon.h"
 #include "server/daemon/core/handover.h"
-#include "server/daemon/core/log.h"
 #include "server/daemon/session/session.h"
 #include "shm/call_page.h"
 

@@ -43,7 +43,6 @@
 #include "mxop/client.h"
 #include "mxop/errors.h"
 #include "server/daemon/core/daemon.h"
-#include "server/daemon/core/log.h"
 
 /* How long either side waits for the other's line. */
 #define LINE_TIMEOUT_S 10

@@ -27,7 +27,7 @@
 #include "common/allowlist.h"
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 
 static char allowlist_path[PATH_MAX];
 static bool strict_dir;

@@ -23,7 +23,7 @@
 #include "mxop/client.h"
 #include "mxop/errors.h"
 #include "server/daemon/core/layers.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/session.h"
 #include "shm/call_page.h"
 

@@ -10,14 +10,6 @@
 
 #include "server/daemon/core/daemon.h"
 
-/* Answers DaemonStatus: the daemon, its sandbox, the sessions the asker may see. */
-void mxop__introspect_status(mxop__client_t *cl, const Mxop__Request *req);
-/* Answers DaemonStats: counters per op and per session (and the Prometheus text if asked). */
-void mxop__introspect_stats(mxop__client_t *cl, const Mxop__Request *req);
-/* The live worker of `s` died: notes the restart reason and the op's fault, and logs it. */
-void mxop__introspect_death(mxop__session_t *s, const mxop__worker_t *w,
-                            const mxop__worker_exit_t *e);
-
 /*
  * The Prometheus text exposition of every session's counters (the
  * administrator's view), malloc'd; NULL when out of memory.

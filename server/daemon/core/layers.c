@@ -37,8 +37,8 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "server/daemon/worker/cgroup.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/worker/worker.h"
+#include "server/daemon/core/daemon.h"
 
 static bool fallback;
 /* --sandbox-profile: "auto", "cpu" or "gpu"; what workers get is ns_profile. */

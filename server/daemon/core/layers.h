@@ -22,22 +22,6 @@ int mxop__layers_option(const char *opt, const char *val, char *err, size_t errl
  */
 int mxop__layers_check(const char *sandbox, const char *workers_as, char *err, size_t errlen);
 
-/**
- * The namespace profile strict workers get (`--ns-profile` of the worker,
- * server/worker/namespaces.h): "none", "cpu" or "gpu", as decided by
- * mxop__layers_check ("none" before it and under basic).
- */
-const char *mxop__layers_ns_profile(void);
-
-/*
- * Whether workers start in a pid namespace of their own (spawn.c): strict
- * as root with the cpu profile; never basic (it keeps the host's /proc),
- * never the gpu profile (legacy CUDA IPC handles do not open across pid
- * namespaces) and never without root (CLONE_NEWPID needs CAP_SYS_ADMIN in
- * the daemon's user namespace).  False before mxop__layers_check.
- */
-bool mxop__layers_pid_ns(void);
-
 /** The layers as mxop__layers_check logged them ("not checked yet" before). */
 const char *mxop__layers_describe(void);
 

@@ -26,7 +26,6 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/core/daemon.h"
-#include "server/daemon/core/log.h"
 
 static int fill_addr(struct sockaddr_un *sa, const char *path, char *err, size_t errlen)
 {

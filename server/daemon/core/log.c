@@ -2,7 +2,7 @@
  * server/daemon/core/log.c - leveled, one-line-per-event logging to stderr, as
  * text or as JSON (--log-format).
  */
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -29,12 +29,10 @@
 #include "server/daemon/core/integrity.h"
 #include "server/daemon/core/introspect.h"
 #include "server/daemon/core/layers.h"
-#include "server/daemon/core/log.h"
 #include "server/daemon/core/handover.h"
-#include "server/daemon/session/memconfine.h"
-#include "server/daemon/core/notify.h"
 #include "server/daemon/session/session.h"
-#include "server/daemon/worker/workeruid.h"
+#include "server/daemon/core/notify.h"
+#include "server/daemon/worker/worker.h"
 #include "server/daemon/core/options.h"
 
 /*

@@ -19,7 +19,7 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/core/introspect.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 
 #define DEFAULT_INTERVAL_MS 10000
 

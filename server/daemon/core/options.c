@@ -20,14 +20,12 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
-#include "server/daemon/worker/cgroup.h"
+#include "server/daemon/worker/worker.h"
 #include "server/daemon/core/daemon.h"
 #include "server/daemon/core/integrity.h"
 #include "server/daemon/core/introspect.h"
 #include "server/daemon/core/layers.h"
-#include "server/daemon/core/log.h"
-#include "server/daemon/session/memconfine.h"
-#include "server/daemon/worker/workeruid.h"
+#include "server/daemon/session/session.h"
 
 #define DEFAULT_MAX_TIMEOUT_MS 600000ull
 #define DEFAULT_WORKER_MAX_FDS 1024ull

@@ -16,7 +16,6 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/core/daemon.h"
-#include "server/daemon/core/log.h"
 
 typedef struct ident {
     dev_t dev;

@@ -10,7 +10,6 @@
 #include "server/daemon/core/daemon.h"
 #include "server/daemon/core/handover.h"
 #include "server/daemon/core/introspect.h"
-#include "server/daemon/core/log.h"
 #include "server/daemon/core/notify.h"
 #include "server/daemon/session/session.h"
 

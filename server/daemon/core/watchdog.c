@@ -20,8 +20,9 @@
 #include "mxop/errors.h"
 #include "server/daemon/core/daemon.h"
 #include "server/daemon/core/handover.h"
-#include "server/daemon/core/log.h"
 #include "server/daemon/core/notify.h"
+#include "server/daemon/session/session.h"
+#include "server/daemon/worker/worker.h"
 
 static void watchdog_cb(uv_timer_t *t)
 {

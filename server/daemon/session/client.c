@@ -9,7 +9,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/session.h"
 
 static void client_frame_cb(mxop__conn_t *c, uint16_t kind, const uint8_t *payload, uint32_t len)

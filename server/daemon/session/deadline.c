@@ -27,8 +27,8 @@
 #include "common/util.h"
 #include "mxop/errors.h"
 #include "server/daemon/session/session.h"
-#include "server/daemon/worker/idle_cpu.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/worker/worker.h"
+#include "server/daemon/core/daemon.h"
 #include "shm/call_page.h"
 
 static const char *kind_name(int kind)

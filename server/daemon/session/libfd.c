@@ -29,7 +29,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/integrity.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/session.h"
 
 int mxop__libfd_open(const mxop__daemon_t *d, mxop__pending_t *p, char *err, size_t errlen)

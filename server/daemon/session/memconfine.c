@@ -25,9 +25,10 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/worker/worker.h"
 #include "server/daemon/session/memconfine.h"
+#include "server/daemon/session/session.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010

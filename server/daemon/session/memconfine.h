@@ -12,13 +12,6 @@
 #include "server/daemon/core/daemon.h"
 
 /**
- * Takes `--trusted-library NAME` (repeatable: a library's path relative to
- * the plugin directory, as LoadLibrary names it).  Returns 0, 1 when `opt`
- * is not this option, or MXOP_EINVAL with a sentence in err.
- */
-int mxop__memconfine_option(const char *opt, const char *val, char *err, size_t errlen);
-
-/**
  * Whether loading the library `resolved` (a realpath in the plugin
  * directory) leaves the session zero-copy: any library under --sandbox
  * none or basic, under strict only one named by --trusted-library.

@@ -25,7 +25,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/session.h"
 
 #define WATCH_PERIOD_NS 1000000000LL

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "common/util.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/session.h"
 
 void mxop__reload_wait_free(struct mxop__reload_wait *w)

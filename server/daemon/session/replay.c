@@ -15,7 +15,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/session.h"
 
 static mxop__pending_t *load_entry(mxop__session_t *s, const mxop__lib_t *lib)

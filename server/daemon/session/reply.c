@@ -12,7 +12,7 @@
 
 #include "mxop/client.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/session.h"
 
 void mxop__reply_send(mxop__client_t *cl, Mxop__Reply *r, int fd)

@@ -1,5 +1,6 @@
 /*
- * server/daemon/session/session.h - what the files of one session share.
+ * server/daemon/session/session.h - a client, its session and its slots:
+ * what the files of one session share.
  *
  * A session is split by concern, one file each:
  *
@@ -18,12 +19,239 @@
  * Events flow up: worker.c reports a worker's replies and death only
  * through the callbacks the session gave at spawn (mxop__session_worker_cbs),
  * never by touching the session.
+ *
+ * This is the session folder's one public header (core's top files include
+ * it: the tick, the drain, the shutdown, introspection, the options);
+ * memconfine.h is the session's own files' alone.
  */
 #ifndef MXOP_SERVER_DAEMON_SESSION_H
 #define MXOP_SERVER_DAEMON_SESSION_H
 
 #include "server/daemon/core/daemon.h"
 #include "server/daemon/worker/worker.h"
+
+/* ------------------------------------------------------------------------ */
+/* The client, its session, and the session's tables. */
+
+/*
+ * Restart policy (session_fsm.c).  A worker that dies outside any call or
+ * request is respawned after a backoff that doubles with each consecutive
+ * such death of a worker that never served a call (0, then 10, 20, 40 ...
+ * ms, capped); a spawn that fails is retried with the same backoff; the
+ * spare is re-armed with it.  None of them ever gives up: the cause may
+ * clear.  A death inside a call is respawned at once: the client sets the
+ * pace.
+ */
+#define MXOP__BACKOFF_FIRST_MS 10
+#define MXOP__BACKOFF_MAX_MS 2000
+/*
+ * A warm spare is started this long after it is needed (at session open, after
+ * a crash), so that its start does not compete for the CPU with the calls
+ * that follow.
+ */
+#define MXOP__SPARE_DELAY_MS 100
+/*
+ * A worker asked to retire (a hot reload) that has not exited this long
+ * after the Retire, or after the end of the call it was running then, is
+ * killed; requests sent after the Retire go to its replacement all the
+ * same (deadline.c, session_fsm.c).
+ */
+#define MXOP__RETIRE_TIMEOUT_MS 2000
+
+/* One accepted control connection (client.c): credentials, the handshake state, a session. */
+struct mxop__client {
+    mxop__list_t link;
+    mxop__daemon_t *d;
+    mxop__conn_t conn;
+    uint64_t id;          /* for the log */
+    int64_t connected_ns; /* for the handshake and idle timeouts */
+    uid_t uid;
+    pid_t pid;
+    bool hello_done;
+    uint32_t version;
+    char name[64]; /* Hello.client_name, sanitised */
+    mxop__session_t *session;
+};
+
+typedef struct mxop__lib {
+    char *path;               /* resolved */
+    char *name;               /* as the client gave it */
+    mxop__libver_t ver;       /* what the live worker loaded (reload.c reports it) */
+    mxop__libver_t spare_ver; /* what the warm spare loaded: becomes ver when it is promoted */
+} mxop__lib_t;
+
+typedef struct mxop__region {
+    uint32_t id;
+    int fd; /* -1 for a device region */
+    uint64_t size;
+    bool cuda;      /* a device region: replayed from its IPC handle, not an fd */
+    int32_t device; /* its CUDA ordinal */
+    uint8_t ipc[MXOP__CUDA_IPC_BYTES];
+    /* Memory integrity (memconfine.c): the client's scratch region, writable in scratch mode. */
+    bool scratch;
+    /* RegisterRegion.reserved_from, passed on to later workers' maps (replay.c). */
+    uint64_t reserved_from;
+} mxop__region_t;
+
+/* A session's timer, allocated apart so that it can outlive the session until closed. */
+typedef struct mxop__stimer {
+    uv_timer_t timer;
+    mxop__session_t *s; /* NULL once the session is gone */
+} mxop__stimer_t;
+
+/* Introspection (introspect.c, cli): how many restart reasons a session keeps. */
+#define MXOP__RECENT_RESTARTS 8
+/* ... and how many ops' crash and timeout counts (further ops count for the session only). */
+#define MXOP__FAULT_OPS 32
+
+/* One restart of a session's worker, as `mxop status` shows it: when, and its exit report. */
+typedef struct mxop__restart_note {
+    int64_t at_ns;
+    mxop__worker_exit_t exit;
+} mxop__restart_note_t;
+
+/* The deaths the daemon saw during calls of one op (its own observation, not the client's). */
+typedef struct mxop__op_fault {
+    char op[MXOP__STATUS_OP_MAX];
+    uint64_t crashes;
+    uint64_t timeouts;
+} mxop__op_fault_t;
+
+/*
+ * The session's live worker slot (session_fsm.c owns it; the table is at
+ * the top of that file and in docs/architecture.md).
+ */
+typedef enum mxop__sess_state {
+    MXOP__SESS_RUNNING,  /* s->worker serves */
+    MXOP__SESS_WAITING,  /* no worker: a respawn (or a retry of a failed spawn) waits for its timer
+                          */
+    MXOP__SESS_RETIRING, /* a reload asked s->worker to exit between calls; it still serves */
+    /*
+     * A reload's replacement whose channel the client has not been given:
+     * RELOAD_WAITING as WAITING (after the retirement, or the replacement
+     * died unchecked); RELOAD_CHECKING as RUNNING while its replayed loads
+     * are checked (the client's end of its channel in reload_fd);
+     * RELOAD_RETIRING as RETIRING (another reload came meanwhile).
+     */
+    MXOP__SESS_RELOAD_WAITING,
+    MXOP__SESS_RELOAD_CHECKING,
+    MXOP__SESS_RELOAD_RETIRING,
+    MXOP__SESS_FAILED, /* the session cannot be restored: worker-bound requests fail */
+    MXOP__SESS_ENDED   /* the client is gone */
+} mxop__sess_state_t;
+
+/* The session's warm spare slot (spare.c owns it; its table is at the top of that file). */
+typedef enum mxop__spare_state {
+    MXOP__SPARE_NONE,      /* no spare and none planned (off, or the live worker is waiting) */
+    MXOP__SPARE_SCHEDULED, /* spare_timer will start one */
+    MXOP__SPARE_WARM,      /* s->spare runs and is given what the session has */
+    MXOP__SPARE_OFF        /* never again: --warm-spare off, or the session failed or ended */
+} mxop__spare_state_t;
+
+/*
+ * What a client opened: its worker and spare, loaded libraries, ops,
+ * regions (each worker holds its own queue of supervisor requests in
+ * flight).  Lives exactly as long as its client.
+ */
+struct mxop__session {
+    mxop__daemon_t *d;
+    mxop__client_t *client;
+    uint64_t id;
+    uint32_t generation;
+    mxop__sess_state_t state; /* changed only by session_fsm.c's transition function */
+    mxop__worker_t *worker;   /* the live worker: set exactly when mxop__session_has_worker */
+    int dead_code;            /* MXOP__SESS_FAILED: what requests get */
+    char dead_msg[MXOP__MSG_MAX];
+    uint64_t restarts;
+    int idle_deaths;    /* consecutive deaths outside calls of workers that served no call */
+    int spawn_failures; /* consecutive failed spawns of a replacement */
+
+    /*
+     * The warm spare: a worker started ahead of need (generation + 1) and
+     * given every library and region the session has, in the same order,
+     * as soon as the live worker has them.  When the live worker dies, the
+     * spare takes its place at once: nothing to start, nothing to replay.
+     * Its requests in flight are on its own queue (all replays).
+     */
+    mxop__spare_state_t spare_state; /* changed only by spare.c's transition function */
+    mxop__worker_t *spare;           /* set exactly in MXOP__SPARE_WARM */
+    int spare_deaths; /* consecutive deaths or failures of spares: sets the backoff */
+    mxop__stimer_t *respawn_timer;
+    mxop__stimer_t *spare_timer;
+    int64_t respawn_at;        /* MXOP__SESS_WAITING: when (mxop__now_ns) */
+    mxop__worker_exit_t death; /* the last death: what the event says when it comes */
+
+    mxop__lib_t *libs;
+    size_t n_libs;
+    size_t cap_libs;
+    Mxop__OpInfo *ops; /* deep copies; strings malloc'd */
+    size_t n_ops;
+    size_t cap_ops;
+    mxop__region_t *regions;
+    size_t n_regions;
+    size_t cap_regions;
+    uint64_t region_bytes;
+    uint32_t next_region;
+    size_t n_pending_maps;      /* new regions being mapped (counted against the limit) */
+    uint64_t pending_map_bytes; /* and their bytes */
+
+    uint64_t next_sup_id;
+    /*
+     * Hot reload (session_fsm.c): supervisor requests sent to a retiring
+     * worker after it was asked to retire, which it never read: they go to
+     * its replacement.
+     */
+    mxop__pending_t *held;
+    char retire_why[MXOP__MSG_MAX / 2]; /* RETIRING: the library being reloaded, for messages */
+    /*
+     * RETIRING (deadline.c): since when the worker has had no call of its
+     * own to finish, and the call in flight at the Retire (the only one it
+     * may still run; 0: none).  MXOP__RETIRE_TIMEOUT_MS after the first it
+     * is killed.
+     */
+    int64_t retire_since_ns;
+    uint64_t retire_call_id;
+    uint64_t retire_sup_id; /* the Retire's id: requests before it are answered first */
+    /*
+     * RELOAD_CHECKING (and RELOAD_RETIRING from it): the client's end of the
+     * replacement's channel, given once the replacement has loaded every
+     * library again with the same ops (replay.c checks each); else -1.
+     */
+    int reload_fd;
+
+    /* deadline.c: the calls the client publishes, and what the watchdog saw of them. */
+    struct mxop__call_page *call_page; /* mapped read-write by the daemon and the client only */
+    uint64_t cp_seen_id;               /* the call in flight at the last tick */
+    int64_t cp_seen_ns;                /* when the daemon first saw it (its own clock) */
+    uint64_t cp_killed_id;             /* the last call whose overrun killed a worker */
+    uint64_t head_sup_id[2];           /* the request at the head of each worker's queue ... */
+    int64_t head_since_ns[2];          /* ... and since when (live, spare) */
+    /* deadline.c: liveness probes of the idle live worker. */
+    int64_t probe_ok_ns;    /* the last sign of life: its spawn, a call, an answer to a probe */
+    int64_t probe_quiet_ns; /* since when the probe in flight has had no call beside it */
+    uint64_t probe_sup_id;  /* the probe in flight, or 0 */
+    pid_t probe_pid;        /* the live worker these are about */
+
+    /* introspect.c (cli): when it opened, its last restarts, the deaths seen per op. */
+    int64_t opened_ns;
+    mxop__restart_note_t recent[MXOP__RECENT_RESTARTS];
+    uint64_t n_recent; /* restarts noted; the newest is recent[(n_recent - 1) % N] */
+    mxop__op_fault_t faults[MXOP__FAULT_OPS];
+    size_t n_faults;
+    uint64_t crashes;  /* deaths of the live worker other than timeouts, in a call or not */
+    uint64_t timeouts; /* deaths by a deadline the daemon enforced */
+
+    /*
+     * Memory integrity (memconfine.c): set for good when the session loads
+     * a library the operator did not mark trusted under --sandbox strict.
+     * From then on its workers hold engine regions read-only only, and the
+     * client sends outputs through its scratch region.
+     */
+    bool mem_confined;
+    /* deadline.c: the live worker was killed for CPU used with no call in flight;
+     * the next WorkerEvent says so, and the client fails its next call with the reason. */
+    bool idle_cpu_killed;
+};
 
 /* ------------------------------------------------------------------------ */
 /* reply.c */
@@ -354,5 +582,61 @@ bool mxop__session_reload(mxop__session_t *s, const char *why);
  * worker when `send`, else answered as lost with the worker (`code`, `msg`).
  */
 void mxop__replay_held(mxop__session_t *s, bool send, int code, const char *msg);
+
+/* ------------------------------------------------------------------------ */
+/* deadline.c */
+
+/*
+ * One watchdog tick over every session: kills a worker whose call, as the
+ * client published it, is past its deadline or the daemon's maximum, or
+ * whose supervisor request (a library's load) has run longer than
+ * --init-timeout-ms.
+ */
+void mxop__deadlines_tick(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* client.c */
+
+/*
+ * Ends connections that overstay: no Hello within --handshake-timeout-ms,
+ * no session within --idle-timeout-ms (an error frame naming the limit,
+ * then the close).
+ */
+void mxop__clients_tick(mxop__daemon_t *d, int64_t now);
+/* Takes an accepted, credential-checked connection fd and serves it. */
+void mxop__client_start(mxop__daemon_t *d, int fd, uid_t uid, pid_t pid);
+/* Ends a client: closes its connection and ends its session. */
+void mxop__client_close(mxop__client_t *cl);
+
+/* ------------------------------------------------------------------------ */
+/* admin.c */
+
+/*
+ * True if the client may send daemon-wide requests (Shutdown, Reload): its
+ * uid is the daemon's, root, or an --admin-uid.  A worker's descendants
+ * never get this far (listener.c refuses them as clients).
+ */
+bool mxop__client_is_admin(const mxop__daemon_t *d, const mxop__client_t *cl);
+/* MXOP_EDENIED with a sentence naming the uid and how to allow it, for `what` ("Shutdown"). */
+int mxop__admin_refusal(const mxop__daemon_t *d, const mxop__client_t *cl, const char *what,
+                        char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* reload.c */
+
+/* The --watch check, called at each watchdog tick (does its work once a second). */
+void mxop__reload_tick(mxop__daemon_t *d, int64_t now);
+/* Frees what waits for reloads (at exit). */
+void mxop__reload_free(mxop__daemon_t *d);
+
+/* ------------------------------------------------------------------------ */
+/* memconfine.c (the rest, for the session's own files: memconfine.h) */
+
+/**
+ * Takes `--trusted-library NAME` (repeatable: a library's path relative to
+ * the plugin directory, as LoadLibrary names it).  Returns 0, 1 when `opt`
+ * is not this option, or MXOP_EINVAL with a sentence in err.
+ */
+int mxop__memconfine_option(const char *opt, const char *val, char *err, size_t errlen);
 
 #endif /* MXOP_SERVER_DAEMON_SESSION_H */

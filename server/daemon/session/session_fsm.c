@@ -84,8 +84,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/introspect.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/session.h"
 #include "shm/call_page.h"
 

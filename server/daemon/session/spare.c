@@ -33,7 +33,7 @@
 #include "common/util.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/session.h"
 
 static void spare_timer_cb(uv_timer_t *t)

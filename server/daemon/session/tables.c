@@ -16,10 +16,10 @@
 #include "common/opinfo_ext.h"
 #include "mxop/client.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
 #include "server/daemon/session/memconfine.h"
 #include "server/daemon/session/session.h"
-#include "server/daemon/worker/worker_output.h"
+#include "server/daemon/worker/worker.h"
 
 static char *xstrdup(const char *s)
 {

@@ -37,7 +37,8 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
+#include "server/daemon/worker/worker.h"
 
 #define ROOT "/sys/fs/cgroup"
 

@@ -32,12 +32,8 @@ void mxop__cgroup_enter(pid_t pid, const char *sandbox, uint64_t memory_mb);
  */
 bool mxop__cgroup_release(pid_t pid, mxop__status_page_t *page, bool unasked_sigkill);
 
-/** One phrase for the start-up log: the cgroup layout workers will get, or why none. */
-const char *mxop__cgroup_describe(void);
 /* Whether `pid` is in a worker's cgroup: the worker or anything its ops started. */
 bool mxop__cgroup_holds_worker_process(pid_t pid);
-/* --worker-cgroup auto|off: 0, or MXOP_EINVAL with a sentence in err. */
-int mxop__cgroup_option(const char *val, char *err, size_t errlen);
 /*
  * Whether workers get a cgroup of their own.  Without one the worker's
  * memory limit is RLIMIT_AS (mxop__cgroup_address_space_mb).

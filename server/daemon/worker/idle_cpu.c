@@ -15,7 +15,7 @@
  * MXOP__IDLE_CPU_CHECK_MS per worker.  Entries of workers not asked
  * about for a while (dead ones) are dropped.
  */
-#include "server/daemon/worker/idle_cpu.h"
+#include "server/daemon/worker/worker.h"
 
 #include <stdio.h>
 #include <stdlib.h>

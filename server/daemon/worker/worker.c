@@ -67,14 +67,10 @@
 #include "mxop/errors.h"
 #include "server/daemon/worker/cgroup.h"
 #include "server/daemon/core/daemon.h"
-#include "server/daemon/worker/idle_cpu.h"
-#include "server/daemon/core/integrity.h"
-#include "server/daemon/core/layers.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/worker/worker.h"
 #include "server/daemon/worker/procstat.h"
 #include "shm/worker_exit.h"
 #include "server/daemon/worker/worker_output.h"
-#include "server/daemon/worker/worker.h"
 #include "server/daemon/worker/workeruid.h"
 
 /* A consistent copy of the status page. */

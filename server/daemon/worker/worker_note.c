@@ -11,7 +11,7 @@
 #include "mxop/types.h"
 
 #include "common/util.h"
-#include "server/daemon/core/daemon.h"
+#include "server/daemon/worker/worker.h"
 
 /*
  * Appends the faulting thread's backtrace the worker's fault handler left

@@ -35,7 +35,8 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/log.h"
+#include "server/daemon/core/daemon.h"
+#include "server/daemon/worker/worker.h"
 
 typedef struct stream {
     uv_pipe_t pipe;

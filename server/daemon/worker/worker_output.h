@@ -25,12 +25,6 @@ int mxop__worker_output_start(uv_loop_t *loop, uint64_t session, int fds[2],
 /** The worker's pid, for the prefix of its lines (0 until it is known). */
 void mxop__worker_output_set_pid(mxop__worker_output_t *o, pid_t pid);
 
-/**
- * The libraries session `session` has loaded, as the client named them
- * ("a.so,b.so"; escaped when logged), for the prefix of its workers' lines;
- * NULL forgets the session.  Returns 0 or MXOP_ENOMEM (the prefix then
- * names no library).
- */
 /*
  * Reads what the worker's pipes hold now and logs it, the partial last
  * lines too, so that a worker's last words come before its death in the
@@ -44,8 +38,6 @@ void mxop__worker_output_drain(mxop__worker_output_t *o, char *last_err, size_t 
  * itself once every writer has closed the pipes.  `o` may be NULL.
  */
 void mxop__worker_output_release(mxop__worker_output_t *o);
-
-int mxop__worker_output_set_libs(uint64_t session, const char *libs);
 
 /* Lines a worker may log a second (each stream), and the burst it may save up. */
 #define MXOP__WORKER_OUTPUT_LINES_PER_S 20

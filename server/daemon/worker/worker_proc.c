@@ -17,7 +17,6 @@
 #include "mxop/client.h"
 #include "server/daemon/worker/cgroup.h"
 #include "server/daemon/core/daemon.h"
-#include "server/daemon/core/log.h"
 #include "server/daemon/worker/procstat.h"
 #include "server/daemon/worker/worker.h"
 

@@ -42,6 +42,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
+#include "server/daemon/worker/worker.h"
 
 /* Which uids of the range live workers hold (one byte each), and where the next search starts. */
 static unsigned char *held;

@@ -1,5 +1,5 @@
 /*
- * client/daemon_launch.h - a private mxop-serverd: one that a single
+ * common/daemon_launch.h - a private mxop-serverd: one that a single
  * process starts for itself, in a temporary directory of its own, and that
  * ends with that process.
  *
@@ -24,8 +24,8 @@
  * layout and command line.  Nor is this in libmxop.so's exported API: the
  * names are internal (mxop__), linked from libmxop.a.
  */
-#ifndef MXOP_CLIENT_DAEMON_LAUNCH_H
-#define MXOP_CLIENT_DAEMON_LAUNCH_H
+#ifndef MXOP_COMMON_DAEMON_LAUNCH_H
+#define MXOP_COMMON_DAEMON_LAUNCH_H
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -120,4 +120,4 @@ void mxop__launch_cleanup_now(void);
  */
 void mxop__launch_cleanup_on_signals(void);
 
-#endif /* MXOP_CLIENT_DAEMON_LAUNCH_H */
+#endif /* MXOP_COMMON_DAEMON_LAUNCH_H */

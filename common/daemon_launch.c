@@ -1,7 +1,7 @@
 /*
- * client/daemon_launch.c - a private mxop-serverd: see daemon_launch.h.
+ * common/daemon_launch.c - a private mxop-serverd: see daemon_launch.h.
  */
-#include "client/daemon_launch.h"
+#include "common/daemon_launch.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * server/daemon/core/admin.c - who may send daemon-wide requests.
+ * server/daemon/session/admin.c - who may send daemon-wide requests.
  *
  * Any client of an allowed uid may open sessions; only an administrator
  * may do what affects other clients' sessions: Shutdown and Reload.  An
@@ -12,7 +12,7 @@
 
 #include "common/util.h"
 #include "mxop/errors.h"
-#include "server/daemon/core/daemon.h"
+#include "server/daemon/session/session.h"
 
 bool mxop__client_is_admin(const mxop__daemon_t *d, const mxop__client_t *cl)
 {
