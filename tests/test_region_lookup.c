@@ -10,6 +10,7 @@
  * output is written in place); anywhere else it is staged.
  */
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,31 +270,46 @@ Test(lookup, read_only_region_reached_by_lookup_refuses_an_output)
     mxop_close(c);
 }
 
-Test(lookup, strided_heap_array_in_a_region_reads_the_right_elements)
+/* A heap array walked by strides is looked up by the bytes its strides reach. */
+Test(lookup, strided_heap_array_in_a_region_goes_by_reference)
 {
-    const char *libs[] = {"relu.so", NULL};
+    const char *libs[] = {"opkit_strided.so", NULL};
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     uint32_t region;
     void *base;
     cr_assert_eq(mxop_region_create(c, 1 << 20, &region, &base), 0, "%s", mxop_last_error(c));
-    /* Column 1 of a 64 x 4 matrix, walked backwards: data at its last row. */
-    float *m = base;
-    fill(m, 256, 11);
-    mxop_array_t in = heap_f32(m + 63 * 4 + 1, 64);
-    int64_t st[] = {-4};
+    /* Column 1 of a 64 x 4 f64 matrix, and y after it. */
+    double *m = base, *y = m + 256;
+    for (int i = 0; i < 256; i++)
+        m[i] = i - 100.5;
+    mxop_array_t in, out;
+    memset(&in, 0, sizeof in);
+    in.data = m + 1;
+    in.dtype = MXOP_F64;
+    in.ndim = 1;
+    in.shape[0] = 64;
+    out = in;
+    out.data = y;
+    int64_t st[] = {4};
     const int64_t *in_st[] = {st};
-    float y[64];
-    mxop_array_t out = heap_f32(y, 64);
     mxop_call_t call;
     memset(&call, 0, sizeof call);
     call.struct_size = sizeof call;
     call.in_strides = in_st;
-    int rc = mxop_forward(c, mxt_op(c, "relu"), &call, &in, 1, &out, 1);
+    uint64_t before = staged(c);
+    int rc = mxop_forward(c, mxt_op(c, "strided_scale"), &call, &in, 1, &out, 1);
     cr_assert_eq(rc, 0, "%s: %s", mxop_err_name(rc), mxop_last_error(c));
-    for (int i = 0; i < 64; i++) {
-        float v = m[(63 - i) * 4 + 1];
-        cr_assert_eq(y[i], v > 0 ? v : 0.0f, "y[%d]", i);
-    }
+    cr_assert_eq(staged(c), before, "a strided array in a region was gathered");
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(y[i], 2 * m[i * 4 + 1], "y[%d]", i);
+
+    /* Walked backwards from its last row, to an op that takes contiguous arrays: gathered. */
+    in.data = m + 63 * 4 + 1;
+    st[0] = -4;
+    rc = mxop_forward(c, mxt_op(c, "dense_scale"), &call, &in, 1, &out, 1);
+    cr_assert_eq(rc, 0, "%s: %s", mxop_err_name(rc), mxop_last_error(c));
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(y[i], 2 * m[(63 - i) * 4 + 1], "y[%d]", i);
     mxop_close(c);
 }
 
@@ -428,6 +444,11 @@ Test(lookup_outputs, outputs_come_from_the_shared_heap_while_on)
     mxop_client_t *c = mxt_connect_with(&daemon_, libs);
     int64_t big[] = {1 << 16}; /* 256 KiB: above the minimum */
     int64_t small[] = {16};
+    mxop_shared_stats_v2_t st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    cr_assert_eq(mxop_shared_stats_v2(&st), 0);
+    uint64_t made = st.outputs;
     cr_assert_eq(mxop_shared_outputs(1), 0, "off by default");
     mxop_array_t x, y, s;
     cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, big, &x), 0, "%s", mxop_last_error(c));
@@ -440,6 +461,9 @@ Test(lookup_outputs, outputs_come_from_the_shared_heap_while_on)
     cr_assert_eq(heap_stats().blocks_live, 2);
     cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, small, &s), 0);
     cr_assert_neq(s.region, MXOP_REGION_HEAP, "a small one in the arena");
+    cr_assert_eq(mxop_shared_stats_v2(&st), 0);
+    cr_assert_eq(st.outputs, made + 2, "two arrays from the heap counted");
+    cr_assert_eq(st.blocks_live, 2);
 
     /* A call with them: by reference, written in place. */
     fill(x.data, (size_t)big[0], 12);
@@ -471,6 +495,20 @@ Test(lookup_outputs, outputs_come_from_the_shared_heap_while_on)
     cr_assert_eq(mxop_shared_contains(x.data, 1), 0);
     mxop_array_free(c, &x);
     mxop_close(c);
+}
+
+Test(lookup_names, shared_stats_v2_writes_only_what_the_caller_has)
+{
+    mxop_shared_stats_v2_t st;
+    memset(&st, 0xab, sizeof st);
+    st.struct_size = offsetof(mxop_shared_stats_v2_t, blocks_live);
+    cr_assert_eq(mxop_shared_stats_v2(&st), MXOP_EINVAL, "no member fits");
+    st.struct_size = offsetof(mxop_shared_stats_v2_t, outputs);
+    cr_assert_eq(mxop_shared_stats_v2(&st), 0);
+    cr_assert_eq(st.blocks_live, 0);
+    cr_assert_eq(st.reused_warm, 0);
+    cr_assert_eq(st.outputs, 0xababababababababull, "a member past struct_size was written");
+    cr_assert_eq(mxop_shared_stats_v2(NULL), MXOP_EINVAL);
 }
 
 Test(lookup_outputs, shared_heap_output_frees_after_its_client_closed)

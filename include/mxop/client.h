@@ -513,6 +513,25 @@ typedef struct mxop_shared_stats {
 /** Fills *st (st NULL: nothing). */
 void mxop_shared_stats(mxop_shared_stats_t *st);
 
+/**
+ * mxop_shared_stats_t with struct_size, so that it can grow, and what was
+ * added since: zero-initialise, set struct_size =
+ * sizeof(mxop_shared_stats_v2_t), call mxop_shared_stats_v2; members
+ * beyond the caller's struct_size are not written.  Returns 0, or
+ * MXOP_EINVAL for st NULL or a struct_size that holds no member.
+ */
+typedef struct mxop_shared_stats_v2 {
+    uint32_t struct_size;
+    uint64_t blocks_live, bytes_live;     /* handed out now */
+    uint64_t blocks_cached, bytes_cached; /* freed and kept for reuse */
+    uint64_t registrations;               /* blocks registered with a session, ever */
+    uint64_t revocations;                 /* registrations of freed blocks released, ever */
+    uint64_t reused_warm;                 /* mxop_shared_alloc_output answered by a warm block */
+    uint64_t outputs; /* arrays mxop_array_alloc gave from the heap (mxop_shared_outputs), ever */
+} mxop_shared_stats_v2_t;
+
+int mxop_shared_stats_v2(mxop_shared_stats_v2_t *st);
+
 /* ------------------------------------------------------------------------
  * Calls
  * ------------------------------------------------------------------------ */
