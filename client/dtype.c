@@ -1,6 +1,6 @@
 /*
  * client/dtype.c - dtype names and sizes for the bindings, from the one
- * table (MXOP_DTYPE_MAP in mxop/types.h), so that ctypes and the C
+ * table (MXOP_DTYPE_NAMES in mxop/types.h), so that ctypes and the C
  * extensions build their maps from libmxop instead of tables of their own.
  */
 #include <string.h>
@@ -14,7 +14,7 @@ int32_t mxop_dtype_from_name(const char *name)
 #define FROM_NAME(e, short_name, size, fw)                                                         \
     if (strcmp(name, short_name) == 0 || strcmp(name, fw) == 0)                                    \
         return e;
-    MXOP_DTYPE_MAP(FROM_NAME)
+    MXOP_DTYPE_NAMES(FROM_NAME)
 #undef FROM_NAME
     return MXOP_EINVAL;
 }
@@ -31,7 +31,7 @@ int mxop_dtype_info(int32_t code, const char **short_name, const char **framewor
         fw = fw_;                                                                                  \
         n = size_;                                                                                 \
         break;
-        MXOP_DTYPE_MAP(INFO)
+        MXOP_DTYPE_NAMES(INFO)
 #undef INFO
     default: return MXOP_EINVAL;
     }

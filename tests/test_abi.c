@@ -169,3 +169,24 @@ Test(abi, a_tensor_size_no_tensor_had_is_refused)
     assert_serves(c, "after the refusal");
     mxop_close(c);
 }
+
+/* The dtype table keeps the three columns op libraries were written against
+ * (a fourth went to MXOP_DTYPE_NAMES): an X of three parameters compiles. */
+Test(abi, the_dtype_table_keeps_three_columns)
+{
+    size_t total = 0;
+    int rows = 0;
+#define COUNT3(e, name, size)                                                                      \
+    rows++;                                                                                        \
+    total += size;                                                                                 \
+    cr_expect_eq(mxop_dtype_size(e), size, "%s", name);
+    MXOP_DTYPE_MAP(COUNT3)
+#undef COUNT3
+    cr_expect_eq(rows, MXOP_DTYPE_COUNT);
+    int named = 0;
+#define COUNT4(e, name, size, fw) named += fw[0] != '\0';
+    MXOP_DTYPE_NAMES(COUNT4)
+#undef COUNT4
+    cr_expect_eq(named, MXOP_DTYPE_COUNT);
+    cr_expect_gt(total, 0);
+}
