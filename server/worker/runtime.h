@@ -69,7 +69,7 @@ int mxop__plugin_load(const char *path, const char *name, int fd, const char *ex
 const mxop__worker_op_t *mxop__op_find(const char *name);
 
 /* ------------------------------------------------------------------------ */
-/* A call: its attributes, prologue, checks, tensors and epilogue. */
+/* A call: its attributes, prologue and epilogue (host.c), checks and tensors. */
 
 /* A call's attributes as its op reads them: C strings, valid until the next call. */
 typedef struct mxop__call_attrs {
