@@ -13,7 +13,7 @@
 
 #include "common/util.h"
 #include "mxop/inproc.h"
-#include "server/worker/worker.h"
+#include "server/worker/runtime.h"
 
 static char last_msg[MXOP__W_MSG_MAX];
 

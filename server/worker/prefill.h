@@ -21,7 +21,7 @@
 /*
  * The most bytes of one region faulted in the background: about 1 us of
  * CPU a page here, so 512 MiB is about 130 ms, far below what the
- * daemon's idle-CPU watchdog tolerates (server/daemon/worker/idle_cpu.h).
+ * daemon's idle-CPU watchdog tolerates (server/daemon/worker/worker.h).
  * Beyond it, pages are faulted in by their first use.
  */
 #define MXOP__PREFILL_MAX ((size_t)512 << 20)

@@ -6,7 +6,9 @@
  * op libraries, maps the session's regions and runs ops on them.  Everything
  * here is single-threaded: one request is handled at a time, so the tables
  * below are plain globals owned by their files, reached through the
- * functions declared here.
+ * functions declared here.  What another component may use of the op
+ * runtime (the op table, a call's prologue, checks and inference) is
+ * declared in runtime.h, which this header includes.
  */
 #ifndef MXOP_SERVER_WORKER_WORKER_H
 #define MXOP_SERVER_WORKER_WORKER_H
@@ -17,27 +19,15 @@
 #include <sys/types.h>
 
 #include "mxop/op.h"
+#include "server/worker/runtime.h"
 #include "shm/status_page.h"
 
 #include "common.pb-c.h"
 #include "data.pb-c.h"
 #include "supervisor.pb-c.h"
 
-/* The longest detail message a reply carries (set_error truncates to it). */
-#define MXOP__W_MSG_MAX 1024
-
-/* The most attributes one call may carry. */
-#define MXOP__W_MAX_ATTRS 64
-
-/* The longest op name (without the NUL); fits the status page's op field. */
-#define MXOP__W_NAME_MAX 63
-
 /* Descriptions longer than this are cut, so that op lists stay small. */
 #define MXOP__W_DESC_MAX 1024
-
-/* A call's input count bound: backward takes ograds, inputs and outputs. */
-#define MXOP__W_MAX_IN (3 * MXOP_MAX_TENSORS)
-#define MXOP__W_MAX_OUT MXOP_MAX_TENSORS
 
 /* The most entries a list attribute may have when the worker checks it. */
 #define MXOP__W_MAX_LIST 256
@@ -53,9 +43,6 @@ enum mxop__ctx_mode {
     MXOP__CTX_INIT = 1, /* inside mxop_plugin_init */
     MXOP__CTX_CALL = 2, /* inside an op callback */
 };
-
-struct mxop__worker_op;
-struct mxop__call_attrs;
 
 /* An extra workspace block handed out when the main buffer was too small. */
 struct mxop__ws_block {
@@ -113,9 +100,6 @@ struct mxop_ctx {
     char reg_msg[MXOP__W_MSG_MAX];
 };
 
-/* The one context of this process. */
-extern struct mxop_ctx mxop__ctx;
-
 /* The host table given to every library. */
 extern const mxop_host_t mxop__host;
 
@@ -145,42 +129,11 @@ static inline void mxop__ctx_clear_error(void)
 /** Back to idle after a call or an init; forgets attributes and errors. */
 void mxop__ctx_end(void);
 
-/**
- * The start of every call that runs op code (Invoke, Infer, StateCreate,
- * and the in-process runner): the context (mxop__ctx_begin_call), the call
- * published in the status page with its deadline (0: none) and, when `in`
- * is not NULL, its inputs, then the op's check_attrs.  Returns 0, the call
- * then ended by mxop__call_end; or an error with msg[msglen] set, the call
- * already ended.
- */
-int mxop__call_begin(const struct mxop__worker_op *op, uint64_t call_id, uint32_t deadline_ms,
-                     const struct mxop__call_attrs *attrs, uint64_t seed, int n_in,
-                     const mxop_tensor_t *in, char *msg, size_t msglen);
-
-/** The end of a call begun by mxop__call_begin: the status page, then the context. */
-void mxop__call_end(void);
-
 /** Frees the workspace (at exit). */
 void mxop__ctx_free(void);
 
 /* ------------------------------------------------------------------------ */
 /* Ops and libraries (ops.c, plugin_loader.c). */
-
-typedef struct mxop__worker_op {
-    mxop_op_def_t def; /* the plugin's def, zero beyond its struct_size */
-    char name[MXOP__W_NAME_MAX + 1];
-    char *description; /* owned; "" when the op gave none */
-    uint32_t lib;      /* index into the library table */
-    uint32_t index;    /* OpInfo.index */
-    /* sizeof(mxop_tensor_t) its library was built with (op.h, rule 4). */
-    uint32_t tensor_stride;
-
-    /* Declared attributes (attrs.c): owned copies; def.attrs points at them. */
-    int n_decls;
-    mxop_attr_decl_t *decls;
-    Mxop__AttrDecl *pb_decls; /* their wire form, pointing into decls */
-    Mxop__AttrDecl **pb_ptrs;
-} mxop__worker_op_t;
 
 /* ------------------------------------------------------------------------ */
 /* A call's tensors at the stride of the op's library (tensor_view.c). */
@@ -190,15 +143,6 @@ typedef struct mxop__worker_op {
 
 /* The largest tensor_size a library may declare: more is garbage, not a newer ABI. */
 #define MXOP__TENSOR_SIZE_MAX 1024u
-
-/*
- * The arrays to pass to op `op`: in and out themselves when its library
- * has the worker's stride (no copy), else copies at its stride held until
- * the next call, with members the worker does not know zeroed.  A forward
- * of an op with dynamic outputs records the copy for alloc_output.
- */
-void mxop__tensor_view(const mxop__worker_op_t *op, int n_in, const mxop_tensor_t *in, int n_out,
-                       mxop_tensor_t *out, const mxop_tensor_t **lib_in, mxop_tensor_t **lib_out);
 
 /* After alloc_output changed out[i]: the library's copy gets the same shape. */
 void mxop__tensor_view_sync(int i, const mxop_tensor_t *t);
@@ -243,9 +187,6 @@ typedef struct mxop__worker_lib {
 const mxop__worker_op_t *mxop__op_get(uint32_t i);
 uint32_t mxop__op_count(void);
 
-/** The op named `name`, or NULL. */
-const mxop__worker_op_t *mxop__op_find(const char *name);
-
 /** Appends a copy of `op` (description taken).  Returns 0 or MXOP_ENOMEM/ELIMIT. */
 int mxop__op_append(mxop__worker_op_t *op);
 
@@ -268,20 +209,6 @@ static inline int mxop__op_has_backward(const mxop__worker_op_t *op)
         return op->def.state_backward != NULL || op->def.state_backward_gpu != NULL;
     return op->def.backward != NULL || op->def.backward_gpu != NULL;
 }
-
-/**
- * Loads the library at `path` (named `name` in messages), runs its init
- * and registers its ops.  With `fd` >= 0 (taken: the descriptor the daemon
- * opened) the file is never opened by path: that descriptor's content is
- * what loads (integrity.c, with `expect` and `where` as there); `path` then
- * only names it.  fd -1 (in-process use, no daemon) loads by path.  On
- * success *lib is its index (an already loaded library answers its
- * existing index).  Returns 0 or MXOP_ELIB_INVALID, MXOP_EABI,
- * MXOP_ELIB_INIT, MXOP_EDUPLICATE, MXOP_EINVAL, MXOP_ENOMEM, MXOP_EDENIED,
- * with the reason in msg[msglen]; a failed library leaves nothing behind.
- */
-int mxop__plugin_load(const char *path, const char *name, int fd, const char *expect,
-                      const char *where, uint32_t *lib, char *msg, size_t msglen);
 
 /** The path the library whose loader name is `fname` was loaded for, or NULL (signal-safe). */
 const char *mxop__lib_path_of(const char *fname);
@@ -503,14 +430,6 @@ void mxop__data_free(void);
 /* Call checks (checks.c).  Each returns 0 or a code with the reason in msg. */
 
 /**
- * Checks the tensor counts of a call of `op`: forward (backward 0) or
- * backward.  check_out 0 skips the outputs (StateCreate has none).  For
- * backward, *k gets the number of forward inputs.  MXOP_EARITY.
- */
-int mxop__check_arity(const mxop__worker_op_t *op, int backward, size_t n_in, size_t n_out,
-                      int check_out, int *k, char *msg, size_t msglen);
-
-/**
  * Checks descriptor `d` (`role` "input"/"output" number `index`) of a call
  * of `op` and fills `t` with its pointer into the read-only or (writable)
  * read-write mapping of its region, *reg with the region.
@@ -524,22 +443,6 @@ int mxop__check_desc(const Mxop__TensorDesc *d, const char *role, int index,
 int mxop__check_shape(int32_t dtype, const Mxop__Shape *s, int index, mxop_shape_t *out, char *msg,
                       size_t msglen);
 
-/**
- * Runs the op's type and shape inference (or the defaults) on n_in inputs.
- * Outputs the op leaves open (the defaults with no input) come back as
- * dtype -1 and ndim -1: anything goes.
- */
-int mxop__infer(const mxop__worker_op_t *op, int n_in, const int32_t *dt, const mxop_shape_t *sh,
-                int n_out, int32_t *odt, mxop_shape_t *osh, char *msg, size_t msglen);
-
-/**
- * Turns a callback's non-zero return into the reply: the code if it is a
- * known MXOP_E* code, else MXOP_EOP_FAILED; the op's message, else one
- * naming the op and the callback.
- */
-int mxop__op_error(const mxop__worker_op_t *op, int rc, const char *callback, char *msg,
-                   size_t msglen);
-
 /** "[2,3]" into buf. */
 void mxop__fmt_shape(char *buf, size_t len, const mxop_shape_t *s);
 
@@ -551,13 +454,6 @@ int mxop__is_known_error(int code);
 
 /* ------------------------------------------------------------------------ */
 /* call_attrs.c */
-
-/* A call's attributes as its op reads them: C strings, valid until the next call. */
-typedef struct mxop__call_attrs {
-    size_t n; /* how many the call carries; past MXOP__W_MAX_ATTRS none is filled in */
-    const char *keys[MXOP__W_MAX_ATTRS];
-    const char *vals[MXOP__W_MAX_ATTRS];
-} mxop__call_attrs_t;
 
 /**
  * The attributes of `call` (an Invoke, Infer or StateCreate; others have
