@@ -41,7 +41,8 @@
 #include <protobuf-c/protobuf-c.h>
 
 #define MXOP__MBOX_MAGIC 0x584F424Du /* "MBOX", little-endian */
-#define MXOP__MBOX_VERSION 1
+/* 2: a slot may also hold the call and result records of shm/call_record.h. */
+#define MXOP__MBOX_VERSION 2
 /* The most frame bytes (header included) one slot holds. */
 #define MXOP__MBOX_SLOT_BYTES (64u * 1024)
 
@@ -181,6 +182,19 @@ static inline int mxop__mbox_fits(size_t payload)
 void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg, size_t payload);
 
 /**
+ * The two halves of mxop__mbox_put, for a writer that writes its payload
+ * straight into the slot (shm/call_record.h): put_begin marks the tx slot
+ * as being written and returns where the payload goes (payload bytes
+ * after the frame header, at most MXOP__MBOX_SLOT_BYTES - 12); put_end
+ * writes the header for `kind` and `payload` bytes, stamps put_ns with
+ * now_ns (the writer's CLOCK_MONOTONIC, read at most a few microseconds
+ * earlier: a hint for the reader's spin), publishes the frame and rings
+ * the peer's bell if it sleeps.  Never blocks.
+ */
+uint8_t *mxop__mbox_put_begin(mxop__mbox_t *m);
+void mxop__mbox_put_end(mxop__mbox_t *m, uint16_t kind, size_t payload, int64_t now_ns);
+
+/**
  * Says, with the next put, how many CPUs the work behind that frame kept
  * busy (the worker: its op's BLAS threads).  A hint for the peer's spin
  * (client/spincap.c); whatever a writer says costs only its own peer's spin.
@@ -254,5 +268,8 @@ void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang);
  * peer that lies can only make this side spin up to its cap.
  */
 void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t since_ns);
+
+/** mxop__mbox_note_wait with the time now (CLOCK_MONOTONIC) given by a caller that has it. */
+void mxop__mbox_note_wait_at(mxop__mbox_t *m, int64_t since_ns, int64_t now_ns);
 
 #endif /* MXOP_SHM_MAILBOX_H */

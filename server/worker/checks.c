@@ -75,13 +75,14 @@ int mxop__check_arity(const mxop__worker_op_t *op, int backward, size_t n_in, si
                       int check_out, int *k, char *msg, size_t msglen)
 {
     const mxop_op_def_t *d = &op->def;
+    /* What the op takes is formatted only for a refusal: a call that passes costs no snprintf. */
     char want[64];
-    describe_inputs(d, want, sizeof(want));
     long nin = n_in > MXOP__W_MAX_IN ? MXOP__W_MAX_IN + 1 : (long)n_in;
     long nout = n_out > MXOP__W_MAX_OUT ? MXOP__W_MAX_OUT + 1 : (long)n_out;
 
     if (!backward) {
         if (!inputs_ok(d, nin)) {
+            describe_inputs(d, want, sizeof(want));
             mxop__fmt(msg, msglen, "op '%s' takes %s, got %zu", op->name, want, n_in);
             return MXOP_EARITY;
         }
@@ -97,6 +98,7 @@ int mxop__check_arity(const mxop__worker_op_t *op, int backward, size_t n_in, si
     long no = d->num_outputs;
     long kk = nin - 2 * no;
     if (kk < 0 || !inputs_ok(d, kk)) {
+        describe_inputs(d, want, sizeof(want));
         mxop__fmt(msg, msglen,
                   "backward of op '%s' takes %ld output %s, then its %s, then its %ld %s; got "
                   "%zu inputs",
