@@ -19,6 +19,7 @@
 
 #include "control.pb-c.h"
 #include "data.pb-c.h"
+#include "shm/call_record.h"
 #include "wire/frame.h"
 #include "supervisor.pb-c.h"
 
@@ -92,6 +93,17 @@ static void invoke_seed(const char *name, uint32_t op, int backward, Mxop__Tenso
     c.body_case = MXOP__CALL__BODY_INVOKE;
     c.invoke = &iv;
     seed("call", name, MXOP__KIND_CALL, &c.base);
+    /* The same call as a mailbox call record, when it is one a record carries. */
+    size_t rec = mxop__call_rec_size(&c);
+    if (rec != 0) {
+        uint8_t buf[sizeof(mxop__call_rec_t) + 8 * sizeof(mxop__rec_tensor_t)];
+        if (rec > sizeof(buf))
+            exit(1);
+        mxop__call_rec_encode(buf, &c, rec);
+        char fname[256];
+        snprintf(fname, sizeof(fname), "%s-record", name);
+        write_file("call", fname, buf, rec);
+    }
 }
 
 /*
