@@ -3,7 +3,8 @@
  *
  * A mailbox is one small memfd shared by a client and its worker, beside
  * their data socket.  It holds two slots, each the bytes of one frame
- * (header and payload, as on the socket): the request slot (client to
+ * (header and payload, as on the socket; the common calls and results as
+ * records of fixed layout, shm/call_record.h): the request slot (client to
  * worker) and the reply slot (worker to client).  One call is in flight at
  * a time, so a slot never holds more than one frame that matters.
  *
