@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -19,6 +20,8 @@
 
 _Static_assert(MXOP__FRAME_HDR == 12, "mxop__mbox_fits assumes a 12-byte frame header");
 _Static_assert(sizeof(mxop__mbox_slot_t) % 64 == 0, "slots keep their cache lines apart");
+_Static_assert(offsetof(mxop__mbox_slot_t, data) + MXOP__FRAME_HDR + 24 == 64,
+               "a result record (shm/call_record.h) shares the control words' cache line");
 
 /* A hint to the CPU that this is a spin loop (and to a hyperthread sibling to run). */
 static inline void cpu_relax(void)

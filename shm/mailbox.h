@@ -97,8 +97,14 @@ typedef struct mxop__mbox_slot {
     _Atomic int64_t put_ns;    /* CLOCK_MONOTONIC when the writer published its last frame */
     /* The CPUs the work behind the writer's last frame kept busy (0: not said). */
     _Atomic uint32_t busy_cpus;
-    uint32_t pad_[9]; /* the control words get their own cache line */
+    /*
+     * The frame begins in the control words' cache line, at byte 28: a
+     * result record (36 bytes with its header) fills the rest of it
+     * exactly, so the reader that saw seq move has its frame with the same
+     * cache line, instead of waiting for a second one from the writer's CPU.
+     */
     uint8_t data[MXOP__MBOX_SLOT_BYTES];
+    uint8_t pad_[36]; /* the next slot's control words get their own cache line */
 } mxop__mbox_slot_t;
 
 /* The layout of the shared memfd; the client initialises the header. */
