@@ -293,7 +293,7 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
     int64_t spent;
     int rc;
     if (spin_cap > 0) {
-        if (mxop__mbox_spin_now(&c->mbox, spin_cap, &spent) &&
+        if (mxop__mbox_spin_since(&c->mbox, spin_cap, start_ns, &spent) &&
             (rc = mbox_result(c, op, id, res)) != 1)
             goto done;
         /* A failed spin (a long op, or a worker without a CPU): no turn needed to sleep. */

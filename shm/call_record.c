@@ -4,17 +4,26 @@
  */
 #include "shm/call_record.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "common/util.h"
 #include "mxop/errors.h"
+#include "shm/mailbox.h"
+#include "wire/frame.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "records are little-endian, written and read as the host's structs");
 _Static_assert(sizeof(mxop__rec_tensor_t) == 88, "the record layout of docs/protocol.md");
-_Static_assert(sizeof(mxop__call_rec_t) == 40, "the record layout of docs/protocol.md");
+_Static_assert(sizeof(mxop__call_rec_t) == 24, "the record layout of docs/protocol.md");
 _Static_assert(sizeof(mxop__result_rec_t) == 24, "the record layout of docs/protocol.md");
 _Static_assert(MXOP__REC_MAX_TENSORS <= UINT8_MAX, "counts are bytes");
+/* Why the heads are as small as they are: see shm/mailbox.h, mxop__mbox_slot_t.data. */
+_Static_assert(offsetof(mxop__mbox_slot_t, data) + MXOP__FRAME_HDR + sizeof(mxop__call_rec_t) == 64,
+               "a call record's head ends the control words' cache line");
+_Static_assert(offsetof(mxop__mbox_slot_t, data) + MXOP__FRAME_HDR + sizeof(mxop__result_rec_t) ==
+                   64,
+               "a result record's head ends the control words' cache line");
 
 size_t mxop__call_rec_size(const Mxop__Call *call)
 {
@@ -30,7 +39,9 @@ size_t mxop__call_rec_size(const Mxop__Call *call)
         if (d->n_strides != 0 || d->n_shape > MXOP_MAX_DIMS)
             return 0;
     }
-    return sizeof(mxop__call_rec_t) + (iv->n_inputs + iv->n_outputs) * sizeof(mxop__rec_tensor_t);
+    size_t extra = iv->state != 0 || iv->seed != 0 ? 2 * sizeof(uint64_t) : 0;
+    return sizeof(mxop__call_rec_t) + extra +
+           (iv->n_inputs + iv->n_outputs) * sizeof(mxop__rec_tensor_t);
 }
 
 static void put_tensor(uint8_t *dst, const Mxop__TensorDesc *d)
@@ -50,20 +61,25 @@ static void put_tensor(uint8_t *dst, const Mxop__TensorDesc *d)
 void mxop__call_rec_encode(uint8_t *dst, const Mxop__Call *call, size_t size)
 {
     const Mxop__Invoke *iv = call->invoke;
+    int state = iv->state != 0 || iv->seed != 0;
     mxop__call_rec_t h = {
         .version = MXOP__CALL_REC_VERSION,
-        .op = iv->op,
-        .id = call->id,
-        .state = iv->state,
-        .seed = iv->seed,
-        .deadline_ms = iv->deadline_ms,
-        .backward = iv->backward ? 1 : 0,
+        .flags = (uint8_t)((iv->backward ? MXOP__CALL_REC_BACKWARD : 0u) |
+                           (state ? MXOP__CALL_REC_STATE : 0u)),
         .n_in = (uint8_t)iv->n_inputs,
         .n_out = (uint8_t)iv->n_outputs,
+        .op = iv->op,
+        .id = call->id,
+        .deadline_ms = iv->deadline_ms,
     };
     (void)size; /* mxop__call_rec_size's, for the reader of the call site */
     memcpy(dst, &h, sizeof h);
     uint8_t *at = dst + sizeof h;
+    if (state) {
+        memcpy(at, &iv->state, sizeof iv->state);
+        memcpy(at + sizeof iv->state, &iv->seed, sizeof iv->seed);
+        at += 2 * sizeof(uint64_t);
+    }
     for (size_t i = 0; i < iv->n_inputs; i++, at += sizeof(mxop__rec_tensor_t))
         put_tensor(at, iv->inputs[i]);
     for (size_t j = 0; j < iv->n_outputs; j++, at += sizeof(mxop__rec_tensor_t))
@@ -110,9 +126,9 @@ int mxop__call_rec_decode(const uint8_t *p, size_t len, mxop__call_rec_view_t *v
                   MXOP__CALL_REC_VERSION);
         return MXOP_EVERSION;
     }
-    if (h.backward > 1 || h.pad != 0) {
-        mxop__fmt(msg, msglen, "call record: backward %u and pad %u are not 0 or 1, and 0",
-                  h.backward, h.pad);
+    if ((h.flags & ~(MXOP__CALL_REC_BACKWARD | MXOP__CALL_REC_STATE)) != 0 || h.pad != 0) {
+        mxop__fmt(msg, msglen, "call record: flags 0x%x and pad %u have bits no record has",
+                  h.flags, h.pad);
         return MXOP_EPROTOCOL;
     }
     if (h.n_in > MXOP__REC_MAX_TENSORS || h.n_out > MXOP__REC_MAX_TENSORS) {
@@ -121,14 +137,21 @@ int mxop__call_rec_decode(const uint8_t *p, size_t len, mxop__call_rec_view_t *v
                   h.n_out, MXOP__REC_MAX_TENSORS);
         return MXOP_EPROTOCOL;
     }
-    size_t want = sizeof h + ((size_t)h.n_in + h.n_out) * sizeof(mxop__rec_tensor_t);
+    size_t extra = (h.flags & MXOP__CALL_REC_STATE) ? 2 * sizeof(uint64_t) : 0;
+    size_t want = sizeof h + extra + ((size_t)h.n_in + h.n_out) * sizeof(mxop__rec_tensor_t);
     if (len != want) {
-        mxop__fmt(msg, msglen, "call record of %zu bytes; %u inputs and %u outputs make %zu", len,
+        mxop__fmt(msg, msglen,
+                  "call record of %zu bytes; its flags and %u inputs and %u outputs make %zu", len,
                   h.n_in, h.n_out, want);
         return MXOP_EPROTOCOL;
     }
     mxop__invoke__init(&v->invoke);
     const uint8_t *at = p + sizeof h;
+    if (extra != 0) {
+        memcpy(&v->invoke.state, at, sizeof v->invoke.state);
+        memcpy(&v->invoke.seed, at + sizeof v->invoke.state, sizeof v->invoke.seed);
+        at += extra;
+    }
     for (size_t i = 0; i < h.n_in; i++, at += sizeof(mxop__rec_tensor_t)) {
         int rc = get_tensor(at, &v->desc[i], v->shape[i], "input", i, msg, msglen);
         if (rc != 0)
@@ -143,9 +166,7 @@ int mxop__call_rec_decode(const uint8_t *p, size_t len, mxop__call_rec_view_t *v
         v->out_ptr[j] = &v->desc[k];
     }
     v->invoke.op = h.op;
-    v->invoke.backward = h.backward;
-    v->invoke.state = h.state;
-    v->invoke.seed = h.seed;
+    v->invoke.backward = (h.flags & MXOP__CALL_REC_BACKWARD) != 0;
     v->invoke.deadline_ms = h.deadline_ms;
     v->invoke.n_inputs = h.n_in;
     v->invoke.inputs = h.n_in ? v->in_ptr : NULL;

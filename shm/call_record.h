@@ -50,19 +50,28 @@ typedef struct mxop__rec_tensor {
     int64_t shape[MXOP_MAX_DIMS];
 } mxop__rec_tensor_t;
 
-/* A call record's fixed part, followed by n_in then n_out tensors: 40 bytes. */
+/*
+ * A call record's head: 24 bytes, so that a call without tensors, state or
+ * seed (the null op) and its frame header fill exactly what a mailbox slot
+ * leaves of its control words' cache line (shm/mailbox.h).  When flags has
+ * MXOP__CALL_REC_STATE, a u64 state and a u64 seed follow the head; then
+ * n_in input tensors, then n_out output tensors.
+ */
 typedef struct mxop__call_rec {
-    uint32_t version; /* MXOP__CALL_REC_VERSION */
-    uint32_t op;      /* Invoke.op */
-    uint64_t id;      /* Call.id */
-    uint64_t state;   /* Invoke.state */
-    uint64_t seed;    /* Invoke.seed */
-    uint32_t deadline_ms;
-    uint8_t backward; /* 0 or 1 */
+    uint8_t version; /* MXOP__CALL_REC_VERSION */
+    uint8_t flags;   /* MXOP__CALL_REC_BACKWARD | MXOP__CALL_REC_STATE, no other bit */
     uint8_t n_in;
     uint8_t n_out;
-    uint8_t pad; /* 0 */
+    uint32_t op; /* Invoke.op */
+    uint64_t id; /* Call.id */
+    uint32_t deadline_ms;
+    uint32_t pad; /* 0 */
 } mxop__call_rec_t;
+
+/* Invoke.backward. */
+#define MXOP__CALL_REC_BACKWARD 0x1u
+/* Invoke.state and Invoke.seed (u64 each) follow the head; without it both are 0. */
+#define MXOP__CALL_REC_STATE 0x2u
 
 /* A result record's fixed part, followed by the message's bytes (no NUL): 24 bytes. */
 typedef struct mxop__result_rec {

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <stddef.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -20,8 +19,6 @@
 
 _Static_assert(MXOP__FRAME_HDR == 12, "mxop__mbox_fits assumes a 12-byte frame header");
 _Static_assert(sizeof(mxop__mbox_slot_t) % 64 == 0, "slots keep their cache lines apart");
-_Static_assert(offsetof(mxop__mbox_slot_t, data) + MXOP__FRAME_HDR + 24 == 64,
-               "a result record (shm/call_record.h) shares the control words' cache line");
 
 /* A hint to the CPU that this is a spin loop (and to a hyperthread sibling to run). */
 static inline void cpu_relax(void)
@@ -317,7 +314,12 @@ int mxop__mbox_spin(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
 
 int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
 {
-    int64_t budget = spin_budget(m, cap_ns), start = 0, now = 0;
+    return mxop__mbox_spin_since(m, cap_ns, mxop__now_ns(), spent_ns);
+}
+
+int mxop__mbox_spin_since(mxop__mbox_t *m, int64_t cap_ns, int64_t start, int64_t *spent_ns)
+{
+    int64_t budget = spin_budget(m, cap_ns), now = start;
     *spent_ns = 0;
     if (cap_ns <= 0)
         return mxop__mbox_ready(m);
@@ -338,10 +340,10 @@ int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
     int peer = atomic_load_explicit(&m->rx->cpu, memory_order_relaxed);
     int yield_each = me >= 0 && me == peer;
     /*
-     * The clock is read once per SPIN_LOOKS looks, and first after the
-     * first of them: a quick answer (the common case) costs no clock read
-     * at all, and the budget, tens of microseconds, is kept to within a
-     * batch of looks.  *spent_ns is as coarse.
+     * The clock is read once per SPIN_LOOKS looks, after each batch: a
+     * quick answer (the common case) costs no clock read in the loop, and
+     * the budget, tens of microseconds, is kept to within a batch of
+     * looks.  *spent_ns is as coarse.
      */
     for (;;) {
         for (int i = 0; i < SPIN_LOOKS; i++) {
@@ -353,8 +355,6 @@ int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
             cpu_relax();
         }
         now = mxop__now_ns();
-        if (start == 0)
-            start = now;
         if (now - start >= budget)
             break;
         if (yield_each || now - start > budget / 2)

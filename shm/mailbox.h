@@ -99,9 +99,10 @@ typedef struct mxop__mbox_slot {
     _Atomic uint32_t busy_cpus;
     /*
      * The frame begins in the control words' cache line, at byte 28: a
-     * result record (36 bytes with its header) fills the rest of it
-     * exactly, so the reader that saw seq move has its frame with the same
-     * cache line, instead of waiting for a second one from the writer's CPU.
+     * result record, or a call record without tensors (36 bytes with their
+     * frame header, shm/call_record.h), fills the rest of it exactly, so
+     * the reader that saw seq move has the frame with the same cache line
+     * instead of waiting for a second one from the writer's CPU.
      */
     uint8_t data[MXOP__MBOX_SLOT_BYTES];
     uint8_t pad_[36]; /* the next slot's control words get their own cache line */
@@ -253,6 +254,14 @@ int mxop__mbox_spin(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns);
  */
 int mxop__mbox_spin_pays(mxop__mbox_t *m);
 int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns);
+
+/**
+ * mxop__mbox_spin_now for a caller that knows when its wait began
+ * (start_ns, CLOCK_MONOTONIC; the client: when it published its call), so
+ * that the spin reads no clock before its first looks and its budget
+ * counts from the start of the wait.
+ */
+int mxop__mbox_spin_since(mxop__mbox_t *m, int64_t cap_ns, int64_t start_ns, int64_t *spent_ns);
 
 /**
  * Raises the sleeping flag before a poll() on bell_rx: `why` is

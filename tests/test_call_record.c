@@ -157,13 +157,13 @@ Test(call_record, a_record_of_another_version_is_refused)
     mxop_close(c);
 }
 
-Test(call_record, flags_that_are_not_0_or_1_are_refused)
+Test(call_record, flag_bits_no_record_has_are_refused)
 {
     mxop_client_t *c = session();
     uint32_t pid = c->worker_pid;
     mxop__call_rec_t h = head(c, mxt_op(c, "noop")->index, 0, 0);
-    h.backward = 2;
-    expect_refused(c, &h, NULL, 0, sizeof h, MXOP_EPROTOCOL, "backward 2");
+    h.flags = 0x4;
+    expect_refused(c, &h, NULL, 0, sizeof h, MXOP_EPROTOCOL, "flags 0x4");
     h = head(c, mxt_op(c, "noop")->index, 0, 0);
     h.pad = 0xff;
     expect_refused(c, &h, NULL, 0, sizeof h, MXOP_EPROTOCOL, "pad 255");
@@ -189,9 +189,9 @@ Test(call_record, a_length_unlike_its_counts_is_refused)
     mxop__rec_tensor_t t[2];
     memset(t, 0, sizeof t);
     /* One tensor's bytes for two tensors, then two and a half. */
-    expect_refused(c, &h, t, 1, sizeof h + sizeof t[0], MXOP_EPROTOCOL, "make 216");
+    expect_refused(c, &h, t, 1, sizeof h + sizeof t[0], MXOP_EPROTOCOL, "make 200");
     h = head(c, mxt_op(c, "relu")->index, 1, 1);
-    expect_refused(c, &h, t, 2, sizeof h + sizeof t - 1, MXOP_EPROTOCOL, "make 216");
+    expect_refused(c, &h, t, 2, sizeof h + sizeof t - 1, MXOP_EPROTOCOL, "make 200");
     still_serves(c, pid);
     mxop_close(c);
 }
@@ -226,7 +226,7 @@ Test(call_record, a_decoded_record_is_refused_as_the_same_protobuf_call)
     mxop__rec_tensor_t good = {
         .offset = x.offset, .region = region, .dtype = MXOP_F32, .req = 0, .ndim = 1};
     good.shape[0] = 16;
-    enum { N_CASES = 7 };
+    enum { N_CASES = 8 };
     for (int k = 0; k < N_CASES; k++) {
         mxop__rec_tensor_t t[2] = {good, good};
         t[1].req = MXOP_REQ_WRITE;
@@ -241,12 +241,21 @@ Test(call_record, a_decoded_record_is_refused_as_the_same_protobuf_call)
         case 5: t[1].req = 99; break;                   /* no such req */
         case 6: n_in = 0; break;                        /* relu takes one input */
         }
+        uint64_t state = k == 7 ? 12345 : 0; /* no such state: it travels after the head */
         mxop__call_rec_t h = head(c, op, n_in, 1);
-        static uint8_t rec[sizeof h + sizeof t];
+        static uint8_t rec[sizeof h + 2 * sizeof(uint64_t) + sizeof t];
+        size_t len = sizeof h;
+        if (state != 0) {
+            h.flags |= MXOP__CALL_REC_STATE;
+            uint64_t state_seed[2] = {state, 0};
+            memcpy(rec + len, state_seed, sizeof state_seed);
+            len += sizeof state_seed;
+        }
         memcpy(rec, &h, sizeof h);
-        memcpy(rec + sizeof h, n_in ? t : t + 1, (size_t)(n_in + 1) * sizeof t[0]);
+        memcpy(rec + len, n_in ? t : t + 1, (size_t)(n_in + 1) * sizeof t[0]);
+        len += (size_t)(n_in + 1) * sizeof t[0];
         static answer_t as_rec, as_pb;
-        raw_call(c, MXOP__KIND_CALL_REC, rec, sizeof h + (size_t)(n_in + 1) * sizeof t[0], &as_rec);
+        raw_call(c, MXOP__KIND_CALL_REC, rec, len, &as_rec);
         cr_assert_neq(as_rec.status, 0, "case %d: the record was not refused", k);
         cr_assert_eq(as_rec.id, h.id, "case %d", k);
 
@@ -266,6 +275,7 @@ Test(call_record, a_decoded_record_is_refused_as_the_same_protobuf_call)
         }
         Mxop__Invoke iv = MXOP__INVOKE__INIT;
         iv.op = op;
+        iv.state = state;
         iv.n_inputs = (size_t)n_in;
         iv.inputs = n_in ? dp : NULL;
         iv.n_outputs = 1;
@@ -350,12 +360,11 @@ Test(call_record, random_records_are_each_answered)
         if (k % 2 == 0) {
             int nt = rand_r(&seed) % 5;
             h.version = MXOP__CALL_REC_VERSION;
-            h.backward = (uint8_t)(rand_r(&seed) & 1);
+            h.flags = (uint8_t)(rand_r(&seed) & 1);
             h.pad = 0;
             h.op %= 4;
             h.n_in = (uint8_t)(nt / 2);
             h.n_out = (uint8_t)(nt - nt / 2);
-            h.state = 0;
             for (int i = 0; i < nt; i++) {
                 mxop__rec_tensor_t t;
                 memcpy(&t, rec + sizeof h + (size_t)i * sizeof t, sizeof t);
