@@ -398,7 +398,7 @@ static int call_once(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms, int
 static void mbox_send(mxop_client_t *c, size_t rec, size_t n, int64_t now_ns)
 {
     if (rec != 0) {
-        mxop__call_rec_encode(mxop__mbox_put_begin(&c->mbox), &c->cb.call, rec);
+        mxop__call_rec_encode(mxop__mbox_put_begin(&c->mbox), &c->cb.call);
         mxop__mbox_put_end(&c->mbox, MXOP__KIND_CALL_REC, rec, now_ns);
     } else {
         protobuf_c_message_pack((const ProtobufCMessage *)&c->cb.call,

@@ -58,7 +58,7 @@ static void put_tensor(uint8_t *dst, const Mxop__TensorDesc *d)
     memcpy(dst, &t, sizeof t);
 }
 
-void mxop__call_rec_encode(uint8_t *dst, const Mxop__Call *call, size_t size)
+void mxop__call_rec_encode(uint8_t *dst, const Mxop__Call *call)
 {
     const Mxop__Invoke *iv = call->invoke;
     int state = iv->state != 0 || iv->seed != 0;
@@ -72,7 +72,6 @@ void mxop__call_rec_encode(uint8_t *dst, const Mxop__Call *call, size_t size)
         .id = call->id,
         .deadline_ms = iv->deadline_ms,
     };
-    (void)size; /* mxop__call_rec_size's, for the reader of the call site */
     memcpy(dst, &h, sizeof h);
     uint8_t *at = dst + sizeof h;
     if (state) {

@@ -101,8 +101,8 @@ typedef struct mxop__call_rec_view {
  */
 size_t mxop__call_rec_size(const Mxop__Call *call);
 
-/** Writes `call` as a record of `size` bytes (mxop__call_rec_size's, not 0) at dst. */
-void mxop__call_rec_encode(uint8_t *dst, const Mxop__Call *call, size_t size);
+/** Writes `call` as a record at dst (mxop__call_rec_size(call) bytes, which must not be 0). */
+void mxop__call_rec_encode(uint8_t *dst, const Mxop__Call *call);
 
 /**
  * Decodes the call record p[len] into v (v->call then points into v).

@@ -99,7 +99,7 @@ static void invoke_seed(const char *name, uint32_t op, int backward, Mxop__Tenso
         uint8_t buf[sizeof(mxop__call_rec_t) + 8 * sizeof(mxop__rec_tensor_t)];
         if (rec > sizeof(buf))
             exit(1);
-        mxop__call_rec_encode(buf, &c, rec);
+        mxop__call_rec_encode(buf, &c);
         char fname[256];
         snprintf(fname, sizeof(fname), "%s-record", name);
         write_file("call", fname, buf, rec);
