@@ -32,6 +32,7 @@
 #include "client/spincap.h"
 #include "common/util.h"
 #include "shm/call_page.h"
+#include "shm/call_record.h"
 
 /* call_once's answer when the worker died before it took the call and a
  * replacement is there: the call is sent again, once. */
@@ -292,7 +293,7 @@ static int wait_mbox(mxop_client_t *c, const mxop_op_t *op, uint64_t id, int32_t
     int64_t spent;
     int rc;
     if (spin_cap > 0) {
-        if (mxop__mbox_spin_now(&c->mbox, spin_cap, &spent) &&
+        if (mxop__mbox_spin_since(&c->mbox, spin_cap, start_ns, &spent) &&
             (rc = mbox_result(c, op, id, res)) != 1)
             goto done;
         /* A failed spin (a long op, or a worker without a CPU): no turn needed to sleep. */
@@ -371,12 +372,13 @@ static void publish_call(mxop_client_t *c, uint64_t id, int64_t deadline_ns, int
 static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
                                Mxop__CallResult **res, uint64_t id, int64_t start);
 
-/* Sends c->cb.call as call `id` and waits for its result. */
-static int call_once(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms, Mxop__CallResult **res)
+/* Sends c->cb.call as call `id` and waits for its result; now_ns: CLOCK_MONOTONIC, just read. */
+static int call_once(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms, int64_t now_ns,
+                     Mxop__CallResult **res)
 {
     uint64_t id = c->next_call_id++;
     c->cb.call.id = id;
-    int64_t start = mxop__now_ns();
+    int64_t start = now_ns;
     publish_call(c, id, start + (int64_t)wait_ms * 1000000, call_kind(c), op);
     /* The worker this call goes to, for the calling thread's Ctrl-C
      * (inflight.c): named here, after the session's news was heard, on a
@@ -388,6 +390,23 @@ static int call_once(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms, Mxo
     return rc;
 }
 
+/*
+ * Writes c->cb.call into the mailbox's request slot: as a call record
+ * (shm/call_record.h) when it is one of the calls a record carries, else
+ * packed by protobuf-c.  `rec` is mxop__call_rec_size's answer.
+ */
+static void mbox_send(mxop_client_t *c, size_t rec, size_t n, int64_t now_ns)
+{
+    if (rec != 0) {
+        mxop__call_rec_encode(mxop__mbox_put_begin(&c->mbox), &c->cb.call);
+        mxop__mbox_put_end(&c->mbox, MXOP__KIND_CALL_REC, rec, now_ns);
+    } else {
+        protobuf_c_message_pack((const ProtobufCMessage *)&c->cb.call,
+                                mxop__mbox_put_begin(&c->mbox));
+        mxop__mbox_put_end(&c->mbox, MXOP__KIND_CALL, n, now_ns);
+    }
+}
+
 static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
                                Mxop__CallResult **res, uint64_t id, int64_t start)
 {
@@ -395,7 +414,8 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
     int64_t end = start + ((int64_t)wait_ms + MXOP__CALL_GRACE_MS) * 1000000;
 
     if (c->sess.chan == MXOP__CHAN_MBOX) {
-        size_t n = protobuf_c_message_get_packed_size(msg);
+        size_t rec = mxop__call_rec_size(&c->cb.call);
+        size_t n = rec != 0 ? rec : protobuf_c_message_get_packed_size(msg);
         if (mxop__mbox_fits(n)) {
             /* What the worker's last call kept busy (its op's BLAS threads). */
             int worker_cpus = mxop__mbox_peer_busy(&c->mbox);
@@ -407,12 +427,12 @@ static int call_once_published(mxop_client_t *c, const mxop_op_t *op, int32_t wa
             /* A call that will spin takes its turn first (client/lease.c); one that will not
              * lets its process's turn go. */
             if (spin_cap > 0 && mxop__mbox_spin_pays(&c->mbox)) {
-                mxop__lease_enter(&c->lease);
+                mxop__lease_enter_at(&c->lease, start);
             } else {
                 spin_cap = 0;
                 mxop__lease_leave(&c->lease);
             }
-            mxop__mbox_put(&c->mbox, MXOP__KIND_CALL, msg, n);
+            mbox_send(c, rec, n, start);
             int rc = wait_mbox(c, op, id, wait_ms, start, end, spin_cap, sleep_why, res);
             mxop__spincap_crowd_leave(crowd_cpu);
             mxop__spincap_leave(worker_cpus);
@@ -481,30 +501,41 @@ int mxop__call_transact(mxop_client_t *c, const mxop_op_t *op, int32_t wait_ms,
     /*
      * One deadline for the whole call, whatever happens on the way (a
      * replacement worker to attach, a retry on it): the call returns within
-     * wait_ms plus the grace.
+     * wait_ms plus the grace.  The clock is read again only after something
+     * that can take time (an attach, news heard without a worker, a retry):
+     * a call to a serving worker reads it once here.
      */
-    int64_t end = mxop__now_ns() + (int64_t)wait_ms * 1000000;
+    int64_t now = mxop__now_ns();
+    int64_t end = now + (int64_t)wait_ms * 1000000;
     for (int attempt = 0;; attempt++) {
-        int64_t left_ns = end - mxop__now_ns();
+        int64_t left_ns = end - now;
         int32_t left = left_ns > 1000000 ? (int32_t)(left_ns / 1000000) : 1;
+        /* Without a worker, mxop__call_ready may wait for the daemon's news. */
+        int quick = c->sess.data_fd >= 0;
         /*
          * With little of the budget left the call goes on the socket (which
          * always works) and the mailbox waits for the next call: an attach
          * cut short by the deadline would cost a healthy worker its life.
          */
-        if (c->sess.chan == MXOP__CHAN_MBOX_WANTED && left >= 100)
+        if (c->sess.chan == MXOP__CHAN_MBOX_WANTED && left >= 100) {
             attach_mailbox(c, left);
+            quick = 0;
+        }
         /* Attaching may have taken in news that the session lost its worker. */
         int rc = mxop__call_ready(c);
         if (rc != 0)
             return rc;
-        left_ns = end - mxop__now_ns();
-        left = left_ns > 1000000 ? (int32_t)(left_ns / 1000000) : 1;
-        rc = call_once(c, op, left, res);
+        if (!quick) {
+            now = mxop__now_ns();
+            left_ns = end - now;
+            left = left_ns > 1000000 ? (int32_t)(left_ns / 1000000) : 1;
+        }
+        rc = call_once(c, op, left, now, res);
         if (rc != CALL_RETRY)
             return rc;
         if (attempt > 0)
             return event_result(c, op);
+        now = mxop__now_ns();
     }
 }
 

@@ -151,10 +151,16 @@ static int take(mxop__lease_page_t *p, uint32_t me, int64_t now, int64_t *next_n
 
 int mxop__lease_enter(mxop__lease_t *l)
 {
+    if (l->state == MXOP__LEASE_NONE || l->page == NULL)
+        return 0;
+    return mxop__lease_enter_at(l, mxop__now_ns());
+}
+
+int mxop__lease_enter_at(mxop__lease_t *l, int64_t now)
+{
     mxop__lease_page_t *p = l->page;
     if (l->state == MXOP__LEASE_NONE || p == NULL)
         return 0;
-    int64_t now = mxop__now_ns();
     if (l->state == MXOP__LEASE_OFF) {
         if (now < l->off_until_ns)
             return 0;

@@ -42,6 +42,9 @@ void mxop__lease_unmap(mxop__lease_t *l);
  */
 int mxop__lease_enter(mxop__lease_t *l);
 
+/* mxop__lease_enter for a caller that has just read CLOCK_MONOTONIC (now_ns): no second read. */
+int mxop__lease_enter_at(mxop__lease_t *l, int64_t now_ns);
+
 /*
  * Before a call that will not spin: a process that does not spin holds no
  * slot, so it lets its slot go.

@@ -17,6 +17,7 @@
 
 #include "client/client_internal.h"
 #include "common/util.h"
+#include "shm/call_record.h"
 
 int mxop__code_known(int code)
 {
@@ -108,19 +109,49 @@ static int names_op(const char *msg, const mxop_op_t *op)
     return strncmp(msg, "op '", 4) == 0 && strncmp(msg + 4, op->name, n) == 0 && msg[4 + n] == '\'';
 }
 
+/*
+ * A result record (shm/call_record.h) decoded into a CallResult in c->pba,
+ * as unpacking would have made it; NULL (with the reason in c->err) for a
+ * record that is not one.
+ */
+static Mxop__CallResult *record_take(mxop_client_t *c, uint32_t len, const uint8_t *payload)
+{
+    ProtobufCAllocator *a = &c->pba.allocator;
+    Mxop__CallResult *r = a->alloc(a->allocator_data, sizeof *r);
+    size_t cap = len + 1u;
+    char *text = a->alloc(a->allocator_data, cap);
+    char why[160];
+    if (r == NULL || text == NULL) {
+        mxop__fail(c, MXOP_ENOMEM, "out of memory for a result from the worker");
+        return NULL;
+    }
+    if (mxop__result_rec_decode(payload, len, r, text, cap, why, sizeof why) != 0) {
+        mxop__fail(c, MXOP_EPROTOCOL, "%s", why);
+        return NULL;
+    }
+    return r;
+}
+
 int mxop__result_take(mxop_client_t *c, const mxop_op_t *op, uint64_t id, uint16_t kind,
                       uint32_t len, const uint8_t *payload, Mxop__CallResult **res)
 {
-    if (kind != MXOP__KIND_CALL_RESULT) {
+    Mxop__CallResult *r = NULL;
+    mxop__pbarena_reset(&c->pba);
+    if (kind == MXOP__KIND_RESULT_REC) {
+        r = record_take(c, len, payload);
+        if (r == NULL)
+            return MXOP__RESULT_GARBAGE;
+    } else if (kind == MXOP__KIND_CALL_RESULT) {
+        r = mxop__call_result__unpack(&c->pba.allocator, len, payload);
+        if (r == NULL) {
+            mxop__fail(c, MXOP_EPROTOCOL, "a result frame of %u bytes that does not decode", len);
+            return MXOP__RESULT_GARBAGE;
+        }
+    } else {
         mxop__fail(c, MXOP_EPROTOCOL, "a frame of kind %u where a call result belongs", kind);
         return MXOP__RESULT_GARBAGE;
     }
-    mxop__pbarena_reset(&c->pba);
-    Mxop__CallResult *r = mxop__call_result__unpack(&c->pba.allocator, len, payload);
-    if (r == NULL) {
-        mxop__fail(c, MXOP_EPROTOCOL, "a result frame of %u bytes that does not decode", len);
-        return MXOP__RESULT_GARBAGE;
-    }
+    /* From here on a record and a protobuf result are one struct, checked alike. */
     /*
      * Call ids only grow, and one call is in flight: a result naming an
      * earlier call is that of a call given up on (its deadline passed); one

@@ -55,7 +55,25 @@ typedef struct mxop__call_page {
     mxop__call_stats_t stats;
 } mxop__call_page_t;
 
-/* The client: publishes call `id` (0 clears the page). */
+/*
+ * Writes a name into a field of the page unless the field holds it
+ * already: the client is the page's only writer, so a run of calls of one
+ * op writes no name (strncpy pads the whole field, twice a call).
+ */
+static inline void mxop__call_page_name(char *field, const char *name)
+{
+    if (name == NULL)
+        name = "";
+    if (strncmp(field, name, MXOP__CALL_PAGE_NAME - 1) == 0)
+        return;
+    strncpy(field, name, MXOP__CALL_PAGE_NAME - 1);
+    field[MXOP__CALL_PAGE_NAME - 1] = '\0';
+}
+
+/*
+ * The client: publishes call `id` (0 clears the page; the names are only
+ * read with a call, so a clear leaves them for the next call of the op).
+ */
 static inline void mxop__call_page_publish(mxop__call_page_t *p, uint64_t id, int64_t deadline_ns,
                                            int kind, const char *op, const char *library)
 {
@@ -65,10 +83,10 @@ static inline void mxop__call_page_publish(mxop__call_page_t *p, uint64_t id, in
     p->call_id = id;
     p->deadline_ns = deadline_ns;
     p->kind = kind;
-    strncpy(p->op, op != NULL ? op : "", sizeof(p->op) - 1);
-    p->op[sizeof(p->op) - 1] = '\0';
-    strncpy(p->library, library != NULL ? library : "", sizeof(p->library) - 1);
-    p->library[sizeof(p->library) - 1] = '\0';
+    if (id != 0) {
+        mxop__call_page_name(p->op, op);
+        mxop__call_page_name(p->library, library);
+    }
     atomic_store_explicit(&p->seq, s + 2, memory_order_release);
 }
 

@@ -30,6 +30,9 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Looks at seq between two reads of the clock while spinning. */
+#define SPIN_LOOKS 32
+
 /* A frame that keeps changing while it is copied is a peer that scribbles. */
 #define TAKE_TRIES 1000
 
@@ -182,30 +185,48 @@ static void ring(int bell)
         ;
 }
 
-void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg, size_t payload)
+uint8_t *mxop__mbox_put_begin(mxop__mbox_t *m)
+{
+    mxop__mbox_slot_t *s = m->tx;
+    atomic_store_explicit(&s->seq, m->tx_seq + 1, memory_order_relaxed);
+    /*
+     * The odd seq is visible before any byte of the frame changes: a
+     * reader that copied bytes of this frame then finds seq moved (its
+     * acquire fence after the copy pairs with this release fence).
+     */
+    atomic_thread_fence(memory_order_release);
+    return s->data + MXOP__FRAME_HDR;
+}
+
+void mxop__mbox_put_end(mxop__mbox_t *m, uint16_t kind, size_t payload, int64_t now_ns)
 {
     mxop__mbox_slot_t *s = m->tx;
     uint32_t seq = m->tx_seq;
 
-    atomic_store_explicit(&s->seq, seq + 1, memory_order_relaxed);
-    /* The odd seq is visible before any byte of the frame changes. */
-    atomic_thread_fence(memory_order_release);
     mxop__frame_hdr_encode(s->data, kind, (uint32_t)payload);
-    protobuf_c_message_pack(msg, s->data + MXOP__FRAME_HDR);
     atomic_store_explicit(&s->len, (uint32_t)(MXOP__FRAME_HDR + payload), memory_order_relaxed);
     atomic_store_explicit(&s->cpu, sched_getcpu(), memory_order_relaxed);
-    atomic_store_explicit(&s->put_ns, mxop__now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&s->put_ns, now_ns, memory_order_relaxed);
     m->tx_seq = seq + 2;
     /*
-     * Sequentially consistent store, then load: with the reader's store of
-     * `sleeping` before its load of seq, one of the two sees the other, so
-     * either the reader finds the frame or this side rings the bell.
+     * The even seq, sequentially consistent (its release half makes the
+     * frame visible before it), then the sleeping flag, sequentially
+     * consistent: with the reader's store of `sleeping` before its load of
+     * seq (mxop__mbox_sleep_begin), one of the two sees the other, so
+     * either the reader finds the frame or this side rings the bell.  This
+     * store-then-load is the one full fence of a put (an xchg on x86).
      */
     atomic_store_explicit(&s->seq, seq + 2, memory_order_seq_cst);
     uint32_t why = atomic_load_explicit(&s->sleeping, memory_order_seq_cst);
     m->peer_crowded = why == MXOP__MBOX_CROWDED;
     if (why != MXOP__MBOX_AWAKE)
         ring(m->bell_tx);
+}
+
+void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg, size_t payload)
+{
+    protobuf_c_message_pack(msg, mxop__mbox_put_begin(m));
+    mxop__mbox_put_end(m, kind, payload, mxop__now_ns());
 }
 
 int mxop__mbox_take(mxop__mbox_t *m, uint8_t *buf, size_t cap, uint16_t *kind, uint32_t *len)
@@ -293,7 +314,12 @@ int mxop__mbox_spin(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
 
 int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
 {
-    int64_t start = mxop__now_ns(), budget = spin_budget(m, cap_ns), now = start;
+    return mxop__mbox_spin_since(m, cap_ns, mxop__now_ns(), spent_ns);
+}
+
+int mxop__mbox_spin_since(mxop__mbox_t *m, int64_t cap_ns, int64_t start, int64_t *spent_ns)
+{
+    int64_t budget = spin_budget(m, cap_ns), now = start;
     *spent_ns = 0;
     if (cap_ns <= 0)
         return mxop__mbox_ready(m);
@@ -313,10 +339,16 @@ int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns)
     int me = sched_getcpu();
     int peer = atomic_load_explicit(&m->rx->cpu, memory_order_relaxed);
     int yield_each = me >= 0 && me == peer;
+    /*
+     * The clock is read once per SPIN_LOOKS looks, after each batch: a
+     * quick answer (the common case) costs no clock read in the loop, and
+     * the budget, tens of microseconds, is kept to within a batch of
+     * looks.  *spent_ns is as coarse.
+     */
     for (;;) {
-        for (int i = 0; i < 32; i++) {
+        for (int i = 0; i < SPIN_LOOKS; i++) {
             if (mxop__mbox_ready(m)) {
-                *spent_ns = mxop__now_ns() - start;
+                *spent_ns = now - start;
                 note_spin(m, 1);
                 return 1;
             }
@@ -360,9 +392,13 @@ void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang)
 
 void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t since_ns)
 {
+    mxop__mbox_note_wait_at(m, since_ns, mxop__now_ns());
+}
+
+void mxop__mbox_note_wait_at(mxop__mbox_t *m, int64_t since_ns, int64_t now)
+{
     if (m->rx == NULL)
         return; /* closed under the wait: there is no peer left to learn about */
-    int64_t now = mxop__now_ns();
     int64_t put = atomic_load_explicit(&m->rx->put_ns, memory_order_relaxed);
     int64_t waited_ns = put >= since_ns && put <= now ? put - since_ns : now - since_ns;
     if (waited_ns > WAIT_SAMPLE_MAX_NS)

@@ -3,7 +3,8 @@
  *
  * A mailbox is one small memfd shared by a client and its worker, beside
  * their data socket.  It holds two slots, each the bytes of one frame
- * (header and payload, as on the socket): the request slot (client to
+ * (header and payload, as on the socket; the common calls and results as
+ * records of fixed layout, shm/call_record.h): the request slot (client to
  * worker) and the reply slot (worker to client).  One call is in flight at
  * a time, so a slot never holds more than one frame that matters.
  *
@@ -41,7 +42,8 @@
 #include <protobuf-c/protobuf-c.h>
 
 #define MXOP__MBOX_MAGIC 0x584F424Du /* "MBOX", little-endian */
-#define MXOP__MBOX_VERSION 1
+/* 2: a slot may also hold the call and result records of shm/call_record.h. */
+#define MXOP__MBOX_VERSION 2
 /* The most frame bytes (header included) one slot holds. */
 #define MXOP__MBOX_SLOT_BYTES (64u * 1024)
 
@@ -95,8 +97,15 @@ typedef struct mxop__mbox_slot {
     _Atomic int64_t put_ns;    /* CLOCK_MONOTONIC when the writer published its last frame */
     /* The CPUs the work behind the writer's last frame kept busy (0: not said). */
     _Atomic uint32_t busy_cpus;
-    uint32_t pad_[9]; /* the control words get their own cache line */
+    /*
+     * The frame begins in the control words' cache line, at byte 28: a
+     * result record, or a call record without tensors (36 bytes with their
+     * frame header, shm/call_record.h), fills the rest of it exactly, so
+     * the reader that saw seq move has the frame with the same cache line
+     * instead of waiting for a second one from the writer's CPU.
+     */
     uint8_t data[MXOP__MBOX_SLOT_BYTES];
+    uint8_t pad_[36]; /* the next slot's control words get their own cache line */
 } mxop__mbox_slot_t;
 
 /* The layout of the shared memfd; the client initialises the header. */
@@ -181,6 +190,19 @@ static inline int mxop__mbox_fits(size_t payload)
 void mxop__mbox_put(mxop__mbox_t *m, uint16_t kind, const ProtobufCMessage *msg, size_t payload);
 
 /**
+ * The two halves of mxop__mbox_put, for a writer that writes its payload
+ * straight into the slot (shm/call_record.h): put_begin marks the tx slot
+ * as being written and returns where the payload goes (payload bytes
+ * after the frame header, at most MXOP__MBOX_SLOT_BYTES - 12); put_end
+ * writes the header for `kind` and `payload` bytes, stamps put_ns with
+ * now_ns (the writer's CLOCK_MONOTONIC, read at most a few microseconds
+ * earlier: a hint for the reader's spin), publishes the frame and rings
+ * the peer's bell if it sleeps.  Never blocks.
+ */
+uint8_t *mxop__mbox_put_begin(mxop__mbox_t *m);
+void mxop__mbox_put_end(mxop__mbox_t *m, uint16_t kind, size_t payload, int64_t now_ns);
+
+/**
  * Says, with the next put, how many CPUs the work behind that frame kept
  * busy (the worker: its op's BLAS threads).  A hint for the peer's spin
  * (client/spincap.c); whatever a writer says costs only its own peer's spin.
@@ -234,6 +256,14 @@ int mxop__mbox_spin_pays(mxop__mbox_t *m);
 int mxop__mbox_spin_now(mxop__mbox_t *m, int64_t cap_ns, int64_t *spent_ns);
 
 /**
+ * mxop__mbox_spin_now for a caller that knows when its wait began
+ * (start_ns, CLOCK_MONOTONIC; the client: when it published its call), so
+ * that the spin reads no clock before its first looks and its budget
+ * counts from the start of the wait.
+ */
+int mxop__mbox_spin_since(mxop__mbox_t *m, int64_t cap_ns, int64_t start_ns, int64_t *spent_ns);
+
+/**
  * Raises the sleeping flag before a poll() on bell_rx: `why` is
  * MXOP__MBOX_SLEEPING, or MXOP__MBOX_CROWDED for a reader that sleeps
  * because its calls in flight fill the CPUs.  Returns 1 if a frame arrived
@@ -254,5 +284,8 @@ void mxop__mbox_sleep_end(mxop__mbox_t *m, int bell_rang);
  * peer that lies can only make this side spin up to its cap.
  */
 void mxop__mbox_note_wait(mxop__mbox_t *m, int64_t since_ns);
+
+/** mxop__mbox_note_wait with the time now (CLOCK_MONOTONIC) given by a caller that has it. */
+void mxop__mbox_note_wait_at(mxop__mbox_t *m, int64_t since_ns, int64_t now_ns);
 
 #endif /* MXOP_SHM_MAILBOX_H */

@@ -227,6 +227,37 @@ Test(hostile, status_that_is_no_code_and_a_message_of_escapes)
     end(&h, 0);
 }
 
+/* ---- result records in the reply slot (shm/call_record.h) ---- */
+
+Test(hostile, result_record_shorter_than_its_fixed_part)
+{
+    garbage("mbox_rec_short", 1, "result record of 10 bytes; its fixed part alone has 24");
+}
+
+Test(hostile, result_record_of_another_version)
+{
+    garbage("mbox_rec_version", 1, "result record version 77");
+}
+
+Test(hostile, result_record_for_a_call_never_made)
+{
+    garbage("mbox_rec_future_id", 1, "a result for call 18446744073709551615");
+}
+
+/* A result record for the call in flight whose status and message are garbage: as protobuf. */
+Test(hostile, result_record_with_a_status_that_is_no_code)
+{
+    hostile_t h;
+    begin(&h, 1);
+    call_fails(&h, "mbox_rec_bad_status", MXOP_EPROTOCOL,
+               "the worker answered with status -77777, which is no MXOP_E* code");
+    const char *msg = mxop_last_error(h.c);
+    cr_assert(strchr(msg, 0x1b) == NULL, "an escape reached the caller: %s", msg);
+    cr_assert(strstr(msg, "\\x1b[2J") != NULL && strstr(msg, "\\xff\\xfe") != NULL, "%s", msg);
+    cr_assert(strlen(msg) < 512 && strstr(msg, "...") != NULL, "%s", msg);
+    end(&h, 0);
+}
+
 Test(hostile, inferred_dtype_and_shape_that_are_none)
 {
     hostile_t h;

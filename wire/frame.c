@@ -52,7 +52,7 @@ int mxop__frame_hdr_decode(const uint8_t *in, uint16_t *kind, uint32_t *len)
     if (get_u16(in + 4) != MXOP__FRAME_VERSION)
         return MXOP_EVERSION;
     uint16_t k = get_u16(in + 6);
-    if (k < MXOP__KIND_CTL_REQUEST || k > MXOP__KIND_SUP_REPLY)
+    if (k < MXOP__KIND_CTL_REQUEST || k > MXOP__KIND_RESULT_REC)
         return MXOP_EPROTOCOL;
     uint32_t l = get_u32(in + 8);
     if (l > MXOP__FRAME_MAX)

@@ -35,6 +35,8 @@ enum mxop__frame_kind {
     MXOP__KIND_CALL_RESULT = 4, /* Mxop__CallResult, worker -> client */
     MXOP__KIND_SUP_REQUEST = 5, /* Mxop__SupRequest, daemon -> worker */
     MXOP__KIND_SUP_REPLY = 6,   /* Mxop__SupReply, worker -> daemon */
+    MXOP__KIND_CALL_REC = 7,    /* a call record (shm/call_record.h), client -> worker */
+    MXOP__KIND_RESULT_REC = 8,  /* a result record (shm/call_record.h), worker -> client */
 };
 
 /** Writes a header for a payload of `len` bytes into out[MXOP__FRAME_HDR]. */

@@ -75,7 +75,8 @@ int mxop__check_arity(const mxop__worker_op_t *op, int backward, size_t n_in, si
                       int check_out, int *k, char *msg, size_t msglen)
 {
     const mxop_op_def_t *d = &op->def;
-    char want[64]; /* described only for a message: formatting it costs a call's worth of work */
+    /* What the op takes is formatted only for a refusal: a call that passes costs no snprintf. */
+    char want[64];
     long nin = n_in > MXOP__W_MAX_IN ? MXOP__W_MAX_IN + 1 : (long)n_in;
     long nout = n_out > MXOP__W_MAX_OUT ? MXOP__W_MAX_OUT + 1 : (long)n_out;
 

@@ -31,6 +31,7 @@
 #include "server/worker/prefill.h"
 #include "server/worker/worker.h"
 #include "shm/worker_exit.h"
+#include "shm/call_record.h"
 #include "shm/mailbox.h"
 #include "shm/placement.h"
 #include "wire/rxbuf.h"
@@ -60,6 +61,8 @@ static int64_t idle_since; /* when the last call was answered: waits are measure
 static mxop__sockspin_t sock_spin; /* the socket path's busy-poll before poll() blocks */
 static int64_t call_avg_ns;        /* mailbox calls' time in the worker, over about the last 8 */
 static int calls_long;             /* call_avg_ns is over MXOP__PLACEMENT_LONG_NS */
+static int64_t replied_ns;         /* when the last result was published in the mailbox */
+static mxop__call_rec_view_t rec_view; /* a call record decoded (shm/call_record.h) */
 
 int mxop__data_init(int sup, int data, mxop__pbarena_t *a)
 {
@@ -122,10 +125,20 @@ static void close_data(void)
 static void reply(Mxop__CallResult *res, int via_mbox)
 {
     if (via_mbox && mbox.sh != NULL) {
-        size_t n = protobuf_c_message_get_packed_size(&res->base);
+        /* A result without inferred dtypes or shapes goes as a record (shm/call_record.h). */
+        size_t rec = mxop__result_rec_size(res);
+        size_t n = rec != 0 ? rec : protobuf_c_message_get_packed_size(&res->base);
         if (mxop__mbox_fits(n)) {
             mxop__mbox_say_busy(&mbox, mxop__blas_take_threads_used());
-            mxop__mbox_put(&mbox, MXOP__KIND_CALL_RESULT, &res->base, n);
+            uint8_t *at = mxop__mbox_put_begin(&mbox);
+            if (rec != 0)
+                mxop__result_rec_encode(at, res, rec);
+            else
+                protobuf_c_message_pack(&res->base, at);
+            /* One clock read stamps the result and ends the call's time (serve_mbox). */
+            replied_ns = mxop__now_ns();
+            mxop__mbox_put_end(&mbox, rec != 0 ? MXOP__KIND_RESULT_REC : MXOP__KIND_CALL_RESULT, n,
+                               replied_ns);
             return;
         }
     }
@@ -188,11 +201,38 @@ static void attach(const Mxop__Call *call, int *fds, int nfds, Mxop__CallResult 
     mxop__prefill_watch(&mbox.sh->reserve_ino, &mbox.sh->reserve_from);
 }
 
+/*
+ * Serves a call record (shm/call_record.h): decoded into the Call that
+ * unpacking would have made, then checked and run by the same code.  A
+ * record that does not decode is answered with its id when it has one, so
+ * that the client's call fails with the reason and the session goes on.
+ */
+static void serve_record(uint32_t len, const uint8_t *payload, int via_mbox)
+{
+    char m[160];
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    int rc = mxop__call_rec_decode(payload, len, &rec_view, m, sizeof(m));
+    if (rc != 0) {
+        res.id = rec_view.call.id;
+        res.status = rc;
+        res.message = m;
+        reply(&res, via_mbox);
+        return;
+    }
+    mxop__run_call(&rec_view.call, &res);
+    reply(&res, via_mbox);
+}
+
 /* Decodes and serves one CALL frame; `fds` came with it (taken). */
 static void serve_frame(uint16_t kind, uint32_t len, const uint8_t *payload, int via_mbox, int *fds,
                         int nfds)
 {
     char m[160];
+    if (kind == MXOP__KIND_CALL_REC) {
+        close_fds(fds, nfds);
+        serve_record(len, payload, via_mbox);
+        return;
+    }
     if (kind != MXOP__KIND_CALL) {
         close_fds(fds, nfds);
         mxop__fmt(m, sizeof(m), "the data channel carries CALL frames, not kind %u", kind);
@@ -313,11 +353,17 @@ static int spin_for_socket(struct pollfd pfd[3])
     return r > 0 ? l.n : 0;
 }
 
-/* Serves the newest frame of the mailbox, if there is one; returns 1 if so. */
+/*
+ * Serves the newest frame of the mailbox, if there is one; returns 1 if so
+ * (then idle_since is when the call ended).  The wait for it is told to the
+ * spin policy with the same clock read that starts the call.
+ */
 static int serve_mbox(void)
 {
     uint16_t kind;
     uint32_t len;
+    int64_t t0 = mxop__now_ns();
+    mxop__mbox_note_wait_at(&mbox, idle_since, t0);
     int rc = mxop__mbox_take(&mbox, mbox_buf, MXOP__MBOX_SLOT_BYTES, &kind, &len);
     if (rc == 0)
         return 0;
@@ -326,16 +372,19 @@ static int serve_mbox(void)
         char m[160];
         mxop__fmt(m, sizeof(m), "bad frame in the mailbox (%s)", mxop_err_name(rc));
         reply_fail(rc, m, 1);
+        idle_since = mxop__now_ns();
         return 1;
     }
-    int64_t t0 = mxop__now_ns();
     serve_frame(kind, len, mbox_buf + MXOP__FRAME_HDR, 1, NULL, 0);
+    /* The clock read of the reply ends the call (one that went on the socket reads its own). */
+    int64_t end = replied_ns >= t0 ? replied_ns : mxop__now_ns();
     /*
      * Calls that are not short on average: their ops may want every CPU, or
      * the client's cache, more than the next call wants a spin.
      */
-    call_avg_ns += (mxop__now_ns() - t0 - call_avg_ns) / 8;
+    call_avg_ns += (end - t0 - call_avg_ns) / 8;
     calls_long = call_avg_ns > MXOP__PLACEMENT_LONG_NS;
+    idle_since = end;
     return 1;
 }
 
@@ -376,10 +425,9 @@ int mxop__data_serve(void)
         if (mbox.sh != NULL) {
             int64_t spent = 0;
             if (mxop__mbox_ready(&mbox) || mxop__mbox_spin(&mbox, MXOP__MBOX_SPIN_NS, &spent)) {
-                mxop__mbox_note_wait(&mbox, idle_since);
-                serve_mbox();
-                int64_t now = mxop__now_ns();
-                idle_since = now;
+                if (!serve_mbox())
+                    idle_since = mxop__now_ns(); /* a frame still being written: wait again */
+                int64_t now = idle_since;
                 place_after_call();
                 if (now - last_socket_check < SOCKET_CHECK_NS)
                     continue;

@@ -1,8 +1,9 @@
 /*
  * tests/fuzz/fuzz_call.c - libFuzzer target: the worker's call validation.
  *
- * The input is one data-channel payload (an mxop.Call) as a hostile or
- * broken client could send it.  It is unpacked and served by the worker's
+ * The input is one data-channel payload (an mxop.Call, and the same bytes
+ * as a mailbox call record) as a hostile or broken client could send it.
+ * It is unpacked (decoded) and served by the worker's
  * own call handler (mxop__run_call), against the example op libraries
  * loaded by the worker's own loader and two real shared-memory regions:
  * every descriptor, shape, dtype, arity and attribute check runs as in a
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "data.pb-c.h"
+#include "shm/call_record.h"
 #include "wire/frame.h"
 #include "server/worker/worker.h"
 
@@ -39,6 +41,27 @@ static const struct {
 } regions[] = {{1, 1u << 20}, {2, 1u << 16}};
 
 static mxop__pbarena_t arena;
+
+/*
+ * The same bytes read as a call record (shm/call_record.h), as the worker
+ * reads a frame of kind MXOP__KIND_CALL_REC from its mailbox: decoded, then
+ * served by the same handler.  The seeds hold records too (seeds.c).
+ */
+static void serve_record(const uint8_t *data, size_t size)
+{
+    static mxop__call_rec_view_t view;
+    char msg[160];
+    Mxop__CallResult res = MXOP__CALL_RESULT__INIT;
+    int rc = mxop__call_rec_decode(data, size, &view, msg, sizeof(msg));
+    if (rc != 0) {
+        if (!mxop__is_known_error(rc))
+            abort();
+        return;
+    }
+    mxop__run_call(&view.call, &res);
+    if (res.status != 0 && !mxop__is_known_error(res.status))
+        abort();
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -76,6 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > MXOP__FRAME_MAX)
         return 0; /* the framing refuses it before any unpacking */
+    serve_record(data, size);
     mxop__pbarena_reset(&arena);
     Mxop__Call *call = mxop__call__unpack(&arena.allocator, size, data);
     if (call == NULL)

@@ -19,6 +19,8 @@
 
 #include "control.pb-c.h"
 #include "data.pb-c.h"
+#include "mxop/errors.h"
+#include "shm/call_record.h"
 #include "wire/frame.h"
 #include "supervisor.pb-c.h"
 
@@ -103,6 +105,17 @@ static void invoke_seed(const char *name, uint32_t op, int backward, Mxop__Tenso
     c.body_case = MXOP__CALL__BODY_INVOKE;
     c.invoke = &iv;
     seed("call", name, MXOP__KIND_CALL, &c.base);
+    /* The same call as a mailbox call record, when it is one a record carries. */
+    size_t rec = mxop__call_rec_size(&c);
+    if (rec != 0) {
+        uint8_t buf[sizeof(mxop__call_rec_t) + 8 * sizeof(mxop__rec_tensor_t)];
+        if (rec > sizeof(buf))
+            exit(1);
+        mxop__call_rec_encode(buf, &c);
+        char fname[256];
+        snprintf(fname, sizeof(fname), "%s-record", name);
+        write_file("call", fname, buf, rec);
+    }
 }
 
 /* The gemm call with a NUL inside its attribute's value ("2.5\0junk"). */
@@ -393,6 +406,20 @@ static void client_seeds(void)
     }
     client_seed("shm-forward", 1, 0, NULL, 0, NULL, 0, (const uint8_t[]){0}, 1, slot, nslot);
     client_seed("shm-three", 1, 0, NULL, 0, NULL, 0, (const uint8_t[]){0, 3, 2}, 3, slot, nslot);
+    /* The same answers as result records (shm/call_record.h), as a worker writes most. */
+    for (int k = 0; k < 2; k++) {
+        Mxop__CallResult m = MXOP__CALL_RESULT__INIT;
+        m.id = 2;
+        m.status = k == 0 ? 0 : MXOP_EOP_FAILED;
+        m.message = k == 0 ? "" : "op 'relu' failed: bad input";
+        size_t len = mxop__result_rec_size(&m);
+        mxop__frame_hdr_encode(slot[k], MXOP__KIND_RESULT_REC, (uint32_t)len);
+        mxop__result_rec_encode(slot[k] + MXOP__FRAME_HDR, &m, len);
+        nslot[k] = MXOP__FRAME_HDR + len;
+    }
+    client_seed("shm-forward-record", 1, 0, NULL, 0, NULL, 0, (const uint8_t[]){0}, 1, slot, nslot);
+    client_seed("shm-error-record", 1, 0, NULL, 0, NULL, 0, (const uint8_t[]){0}, 1, slot + 1,
+                nslot + 1);
     /* A result on the socket while the mailbox is quiet (one too large for a slot comes so). */
     na = 0;
     r.id = 2;

@@ -29,6 +29,12 @@
  *                    request slot) with status -77777, no MXOP_E* code, and a
  *                    message of 60000 bytes with terminal escapes, invalid
  *                    UTF-8 and a NUL
+ *   mbox_rec_short   a result record (frame kind 8, shm/call_record.h) of
+ *                    10 bytes, shorter than its fixed part
+ *   mbox_rec_version a result record of version 77
+ *   mbox_rec_future_id a result record for a call never made
+ *   mbox_rec_bad_status a result record for the call in flight with
+ *                    status -77777 and the message of mbox_bad_status
  *   mbox_bad_infer   (infer_shape; forward copies) a result for the Infer in
  *                    flight with dtype 999 and a negative dimension
  *
@@ -56,6 +62,8 @@ MXOP_PLUGIN("garbage_reply", "1.0");
 
 #define DATA_FD 4
 #define KIND_CALL_RESULT 4
+#define KIND_CALL_REC 7   /* a call record, shm/call_record.h */
+#define KIND_RESULT_REC 8 /* a result record */
 
 static const mxop_host_t *host;
 
@@ -84,14 +92,21 @@ static size_t put_varint(uint8_t *p, uint64_t v)
     return n;
 }
 
+static void put_hdr_kind(uint8_t *p, uint32_t len, uint8_t kind);
+
 static void put_hdr(uint8_t *p, uint32_t len)
+{
+    put_hdr_kind(p, len, KIND_CALL_RESULT);
+}
+
+static void put_hdr_kind(uint8_t *p, uint32_t len, uint8_t kind)
 {
     const uint32_t magic = 0x504F584Du; /* "MXOP", wire/frame.h */
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(magic >> (8 * i));
     p[4] = 1; /* frame version */
     p[5] = 0;
-    p[6] = KIND_CALL_RESULT;
+    p[6] = kind;
     p[7] = 0;
     for (int i = 0; i < 4; i++)
         p[8 + i] = (uint8_t)(len >> (8 * i));
@@ -217,10 +232,19 @@ static void ring_all(void)
     closedir(d);
 }
 
-/* The id of the call in the request slot (its payload's field 1). */
+/*
+ * The id of the call in the request slot: at byte 8 of a call record
+ * (frame kind 7, shm/call_record.h), else its protobuf payload's field 1.
+ */
 static uint64_t call_in_flight(const mxop__mbox_shared_t *sh)
 {
     const uint8_t *p = sh->req.data + 12;
+    if (sh->req.data[6] == KIND_CALL_REC) {
+        uint64_t id = 0;
+        for (int i = 0; i < 8; i++)
+            id |= (uint64_t)p[8 + i] << (8 * i);
+        return id;
+    }
     if (p[0] != 0x08)
         return 0;
     uint64_t v = 0;
@@ -244,7 +268,32 @@ static void publish(mxop__mbox_shared_t *sh, const uint8_t *frame, size_t n, uin
     ring_all();
 }
 
-enum mbox_kind { JUNK, SLOT_LEN, HDR_LEN, FUTURE_ID, BAD_STATUS, BAD_INFER };
+enum mbox_kind {
+    JUNK,
+    SLOT_LEN,
+    HDR_LEN,
+    FUTURE_ID,
+    BAD_STATUS,
+    BAD_INFER,
+    REC_SHORT,
+    REC_VERSION,
+    REC_FUTURE_ID,
+    REC_BAD_STATUS
+};
+
+/* A result record's fixed part (shm/call_record.h): version, status, id, state, little-endian. */
+static size_t result_record(uint8_t *p, uint32_t version, int32_t status, uint64_t id)
+{
+    for (int i = 0; i < 4; i++) {
+        p[i] = (uint8_t)(version >> (8 * i));
+        p[4 + i] = (uint8_t)((uint32_t)status >> (8 * i));
+    }
+    for (int i = 0; i < 8; i++) {
+        p[8 + i] = (uint8_t)(id >> (8 * i));
+        p[16 + i] = 0;
+    }
+    return 24;
+}
 
 static uint8_t frame[MXOP__MBOX_SLOT_BYTES];
 
@@ -291,6 +340,36 @@ static void mbox_garbage(mxop_ctx_t *ctx, enum mbox_kind k)
         publish(sh, frame, 12 + n, (uint32_t)(12 + n));
         break;
     }
+    case REC_SHORT:
+        n = result_record(frame + 12, 1, 0, call_in_flight(sh)) - 14;
+        put_hdr_kind(frame, (uint32_t)n, KIND_RESULT_REC);
+        publish(sh, frame, 12 + n, (uint32_t)(12 + n));
+        break;
+    case REC_VERSION:
+        n = result_record(frame + 12, 77, 0, call_in_flight(sh));
+        put_hdr_kind(frame, (uint32_t)n, KIND_RESULT_REC);
+        publish(sh, frame, 12 + n, (uint32_t)(12 + n));
+        break;
+    case REC_FUTURE_ID:
+        n = result_record(frame + 12, 1, 0, UINT64_MAX);
+        put_hdr_kind(frame, (uint32_t)n, KIND_RESULT_REC);
+        publish(sh, frame, 12 + n, (uint32_t)(12 + n));
+        break;
+    case REC_BAD_STATUS: {
+        /* The message runs to the end of the frame: escapes, bytes that are no UTF-8, a NUL. */
+        static const char head[] = "\x1b[2J\x1b]0;owned\x07 evil \xff\xfe\xc3 end";
+        size_t mlen = 60000;
+        uint8_t *p = frame + 12;
+        n = result_record(p, 1, -77777, call_in_flight(sh));
+        memset(p + n, 'A', mlen);
+        memcpy(p + n, head, sizeof(head) - 1);
+        p[n + 59000] = '\0';
+        p[n + 59001] = '\x1b';
+        n += mlen;
+        put_hdr_kind(frame, (uint32_t)n, KIND_RESULT_REC);
+        publish(sh, frame, 12 + n, (uint32_t)(12 + n));
+        break;
+    }
     case BAD_INFER: {
         uint8_t *p = frame + 12;
         n = result_payload(p, call_in_flight(sh), 0);
@@ -327,6 +406,10 @@ MBOX_OP(mbox_slot_len, SLOT_LEN)
 MBOX_OP(mbox_hdr_len, HDR_LEN)
 MBOX_OP(mbox_future_id, FUTURE_ID)
 MBOX_OP(mbox_bad_status, BAD_STATUS)
+MBOX_OP(mbox_rec_short, REC_SHORT)
+MBOX_OP(mbox_rec_version, REC_VERSION)
+MBOX_OP(mbox_rec_future_id, REC_FUTURE_ID)
+MBOX_OP(mbox_rec_bad_status, REC_BAD_STATUS)
 
 static int slow_copy(mxop_ctx_t *ctx, int n_in, const mxop_tensor_t *in, int n_out,
                      mxop_tensor_t *out)
@@ -368,6 +451,10 @@ MXOP_PLUGIN_INIT(ctx, h)
         {"mbox_hdr_len", mbox_hdr_len},
         {"mbox_future_id", mbox_future_id},
         {"mbox_bad_status", mbox_bad_status},
+        {"mbox_rec_short", mbox_rec_short},
+        {"mbox_rec_version", mbox_rec_version},
+        {"mbox_rec_future_id", mbox_rec_future_id},
+        {"mbox_rec_bad_status", mbox_rec_bad_status},
         {"slow_copy", slow_copy},
     };
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
