@@ -82,6 +82,9 @@ static const Mxop__OpInfo *worker_op(const mxop__session_t *s)
     return NULL;
 }
 
+/* How long after a call is first seen its worker is looked at for a stop at every tick. */
+#define STOP_WINDOW_NS (1000LL * 1000000LL)
+
 /* The client's call in flight, checked against its deadline and the daemon's maximum. */
 static void check_call(mxop__session_t *s, int64_t now)
 {
@@ -95,14 +98,19 @@ static void check_call(mxop__session_t *s, int64_t now)
     if (cp.call_id != s->cp_seen_id) {
         s->cp_seen_id = cp.call_id;
         s->cp_seen_ns = now;
-        /*
-         * A new call on a stopped worker would only wait for its deadline:
-         * replace the worker now.  Its death names no call (the worker never
-         * took this one), so the client sends the call to the replacement.
-         */
-        if (s->worker != NULL && mxop__worker_is_stopped(s->worker))
-            mxop__worker_kill(s->worker, "it was stopped (SIGSTOP or a tracer) when a call came");
     }
+    /*
+     * A new call on a stopped worker would only wait for its deadline:
+     * replace the worker now.  Its death names no call (the worker never
+     * took this one), so the client sends the call to the replacement.
+     * Looked at on every tick of the call's first STOP_WINDOW_NS, not only
+     * the first: a stop signal takes effect when the worker is next
+     * scheduled, which on a loaded host can be after the call was seen.
+     * Later the once-a-second sweep of every worker (worker_proc.c) holds.
+     */
+    if (now - s->cp_seen_ns < STOP_WINDOW_NS && cp.call_id != s->cp_killed_id &&
+        s->worker != NULL && !mxop__worker_dying(s->worker) && mxop__worker_is_stopped(s->worker))
+        mxop__worker_kill(s->worker, "it was stopped (SIGSTOP or a tracer) when a call came");
     /* A restart does not clear the page at once: the call that killed a worker cannot kill its
      * heir. */
     if (cp.call_id == s->cp_killed_id || s->worker == NULL)
