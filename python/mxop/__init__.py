@@ -31,7 +31,7 @@ from .errors import MxopError, make_error, error_class
 __all__ = ["connect", "default_client", "empty", "zeros", "asarray", "err_name", "strerror",
            "build_dir", "Daemon", "Client", "Op", "BoundOp", "State", "Library", "Region",
            "Stats", "dtype_code", "numpy_dtype", "MxopError", "make_error",
-           "error_class"] + [t[2] for t in _errors._TABLE]
+           "error_class"] + list(_errors.CLASS_NAMES)
 
 __version__ = "0.1.0"
 
@@ -138,11 +138,11 @@ def strerror(code):
 def _close_all():
     # At exit: close every client that has no array still viewing its
     # memory (one that has is left mapped; the process is ending).
-    from .client import _clients
+    from .client import live_clients
 
-    for c in list(_clients):
+    for c in live_clients():
         try:
-            if c._live == 0:
+            if c.live_blocks == 0:
                 c.close()
         except Exception:
             pass
@@ -154,7 +154,7 @@ atexit.register(_close_all)
 # MXOP_ALLOCATOR=1: tensors and arrays in shared memory from the start.
 from . import allocator  # noqa: E402 - after the package's names, which it uses
 
-allocator._from_environment()
+allocator.from_environment()
 
 
 def build_dir():

@@ -19,6 +19,12 @@ from . import _lib, _outputs
 
 _state = {"mod": None, "tried": False, "torch": None}
 
+# What the call paths use: None until the first Client is made, then the
+# module, or False when it is missing or disabled (every call then takes
+# the ctypes path).  The first Client sets it; mxop.bench sets False to
+# measure the ctypes path.
+fc = None
+
 
 def _find():
     try:

@@ -60,7 +60,7 @@ def output_shapes(op, ent, tensors, dtype_code, torch_of):
             out.append((dtype_code(x.dtype), tuple(dims)))
         return tuple(out)
 
-    specs = op._specs(ent, sig())
+    specs = op.specs(ent, sig())
     dts = [torch_of[s.dtype] for s in specs]
     if not syms:
         return dts, [s.shape for s in specs]
@@ -69,7 +69,7 @@ def output_shapes(op, ent, tensors, dtype_code, torch_of):
     owner = [[None] * len(s.shape) for s in specs]
     for key, (d, hint, probe) in syms.items():
         try:
-            moved = op._specs(ent, sig(key))
+            moved = op.specs(ent, sig(key))
         except Exception as e:
             if hint is None:
                 raise NotSupported(-1023, "op '%s' cannot be traced: its shape inference "

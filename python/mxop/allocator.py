@@ -236,7 +236,7 @@ def contains(ptr, nbytes=1):
     return bool(_heap().mxop_shared_contains(ptr, nbytes))
 
 
-def _from_environment():
+def from_environment():
     """MXOP_ALLOCATOR=1 at `import mxop`: enable(), which imports torch when
     it is installed (its start-up cost, paid once).  A failure is a warning:
     the import itself must not fail over an optimisation."""

@@ -84,7 +84,11 @@ for _name, _num, _cls, _extra in _TABLE:
     CLASSES[_num] = _c
     _NAMES[_num] = _name
 
-__all__ = ["MxopError", "error_class", "make_error"] + [t[2] for t in _TABLE]
+# The exception classes' names, and the codes by their names in errors.h.
+CLASS_NAMES = tuple(t[2] for t in _TABLE)
+CODE_OF_NAME = {"MXOP_E" + t[0]: t[1] for t in _TABLE}
+
+__all__ = ["MxopError", "error_class", "make_error"] + list(CLASS_NAMES)
 del _name, _num, _cls, _extra, _bases, _c
 
 

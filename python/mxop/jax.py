@@ -48,6 +48,8 @@ import jax.numpy as jnp
 
 from . import _lib
 from . import client as _client
+from ._attrs import attr_value
+from ._records import CallEntry, milliseconds
 from ._lib import lib
 from . import errors as _errors
 from .errors import InvalidArgument, InvalidAttribute, NotSupported, LibraryNotFound, MxopError
@@ -129,7 +131,7 @@ def _ffi():
         return _state["ffi"]
 
 
-_CODE_OF_NAME = {"MXOP_E" + t[0]: t[1] for t in _errors._TABLE}
+_CODE_OF_NAME = _errors.CODE_OF_NAME
 _FFI_MESSAGE = re.compile(r"mxop[^:\n]*: (MXOP_E[A-Z0-9_]+): (.*?)(?:\n-{8,}|\Z)", re.S)
 
 
@@ -249,7 +251,7 @@ class JaxOp:
     def _specs(self, ent, sig):
         """The outputs' (shape, JAX dtype), from the op's inference."""
         try:
-            specs = self.op._specs(ent, sig)
+            specs = self.op.specs(ent, sig)
         except MxopError as e:
             msg = e.message if hasattr(e, "message") else str(e)
             if ("'%s'" % self.name) not in msg:
@@ -262,7 +264,7 @@ class JaxOp:
     def _record(self, ent, backward):
         c = self.op.client
         r = _JaxCall(struct_size=ctypes.sizeof(_JaxCall), backward=int(backward),
-                     client=c._handle(), op=self.op._p, call=ent.addr, what=self._what,
+                     client=c.check_handle(), op=self.op.pointer, call=ent.addr, what=self._what,
                      forward_fn=_addr(lib.mxop_forward), backward_fn=_addr(lib.mxop_backward),
                      last_error=_addr(lib.mxop_last_error), err_name=_addr(lib.mxop_err_name))
         self._keep.append((r, ent))
@@ -276,9 +278,8 @@ class JaxOp:
         if fn is not None:
             return fn
         # A call entry of our own (the Op's cache may drop its own entries).
-        ent = _client._CallEntry(None, tuple((str(k), _client._attr_value(v))
-                                             for k, v in kw.items()),
-                                 timeout_ms=_client._ms(timeout, "timeout") if timeout else 0)
+        ent = CallEntry(None, tuple((str(k), attr_value(v)) for k, v in kw.items()),
+                        timeout_ms=milliseconds(timeout, "timeout") if timeout else 0)
         fwd_rec = self._record(ent, False)
         bwd_rec = self._record(ent, True) if self.op.has_backward else None
         vm = self.vmap_method
