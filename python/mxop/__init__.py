@@ -67,7 +67,7 @@ def connect(path=None, *, timeout=None, connect_timeout=None, name=None, plugin_
         given = ("path=%r" % (path.socket if isinstance(path, Daemon) else path)
                  if path is not None else "$MXOP_SOCKET=%r" % os.environ["MXOP_SOCKET"])
         raise _errors.InvalidArgument(
-            -1001, "connect(): plugin_dir=%r is for the private daemon connect() starts when no "
+            "connect(): plugin_dir=%r is for the private daemon connect() starts when no "
             "socket is given, but %s names a running daemon, which loads from its own "
             "--plugin-dir: leave out plugin_dir, or %s" % (
                 plugin_dir, given, "path" if path is not None else "unset MXOP_SOCKET"))

@@ -39,7 +39,7 @@ def dtype_code(dtype):
     if isinstance(dtype, int) and not isinstance(dtype, bool):
         if 0 <= dtype < COUNT:
             return dtype
-        raise InvalidArgument(-1001, "unknown mxop dtype %d" % dtype)
+        raise InvalidArgument("unknown mxop dtype %d" % dtype)
     if isinstance(dtype, str) and dtype in CODE_OF_NAME:
         return CODE_OF_NAME[dtype]
     try:
@@ -48,7 +48,7 @@ def dtype_code(dtype):
         d = None
     code = CODE_OF_NUMPY.get(d)
     if code is None:
-        raise InvalidArgument(-1001, "dtype %r has no mxop equivalent (f32, f64, f16, i32, "
+        raise InvalidArgument("dtype %r has no mxop equivalent (f32, f64, f16, i32, "
                                      "i64, u8, i8, bool)" % (dtype,))
     return code
 
@@ -57,7 +57,7 @@ def numpy_dtype(code):
     """The NumPy dtype of an mxop dtype number (bf16 has none)."""
     d = NUMPY_OF.get(code)
     if d is None:
-        raise InvalidArgument(-1001, "mxop dtype %s has no NumPy equivalent"
+        raise InvalidArgument("mxop dtype %s has no NumPy equivalent"
                               % (NAMES[code] if 0 <= code < COUNT else code))
     return d
 
@@ -73,7 +73,7 @@ def spec_of(x):
         name = str(x.dtype)  # a tensor's: "torch.float32"
         code = CODE_OF_TORCH_NAME.get(name[6:]) if name.startswith("torch.") else None
         if code is None:
-            raise InvalidArgument(-1001, "dtype %s has no mxop equivalent" % name)
+            raise InvalidArgument("dtype %s has no mxop equivalent" % name)
         return code, tuple(x.shape)
     x = np.asarray(x)
     return dtype_code(x.dtype), tuple(x.shape)

@@ -16,7 +16,7 @@ import ctypes.util
 import os
 import struct
 
-from .errors import LibraryNotFound, use_library_words
+from .errors import LIB_NOT_FOUND, LibraryNotFound, use_library_words, use_loader
 
 MAX_DIMS = 8
 MAX_TENSORS = 64
@@ -291,13 +291,13 @@ class _Lib:
         path = find_library()
         if not path:
             raise LibraryNotFound(
-                -1009,
+                LIB_NOT_FOUND,
                 "libmxop.so not found: set MXOP_LIB, build the tree (make), or install it",
             )
         try:
             dll = ctypes.CDLL(path)
         except OSError as e:
-            raise LibraryNotFound(-1009, "cannot load %s: %s" % (path, e)) from None
+            raise LibraryNotFound(LIB_NOT_FOUND, "cannot load %s: %s" % (path, e)) from None
         for name, (res, args) in _PROTOTYPES.items():
             fn = getattr(dll, name)
             fn.restype = res
@@ -315,3 +315,5 @@ class _Lib:
 
 
 lib = _Lib()
+# The error classes learn libmxop's codes from it, loading it if asked first.
+use_loader(lib.load)

@@ -104,11 +104,11 @@ class Region:
     def array(self, shape, dtype=np.float32, offset=0):
         """A NumPy view of the region (valid until release)."""
         if self.base is None:
-            raise InvalidArgument(-1001, "region %d has no mapping here" % self.id)
+            raise InvalidArgument("region %d has no mapping here" % self.id)
         d = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64)) * d.itemsize
         if offset < 0 or offset + n > self.nbytes:
-            raise InvalidArgument(-1001, "offset %d + %d bytes is outside region %d of %d bytes"
+            raise InvalidArgument("offset %d + %d bytes is outside region %d of %d bytes"
                                   % (offset, n, self.id, self.nbytes))
         buf = (_c_char * n).from_address(self.base + offset)
         buf._mxop = self
@@ -241,7 +241,7 @@ class ClientMemory:
         code = dtype_code(dtype)
         spec = OutSpec(code, shape)
         if spec.ndim > MAX_DIMS:
-            raise InvalidArgument(-1001, "%d dimensions; mxop allows at most %d"
+            raise InvalidArgument("%d dimensions; mxop allows at most %d"
                                   % (spec.ndim, MAX_DIMS))
         b = self.alloc(code, spec.ndim, spec.caddr)
         return view(b, numpy_dtype(code), spec.shape)
@@ -332,7 +332,7 @@ class ClientMemory:
                 keep.append(a)
                 code = CODE_OF_NUMPY.get(a.dtype)
             if code is None:
-                raise InvalidArgument(-1001, "input %d: dtype %s has no mxop equivalent"
+                raise InvalidArgument("input %d: dtype %s has no mxop equivalent"
                                       % (i, a.dtype))
         if not a.flags.c_contiguous:
             # One copy, straight into shared memory (staging it would be a second).
@@ -345,7 +345,7 @@ class ClientMemory:
         shape = a.shape
         ndim = len(shape)
         if ndim > MAX_DIMS:
-            raise InvalidArgument(-1001, "input %d has %d dimensions; mxop allows at most %d"
+            raise InvalidArgument("input %d has %d dimensions; mxop allows at most %d"
                                   % (i, ndim, MAX_DIMS))
         nbytes = a.nbytes
         # Fast path: a whole arena array, recognised by its buffer's block.

@@ -24,7 +24,7 @@ from ._lib import lib, MxopShape
 from ._memory import Block, view
 from ._records import (ARRAY_SIZE as _ASZ, CallEntry, MAX_DIMS, OFF_REQ as _OFF_REQ, OutSpec,
                        ZPAD as _ZPAD, milliseconds, pack_array as _pack_array, real_specs)
-from .errors import InvalidArgument
+from .errors import ArityMismatch, Disconnected, InvalidArgument, StateLost, UnknownState
 
 _memmove = ctypes.memmove
 _addressof = ctypes.addressof
@@ -234,12 +234,12 @@ class Op:
                 return tuple(view(b, s.npdtype, s.shape) for b, s in zip(blocks, specs))
             outs = (out,) if isinstance(out, _ndarray) else tuple(out)
             if len(outs) != n_out:
-                raise InvalidArgument(-1015, "op '%s' has %d outputs, out= gave %d"
+                raise InvalidArgument(ArityMismatch.code, "op '%s' has %d outputs, out= gave %d"
                                       % (self.name, n_out, len(outs)))
             for i, o in enumerate(outs):
                 if not isinstance(o, _ndarray) or not o.flags.c_contiguous \
                         or not o.flags.writeable:
-                    raise InvalidArgument(-1001, "out[%d] must be a writable C-contiguous "
+                    raise InvalidArgument("out[%d] must be a writable C-contiguous "
                                                  "NumPy array" % i)
                 pack(bufs[2], i, o, keep)
             rc = lib.mxop_forward(h, self._p, ent.addr, bufs[1], n_in, bufs[3], n_out)
@@ -346,10 +346,10 @@ class Op:
                 sig.append(pack(ib, i, x, keep))
                 continue
             if not isinstance(x, _ndarray):
-                raise InvalidArgument(-1001, "op '%s' writes input %d in place; it must be a "
+                raise InvalidArgument("op '%s' writes input %d in place; it must be a "
                                       "NumPy array, not %s" % (self.name, i, type(x).__name__))
             if not x.flags.writeable:
-                raise InvalidArgument(-1001, "op '%s' writes input %d in place, but that array "
+                raise InvalidArgument("op '%s' writes input %d in place, but that array "
                                       "is read-only (writeable=False)" % (self.name, i))
             n = len(keep)
             sig.append(pack(ib, i, x, keep))
@@ -492,7 +492,7 @@ class State:
     def check_open(self):
         """Raises InvalidArgument if the state is closed."""
         if not self.id:
-            raise InvalidArgument(-1001, "state of op '%s' is closed" % self.op.name)
+            raise InvalidArgument("state of op '%s' is closed" % self.op.name)
 
     def close(self):
         sid, self.id = self.id, 0
@@ -501,7 +501,7 @@ class State:
         if sid and h:
             rc = lib.mxop_state_destroy(h, sid)
             # A state lost with a crashed worker is gone already: nothing to undo.
-            if rc < 0 and rc not in (-1021, -1022, -1007):
+            if rc < 0 and rc not in (UnknownState.code, StateLost.code, Disconnected.code):
                 raise c.error(rc)
 
     def __del__(self):

@@ -26,7 +26,7 @@ def milliseconds(seconds, what):
     """`seconds` as a positive number of milliseconds (`what` names it in the error)."""
     ms = int(round(seconds * 1000))
     if ms <= 0:
-        raise InvalidArgument(-1001, "%s must be positive, got %r s" % (what, seconds))
+        raise InvalidArgument("%s must be positive, got %r s" % (what, seconds))
     return ms
 
 

@@ -30,7 +30,7 @@ class _Once(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        raise NotSupported(-1023, "mxop op '%s' is once-differentiable: its backward runs "
+        raise NotSupported("mxop op '%s' is once-differentiable: its backward runs "
                            "in the worker and cannot itself be differentiated (double "
                            "backward, e.g. a gradient penalty or gradgradcheck, is not "
                            "supported)" % ctx.name)
@@ -93,10 +93,10 @@ class _Fn(torch.autograd.Function):
         extra = grads[n_out:]
         grads = grads[:n_out]
         if extra and any(g is not None for g in extra):
-            raise NotSupported(-1023, "op '%s' wrote an input in place; a gradient through "
+            raise NotSupported("op '%s' wrote an input in place; a gradient through "
                                "that input's new value is not supported" % op.name)
         if ctx.gen is not None and ctx.gen != op.gen:
-            raise InvalidArgument(-1001, "backward of stateful op '%s' (state %#x): the state "
+            raise InvalidArgument("backward of stateful op '%s' (state %#x): the state "
                                   "has run %d forward call(s) since this one, so its saved "
                                   "values belong to a later call; run backward before the "
                                   "next forward of the state" % (op.name, op.state.id,

@@ -40,7 +40,7 @@ def pack_cuda(c, buf, i, t, keep, req):
     tensor an offset in it.  Returns (dtype, shape)."""
     code = CODE_OF_TORCH.get(t.dtype)
     if code is None:
-        raise InvalidArgument(-1001, "tensor %d: torch dtype %s has no mxop equivalent"
+        raise InvalidArgument("tensor %d: torch dtype %s has no mxop equivalent"
                               % (i, t.dtype))
     if not t.is_contiguous():
         src = t
@@ -50,7 +50,7 @@ def pack_cuda(c, buf, i, t, keep, req):
     shape = tuple(t.shape)
     ndim = len(shape)
     if ndim > _lib.MAX_DIMS:
-        raise InvalidArgument(-1001, "tensor %d has %d dimensions; mxop allows at most %d"
+        raise InvalidArgument("tensor %d has %d dimensions; mxop allows at most %d"
                               % (i, ndim, _lib.MAX_DIMS))
     nbytes = t.numel() * t.element_size()
     ptr = t.data_ptr()
@@ -61,7 +61,8 @@ def pack_cuda(c, buf, i, t, keep, req):
         ptr = spare.data_ptr()
     region = ctypes.c_uint32()
     offset = ctypes.c_uint64()
-    rc = register_cuda_fn()(c.check_handle(), ptr, nbytes, ctypes.byref(region), ctypes.byref(offset))
+    rc = register_cuda_fn()(c.check_handle(), ptr, nbytes, ctypes.byref(region),
+                            ctypes.byref(offset))
     if rc < 0:
         raise c.error(rc)
     c.device_regions.add(region.value)

@@ -14,6 +14,6 @@ def dtype_code(dtype):
     """The mxop dtype number of a torch dtype."""
     code = CODE_OF_TORCH.get(dtype)
     if code is None:
-        raise InvalidArgument(-1001, "torch dtype %s has no mxop equivalent" % dtype)
+        raise InvalidArgument("torch dtype %s has no mxop equivalent" % dtype)
     return code
 

@@ -49,18 +49,18 @@ def refuse(name, i, t):
     (None when it can): it names the op, the input and what is wrong."""
     what = "mxop op '%s': input %d" % (name, i)
     if t.is_quantized:
-        return NotSupported(-1023, "%s is a quantized tensor (%s); mxop ops take plain "
+        return NotSupported("%s is a quantized tensor (%s); mxop ops take plain "
                             "tensors: call .dequantize() first" % (what, t.dtype))
     if t.layout is not _strided:
-        return NotSupported(-1023, "%s is a sparse or other non-dense tensor (%s); mxop ops "
+        return NotSupported("%s is a sparse or other non-dense tensor (%s); mxop ops "
                             "take dense (strided) tensors: call .to_dense() first"
                             % (what, t.layout))
     if CODE_OF_TORCH.get(t.dtype) is None:
-        return DtypeMismatch(-1017, "%s has dtype %s, which mxop cannot pass (it passes %s)"
+        return DtypeMismatch("%s has dtype %s, which mxop cannot pass (it passes %s)"
                              % (what, t.dtype, ", ".join(sorted(
                                  str(d).replace("torch.", "") for d in CODE_OF_TORCH))))
     if t.dim() > _lib.MAX_DIMS:
-        return ShapeMismatch(-1016, "%s has %d dimensions; mxop allows at most %d"
+        return ShapeMismatch("%s has %d dimensions; mxop allows at most %d"
                              % (what, t.dim(), _lib.MAX_DIMS))
     return None
 
@@ -77,7 +77,7 @@ def pack_tensor(c, buf, i, t, keep, devs=None, name="?"):
         raise refuse(name, i, t)
     if t.device.type != "cpu":
         if t.device.type != "cuda" or devs is None:
-            raise NotSupported(-1023, "op '%s': input %d is on %s; mxop passes CPU and CUDA "
+            raise NotSupported("op '%s': input %d is on %s; mxop passes CPU and CUDA "
                                "tensors only" % (name, i, t.device))
         devs.append(t.device)
         return pack_cuda(c, buf, i, t, keep, 0)

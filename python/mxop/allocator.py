@@ -77,7 +77,7 @@ def _heap():
         try:
             fn = getattr(dll, name)
         except AttributeError:
-            raise NotSupported(-1023, "%s has no shared heap (%s): build libmxop again"
+            raise NotSupported("%s has no shared heap (%s): build libmxop again"
                                % (_lib.lib.path, name)) from None
         fn.restype = res
         fn.argtypes = args
@@ -106,7 +106,7 @@ def _np_module():
     except ImportError:
         path = _find("_npalloc.so")
         if path is None:
-            raise NotSupported(-1023, "mxop.allocator: _npalloc.so not found (built by make "
+            raise NotSupported("mxop.allocator: _npalloc.so not found (built by make "
                                "python, against the interpreter's NumPy)") from None
         loader = importlib.machinery.ExtensionFileLoader("mxop._npalloc", path)
         spec = importlib.util.spec_from_file_location("mxop._npalloc", path, loader=loader)
@@ -128,7 +128,7 @@ def _torch_dll():
 
     path = _find("_torchalloc.so")
     if path is None:
-        raise NotSupported(-1023, "mxop.allocator: _torchalloc.so not found (built by make "
+        raise NotSupported("mxop.allocator: _torchalloc.so not found (built by make "
                            "python, against the interpreter's torch)")
     d = ctypes.CDLL(path)
     vp = ctypes.c_void_p
@@ -173,7 +173,7 @@ def enable(torch=True, numpy=True):
         want_torch = _torch_wanted(torch)
         d = _torch_dll() if want_torch else None
         if d is not None and d.mxop_torchalloc_enable() != 0:
-            raise NotSupported(-1023, "mxop.allocator: torch kept its own CPU allocator "
+            raise NotSupported("mxop.allocator: torch kept its own CPU allocator "
                                "(c10::SetCPUAllocator did not take mxop's)")
         if numpy:
             mod.enable()

@@ -459,7 +459,8 @@ def _python_layer_only(c, relu, x, tx, n):
     ent = relu.entry({})
     ib = ctypes.create_string_buffer(224)
     addr = ctypes.addressof(ib)
-    rows["stub_ctypes_call"] = _time(lambda: stub(c.handle, relu.pointer, ent.addr, addr, 1, addr, 1), n)
+    h, p = c.handle, relu.pointer
+    rows["stub_ctypes_call"] = _time(lambda: stub(h, p, ent.addr, addr, 1, addr, 1), n)
     lib.mxop_forward = stub
     lib.mxop_backward = stub
     from mxop import _fast

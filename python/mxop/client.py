@@ -141,8 +141,8 @@ class Client(ClientMemory):
         in a forked child)."""
         if not self._h or self._close_pending:
             if self._forked:
-                raise Disconnected(-1007, _FORKED_MSG % (self.path,))
-            raise Disconnected(-1007, "the client is closed")
+                raise Disconnected(_FORKED_MSG % (self.path,))
+            raise Disconnected("the client is closed")
         return self._h
 
     def error(self, rc):

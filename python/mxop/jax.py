@@ -52,7 +52,8 @@ from ._attrs import attr_value
 from ._records import CallEntry, milliseconds
 from ._lib import lib
 from . import errors as _errors
-from .errors import InvalidArgument, InvalidAttribute, NotSupported, LibraryNotFound, MxopError
+from .errors import (ArityMismatch, InvalidArgument, InvalidAttribute, NotSupported,
+                     LibraryNotFound, MxopError, ShapeMismatch)
 
 __all__ = ["load", "wrap", "error_of", "JaxOp", "VMAP_METHODS", "DEFAULT_VMAP_METHOD"]
 
@@ -110,7 +111,7 @@ def _find_ffi():
     p = os.path.join(_lib.build_dir(), "python", "_jaxffi.so")
     if os.path.exists(p):
         return p
-    raise LibraryNotFound(-1009, "mxop.jax: _jaxffi.so not found beside the package nor in %s "
+    raise LibraryNotFound("mxop.jax: _jaxffi.so not found beside the package nor in %s "
                           "(make jax builds it against the jaxlib of build/venv)"
                           % os.path.join(_lib.build_dir(), "python"))
 
@@ -122,7 +123,7 @@ def _ffi():
             dll = ctypes.CDLL(_find_ffi())
             dll.mxop_jaxffi_call_size.restype = ctypes.c_size_t
             if dll.mxop_jaxffi_call_size() != ctypes.sizeof(_JaxCall):
-                raise InvalidArgument(-1001, "mxop.jax: _jaxffi.so's call record is %d bytes, "
+                raise InvalidArgument("mxop.jax: _jaxffi.so's call record is %d bytes, "
                                       "this module's %d: a stale build"
                                       % (dll.mxop_jaxffi_call_size(), ctypes.sizeof(_JaxCall)))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(dll.mxop_jaxffi_handler),
@@ -131,7 +132,6 @@ def _ffi():
         return _state["ffi"]
 
 
-_CODE_OF_NAME = _errors.CODE_OF_NAME
 _FFI_MESSAGE = re.compile(r"mxop[^:\n]*: (MXOP_E[A-Z0-9_]+): (.*?)(?:\n-{8,}|\Z)", re.S)
 
 
@@ -146,9 +146,10 @@ def error_of(exc):
             if isinstance(mxop.jax.error_of(e), mxop.WorkerCrashed): ...
     """
     m = _FFI_MESSAGE.search(str(exc))
-    if m is None or m.group(1) not in _CODE_OF_NAME:
+    code = _errors.code_of(m.group(1)) if m is not None else None
+    if code is None:
         return None
-    return _errors.make_error(_CODE_OF_NAME[m.group(1)], m.group(2).strip())
+    return _errors.make_error(code, m.group(2).strip())
 
 
 def _addr(fn):
@@ -199,7 +200,7 @@ class JaxOp:
 
     def __init__(self, op, vmap_method=DEFAULT_VMAP_METHOD):
         if vmap_method not in VMAP_METHODS:
-            raise InvalidArgument(-1001, "op '%s': vmap_method must be one of %s, got %r"
+            raise InvalidArgument("op '%s': vmap_method must be one of %s, got %r"
                                   % (op.name, ", ".join(VMAP_METHODS), vmap_method))
         self.op = op
         self.name = op.name
@@ -215,7 +216,9 @@ class JaxOp:
     # ---- checks ------------------------------------------------------------
 
     def _err(self, cls, code, text):
-        return cls(code, "op '%s' (%s): %s" % (self.name, self.op.library, text))
+        """cls(code, text) with the op named; code None: the class's own."""
+        text = "op '%s' (%s): %s" % (self.name, self.op.library, text)
+        return cls(text) if code is None else cls(code, text)
 
     def _check_attrs(self, kw):
         for k, v in kw.items():
@@ -223,12 +226,12 @@ class JaxOp:
             for x in vs:
                 if _is_traced(x) or isinstance(x, jax.Array):
                     raise self._err(
-                        InvalidAttribute, -1018,
+                        InvalidAttribute, None,
                         "attribute '%s' is a JAX array%s; attributes are static: pass a Python "
                         "value (with jax.jit, mark the argument static: static_argnames)"
                         % (k, " traced by a JAX transformation" if _is_traced(x) else ""))
                 if not isinstance(x, (bool, int, float, str, bytes, np.generic)):
-                    raise self._err(InvalidAttribute, -1018,
+                    raise self._err(InvalidAttribute, None,
                                     "attribute '%s' is a %s; attributes are Python numbers, "
                                     "bools, strings or lists of them"
                                     % (k, type(x).__name__))
@@ -239,11 +242,12 @@ class JaxOp:
             dt = np.dtype(x.dtype)
             code = _MX_OF_JNP.get(dt)
             if code is None:
-                raise self._err(InvalidArgument, -1001,
+                raise self._err(InvalidArgument, None,
                                 "input %d has dtype %s, which mxop has not (f32, f64, f16, bf16, "
                                 "i32, i64, u8, i8, bool)" % (i, dt.name))
             if len(x.shape) > _lib.MAX_DIMS:
-                raise self._err(InvalidArgument, -1016, "input %d has rank %d (mxop takes at "
+                raise self._err(InvalidArgument, ShapeMismatch.code,
+                                "input %d has rank %d (mxop takes at "
                                 "most %d)" % (i, len(x.shape), _lib.MAX_DIMS))
             sig.append((code, tuple(int(d) for d in x.shape)))
         return tuple(sig)
@@ -300,7 +304,7 @@ class JaxOp:
         def f_bwd(res, gs):
             xs, ys = res
             if bwd_rec is None:
-                raise self._err(NotSupported, -1023, "the op has no backward: it cannot be "
+                raise self._err(NotSupported, None, "the op has no backward: it cannot be "
                                 "differentiated (jax.grad / jax.vjp)")
             out = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
             gs = tuple(jnp.zeros(y.shape, y.dtype) if g is None or
@@ -320,22 +324,22 @@ class JaxOp:
         op = self.op
         _ffi()
         if op.stateful:
-            raise self._err(NotSupported, -1023, "a stateful op cannot be called from JAX "
+            raise self._err(NotSupported, None, "a stateful op cannot be called from JAX "
                             "(its state lives in one worker, outside XLA's program)")
         if op.mutated_inputs:
-            raise self._err(NotSupported, -1023, "the op writes its inputs in place; JAX "
+            raise self._err(NotSupported, None, "the op writes its inputs in place; JAX "
                             "arrays are immutable")
         if op.num_inputs >= 0 and len(inputs) != op.num_inputs:
-            raise self._err(InvalidArgument, -1015, "takes %d inputs, got %d"
+            raise self._err(InvalidArgument, ArityMismatch.code, "takes %d inputs, got %d"
                             % (op.num_inputs, len(inputs)))
         self._check_attrs(kw)
         if timeout is not None and (_is_traced(timeout) or isinstance(timeout, jax.Array)):
-            raise self._err(InvalidArgument, -1001, "timeout= must be a Python number")
+            raise self._err(InvalidArgument, None, "timeout= must be a Python number")
         xs = tuple(x if isinstance(x, jax.Array) else jnp.asarray(x) for x in inputs)
         self._sig(xs)
         if op.dynamic_outputs:
             if any(_is_traced(x) for x in xs):
-                raise self._err(NotSupported, -1023,
+                raise self._err(NotSupported, None,
                                 "its output shape depends on the data (dynamic outputs), and "
                                 "XLA needs static shapes: it cannot run under jax.jit, vmap or "
                                 "grad; call it outside them")

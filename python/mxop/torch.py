@@ -90,14 +90,14 @@ def _check_attrs(op, attrs):
         return
     for k in attrs:
         if k not in decl:
-            raise InvalidAttribute(-1018, "op '%s' has no attribute '%s' (its attributes: %s; "
+            raise InvalidAttribute("op '%s' has no attribute '%s' (its attributes: %s; "
                                    "reserved keywords: out=, timeout=, seed=)"
                                    % (op.name, k, ", ".join(sorted(decl)) or "none"))
 
 
 def _check_seed(seed):
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 < seed < 2**64:
-        raise InvalidArgument(-1001, "seed= must be an integer in [1, 2**64), got %r "
+        raise InvalidArgument("seed= must be an integer in [1, 2**64), got %r "
                                      "(leave it out for the session's random sequence)"
                               % (seed,))
 
@@ -108,11 +108,11 @@ def _forward_out(op, ent, tensors, out):
     outs = (out,) if isinstance(out, _Tensor) else tuple(out)
     n_out = op.num_outputs
     if len(outs) != n_out:
-        raise ArityMismatch(-1015, "op '%s' has %d output(s); out= gave %d"
+        raise ArityMismatch("op '%s' has %d output(s); out= gave %d"
                             % (op.name, n_out, len(outs)))
     if torch.is_grad_enabled() and (needs_graph(tensors) or any(
             isinstance(o, _Tensor) and o.requires_grad for o in outs)):
-        raise NotSupported(-1023, "op '%s': out= does not support autograd (an input or an "
+        raise NotSupported("op '%s': out= does not support autograd (an input or an "
                            "out tensor requires grad); call it under torch.no_grad() or "
                            "without out=" % op.name)
     c = op.client
@@ -128,13 +128,13 @@ def _forward_out(op, ent, tensors, out):
         for i, (o, s) in enumerate(zip(outs, specs)):
             if not isinstance(o, _Tensor) or o.device.type != "cpu" \
                     or o.layout is not _strided or not o.is_contiguous():
-                raise InvalidArgument(-1001, "op '%s': out[%d] must be a contiguous CPU "
+                raise InvalidArgument("op '%s': out[%d] must be a contiguous CPU "
                                       "tensor" % (op.name, i))
             if CODE_OF_TORCH.get(o.dtype) != s.dtype:
-                raise DtypeMismatch(-1017, "op '%s': out[%d] is %s; the op gives %s"
+                raise DtypeMismatch("op '%s': out[%d] is %s; the op gives %s"
                                     % (op.name, i, o.dtype, TORCH_OF.get(s.dtype)))
             if tuple(o.shape) != s.shape:
-                raise ShapeMismatch(-1016, "op '%s': out[%d] has shape %s; the op gives %s"
+                raise ShapeMismatch("op '%s': out[%d] has shape %s; the op gives %s"
                                     % (op.name, i, tuple(o.shape), s.shape))
             pack_tensor(c, bufs[2], i, o, keep, None, op.name)
         call(c, _lib_.mxop_forward, h, op.pointer, ent.addr, bufs[1], n_in, bufs[3], n_out)
@@ -282,7 +282,7 @@ class _Target:
         for j, (dt, shape) in enumerate(zip(dts, shapes)):
             if j < 64 and dyn >> j & 1:
                 if not shape:
-                    raise NotSupported(-1023, "op '%s': data-dependent output %d has no "
+                    raise NotSupported("op '%s': data-dependent output %d has no "
                                        "dimensions" % (op.name, j))
                 shape = (torch.library.get_ctx().new_dynamic_size(),) + tuple(shape[1:])
             outs.append(torch.empty(shape, dtype=dt, device=dev))
@@ -364,7 +364,7 @@ def _no_tangents(name, tensors):
         return
     for i, t in enumerate(tensors):
         if isinstance(t, _Tensor) and _fwad.unpack_dual(t).tangent is not None:
-            raise NotSupported(-1023, "op '%s': input %d carries a forward-mode AD tangent "
+            raise NotSupported("op '%s': input %d carries a forward-mode AD tangent "
                                "(torch.autograd.forward_ad), and mxop ops have no forward-mode "
                                "derivative (jvp); use reverse mode (backward) for this op"
                                % (name, i))
@@ -388,10 +388,10 @@ class TorchOp:
 
     def __init__(self, op, _register=True, **attrs):
         if not isinstance(op, Op):
-            raise InvalidArgument(-1001, "TorchOp needs an mxop.Op, got %r" % (op,))
+            raise InvalidArgument("TorchOp needs an mxop.Op, got %r" % (op,))
         for k in ("out", "timeout", "seed"):
             if k in attrs:
-                raise InvalidArgument(-1001, "%s= is a keyword of a call, not an attribute "
+                raise InvalidArgument("%s= is a keyword of a call, not an attribute "
                                              "of op '%s'" % (k, op.name))
         _check_attrs(op, attrs)
         self.op = op
@@ -530,7 +530,7 @@ class TorchState:
         self.state.close()
 
     def __reduce__(self):
-        raise NotSupported(-1023, "a TorchState of op '%s' lives in one worker and cannot be "
+        raise NotSupported("a TorchState of op '%s' lives in one worker and cannot be "
                            "pickled or copied; create a new state where it is needed"
                            % self.state.op.name)
 
@@ -658,11 +658,11 @@ def _scriptable(top):
 
     op = top.op
     if not top.registered:
-        raise NotSupported(-1023, "op '%s' cannot be scripted: it is not torch.ops.mxop.%s "
+        raise NotSupported("op '%s' cannot be scripted: it is not torch.ops.mxop.%s "
                            "(a stateful op, or a name or attribute the schema language cannot "
                            "take)" % (op.name, op.name))
     if op.num_inputs < 0:
-        raise NotSupported(-1023, "op '%s' takes a variable number of inputs; script a "
+        raise NotSupported("op '%s' takes a variable number of inputs; script a "
                            "function calling torch.ops.mxop.%s(list_of_tensors) instead"
                            % (op.name, op.name))
     args, kw = _tl.call_args(op.name, ["x%d" % i for i in range(op.num_inputs)],
@@ -713,7 +713,7 @@ class Linear(torch.nn.Module):
         # twin that calls torch.ops.mxop.gemm on the same parameters.
         g = self.gemm
         if g.op.name != "gemm" or not g.registered or g.attrs != {"transpose_b": True}:
-            raise NotSupported(-1023, "mxop.torch.Linear over op '%s' %r cannot be scripted: "
+            raise NotSupported("mxop.torch.Linear over op '%s' %r cannot be scripted: "
                                "its twin calls torch.ops.mxop.gemm(x, w, transpose_b=True)"
                                % (g.op.name, g.attrs))
         return _ScriptableLinear(self)
