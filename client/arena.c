@@ -148,6 +148,8 @@ int mxop_array_alloc(mxop_client_t *c, int32_t dtype, int32_t ndim, const int64_
 {
     if (c == NULL)
         return MXOP_EINVAL;
+    if (mxop__outputs_alloc(c, dtype, ndim, shape, out) == 0)
+        return 0;
     if (c->pool != NULL && quick_alloc(c, dtype, ndim, shape, out) == 0)
         return 0;
     pthread_mutex_lock(&c->lock);
@@ -242,7 +244,16 @@ static size_t seg_find(const mxop__chunk_t *ch, uint64_t off)
 
 void mxop_array_free(mxop_client_t *c, mxop_array_t *a)
 {
-    if (c == NULL || a == NULL)
+    if (a == NULL)
+        return;
+    /* A shared-heap array (mxop_shared_outputs) is the heap's, whatever became of c. */
+    if (a->region == MXOP_REGION_HEAP) {
+        if (a->data != NULL)
+            (void)mxop_shared_free(a->data);
+        memset(a, 0, sizeof *a);
+        return;
+    }
+    if (c == NULL)
         return;
     /* With a pool, the arena's lock alone (see quick_alloc). */
     int whole = c->pool == NULL;

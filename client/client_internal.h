@@ -95,6 +95,16 @@ typedef struct mxop__region {
     int ncopies;
 } mxop__region_t;
 
+/*
+ * The bytes of one region as this process maps them, [lo, hi), for
+ * finding the region a heap array's pointer lies in (region_lookup.c).
+ */
+typedef struct mxop__span {
+    uintptr_t lo, hi;
+    uint32_t id;
+    int shared; /* a shared-heap block: shared_heap.c says whether a call may use it */
+} mxop__span_t;
+
 /* One piece of an arena chunk: the pieces tile the chunk in offset order. */
 typedef struct mxop__seg {
     uint64_t off;
@@ -201,6 +211,10 @@ struct mxop_client {
 
     mxop__region_t *regions;
     size_t nregions, capregions;
+    /* The mapped regions by address (region_lookup.c), changed with the table under both
+     * locks: read under either. */
+    mxop__span_t *spans;
+    size_t nspans, capspans;
 
     mxop__chunk_t *chunks;
     size_t nchunks, capchunks;
@@ -405,6 +419,33 @@ uint32_t mxop__region_wire(mxop_client_t *c, uint32_t id);
 /** Unmaps and closes every region (at close). */
 void mxop__regions_free(mxop_client_t *c);
 
+/* ---- which region a pointer lies in (region_lookup.c) ---- */
+
+/**
+ * Makes room for `cap` spans (c->regions_lock held), so that adding one
+ * never allocates.  0, or -1 when out of memory.
+ */
+int mxop__lookup_reserve(mxop_client_t *c, size_t cap);
+
+/** Notes entry e's mapping, if it has one a heap array may lie in (c->regions_lock held). */
+void mxop__lookup_add(mxop_client_t *c, const mxop__region_t *e);
+
+/** Forgets region id's mapping (c->regions_lock held). */
+void mxop__lookup_remove(mxop_client_t *c, uint32_t id);
+
+/** Frees the spans (at close, c->regions_lock held). */
+void mxop__lookup_free(mxop_client_t *c);
+
+/**
+ * The region whose mapping holds [p, p + n) (n > 0), read under c->lock or
+ * c->regions_lock: 1 with *id, *offset and *shared, else 0.  No allocation.
+ */
+int mxop__lookup_find(const mxop_client_t *c, const void *p, uint64_t n, uint32_t *id,
+                      uint64_t *offset, int *shared);
+
+/** Whether [p, p + n) meets any region's mapping (c->regions_lock held). */
+int mxop__lookup_overlaps(const mxop_client_t *c, const void *p, uint64_t n);
+
 /* ---- the pool of sibling sessions (pool.c) ---- */
 
 /**
@@ -422,6 +463,17 @@ void mxop__pool_set_timeout(mxop_client_t *c, int32_t timeout_ms);
 
 /** Calls and errors of the siblings. */
 void mxop__pool_stats(mxop_client_t *c, uint64_t *calls, uint64_t *errors);
+
+/* ---- where arrays are allocated (outputs.c) ---- */
+
+/**
+ * While mxop_shared_outputs is on: an array of at least
+ * mxop_shared_min_bytes() in a shared-heap block for c (region
+ * MXOP_REGION_HEAP), returning 0; else -1 (off, too small, a bad argument,
+ * no block), and the arena allocates.  Takes no lock of c's.
+ */
+int mxop__outputs_alloc(mxop_client_t *c, int32_t dtype, int32_t ndim, const int64_t *shape,
+                        mxop_array_t *out);
 
 /* ---- arena (arena.c) ---- */
 

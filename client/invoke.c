@@ -409,37 +409,73 @@ static int set_dynamic_shapes(mxop_client_t *c, const mxop_op_t *op, const Mxop_
 }
 
 /*
- * Heap arrays whose bytes lie in a shared-heap block go by reference: the
- * block is registered with the session (once) and the array described as
- * (its region, offset).  *copy gets the arrays, with those changed, when
- * any is (the caller's stay as they are); else it stays `a`.  Bit i of
- * `writes`: the call writes array i.
+ * The bytes of heap array `a` (with strides `st`, NULL: contiguous), as
+ * [*start, *start + *len) and the distance from *start to a->data; 0, or
+ * -1 when it has no bytes or a bad shape (check_array names it).
  */
-static int by_reference(mxop_client_t *c, const mxop_array_t *a, int n, uint64_t writes,
-                        mxop_array_t *buf, const mxop_array_t **copy)
+static int heap_extent(const mxop_array_t *a, const int64_t *st, const uint8_t **start,
+                       uint64_t *len, uint64_t *lead)
 {
     char why[64];
+    uint64_t span, elems;
+    if (a->region != MXOP_REGION_HEAP || a->data == NULL ||
+        mxop__desc_span(a->dtype, a->ndim, a->shape, NULL, &span, &elems, why, sizeof why) < 0 ||
+        span == 0)
+        return -1;
+    *start = a->data;
+    *len = span;
+    *lead = 0;
+    if (st == NULL)
+        return 0;
+    int64_t lo, hi, esz = (int64_t)mxop_dtype_size(a->dtype), first, past;
+    if (strided_extent(a, st, &lo, &hi) < 0 || __builtin_mul_overflow(lo, esz, &first) ||
+        __builtin_mul_overflow(hi + 1, esz, &past) || (uint64_t)-first > (uintptr_t)a->data)
+        return -1;
+    *lead = (uint64_t)-first;
+    *start = (const uint8_t *)a->data - *lead;
+    *len = (uint64_t)(past - first);
+    return 0;
+}
+
+/*
+ * Heap arrays whose bytes lie wholly in memory the client maps itself go
+ * by reference: in a region of its table (an arena chunk, a user region
+ * mapped here), or in a shared-heap block, which is registered with the
+ * session (once).  Each is described as (its region, offset); the binding
+ * never names a region.  *copy gets the arrays, with those changed, when
+ * any is (the caller's stay as they are); else it stays `a`.  Bit i of
+ * `writes`: the call writes array i.  No allocation but a block's first
+ * registration.
+ */
+static int by_reference(mxop_client_t *c, const mxop_array_t *a, int n,
+                        const int64_t *const *strides, uint64_t writes, mxop_array_t *buf,
+                        const mxop_array_t **copy)
+{
     for (int i = 0; i < n; i++) {
-        uint64_t span, elems, off;
+        const uint8_t *start;
+        uint64_t len, lead, off;
         uint32_t region;
-        if (a[i].region != MXOP_REGION_HEAP || a[i].data == NULL ||
-            mxop__desc_span(a[i].dtype, a[i].ndim, a[i].shape, NULL, &span, &elems, why,
-                            sizeof why) < 0 ||
-            span == 0)
-            continue; /* a bad array is named by check_array */
-        int write = i < 64 && ((writes >> i) & 1u);
-        int rc = mxop__shared_resolve(c, a[i].data, span, write, &region, &off);
-        if (rc <= 0) {
-            if (rc < 0)
-                return rc;
+        int shared = 0;
+        if (heap_extent(&a[i], strides_of(strides, i, &a[i]), &start, &len, &lead) < 0)
             continue;
+        int found = mxop__lookup_find(c, start, len, &region, &off, &shared);
+        /* A block of the shared heap: shared_heap.c says whether this call may use it. */
+        if (!found || shared) {
+            if (!mxop__shared_any())
+                continue;
+            int write = i < 64 && ((writes >> i) & 1u);
+            found = mxop__shared_resolve(c, start, len, write, &region, &off);
+            if (found < 0)
+                return found;
         }
+        if (!found)
+            continue;
         if (*copy == a) {
             memcpy(buf, a, (size_t)n * sizeof *a);
             *copy = buf;
         }
         buf[i].region = region;
-        buf[i].offset = off;
+        buf[i].offset = off + lead;
     }
     return 0;
 }
@@ -483,19 +519,17 @@ static int run_invoke(mxop_client_t *c, const mxop_op_t *op, int backward, const
     /* Shared-heap blocks freed while registered are released here, between calls. */
     mxop__shared_revoke(c);
     mxop_array_t *out_user = out;
-    if (mxop__shared_any()) {
-        const mxop_array_t *out_c = out;
-        uint64_t out_writes = 0;
-        for (int i = 0; i < n_out && i < 64; i++)
-            if (out[i].req != MXOP_REQ_NULL)
-                out_writes |= (uint64_t)1 << i;
-        rc = by_reference(c, in, n_in, backward ? 0 : op->mutated_inputs, b->in_ref, &in);
-        if (rc == 0)
-            rc = by_reference(c, out, n_out, out_writes, b->out_ref, &out_c);
-        if (rc < 0)
-            return rc;
-        out = (mxop_array_t *)out_c; /* b->out_ref, or the caller's own */
-    }
+    const mxop_array_t *out_c = out;
+    uint64_t out_writes = 0;
+    for (int i = 0; i < n_out && i < 64; i++)
+        if (out[i].req != MXOP_REQ_NULL)
+            out_writes |= (uint64_t)1 << i;
+    rc = by_reference(c, in, n_in, o.in_strides, backward ? 0 : op->mutated_inputs, b->in_ref, &in);
+    if (rc == 0)
+        rc = by_reference(c, out, n_out, o.out_strides, out_writes, b->out_ref, &out_c);
+    if (rc < 0)
+        return rc;
+    out = (mxop_array_t *)out_c; /* b->out_ref, or the caller's own */
 
     /*
      * Check every array and choose its path: heap arrays and non-contiguous

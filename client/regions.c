@@ -70,7 +70,9 @@ static int table_reserve(mxop_client_t *c)
         return 0;
     size_t cap = c->capregions ? c->capregions * 2 : 16;
     pthread_mutex_lock(&c->regions_lock);
-    mxop__region_t *r = realloc(c->regions, cap * sizeof *r);
+    /* The spans first: once they have room, adding an entry allocates nothing. */
+    mxop__region_t *r =
+        mxop__lookup_reserve(c, cap) == 0 ? realloc(c->regions, cap * sizeof *r) : NULL;
     if (r != NULL) {
         c->regions = r;
         c->capregions = cap;
@@ -91,6 +93,7 @@ static mxop__region_t *entry_append(mxop_client_t *c, mxop__region_t e)
     e.id = public_id(c, e.wire);
     mxop__region_t *p = &c->regions[c->nregions++];
     *p = e;
+    mxop__lookup_add(c, p);
     pthread_mutex_unlock(&c->regions_lock);
     return p;
 }
@@ -309,6 +312,7 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
     drop_copies(c, id);
     pthread_mutex_lock(&c->regions_lock);
     e = mxop__region_find(c, id); /* the table is unchanged, but be plain */
+    mxop__lookup_remove(c, id);
     entry_free(e);
     size_t i = (size_t)(e - c->regions);
     memmove(&c->regions[i], &c->regions[i + 1], (c->nregions - i - 1) * sizeof *e);
@@ -321,6 +325,7 @@ int mxop__region_drop(mxop_client_t *c, uint32_t id)
 static void entry_remove(mxop_client_t *c, mxop__region_t *e)
 {
     pthread_mutex_lock(&c->regions_lock);
+    mxop__lookup_remove(c, e->id);
     entry_free(e);
     size_t i = (size_t)(e - c->regions);
     memmove(&c->regions[i], &c->regions[i + 1], (c->nregions - i - 1) * sizeof *e);
@@ -368,6 +373,7 @@ void mxop__regions_free(mxop_client_t *c)
     free(c->regions);
     c->regions = NULL;
     c->nregions = c->capregions = 0;
+    mxop__lookup_free(c);
     pthread_mutex_unlock(&c->regions_lock);
 }
 
@@ -427,7 +433,7 @@ out:
  * so the sibling could not make its own.
  */
 static int register_fd_common(mxop_client_t *c, int fd, size_t bytes, uint32_t *region, void **base,
-                              void *shared_cmap)
+                              void *shared_cmap, void *at)
 {
     if (c == NULL)
         return MXOP_EINVAL;
@@ -461,6 +467,19 @@ static int register_fd_common(mxop_client_t *c, int fd, size_t bytes, uint32_t *
     rc = table_reserve(c);
     if (rc < 0)
         goto out;
+    if (at != NULL) {
+        /* A pointer must name one region: two mappings of the engine's never overlap. */
+        pthread_mutex_lock(&c->regions_lock);
+        int meets = mxop__lookup_overlaps(c, at, bytes);
+        pthread_mutex_unlock(&c->regions_lock);
+        if (meets) {
+            rc = mxop__fail(c, MXOP_EINVAL,
+                            "mxop_region_register_fd_at: [%p, +%zu) overlaps a region already "
+                            "registered with this client",
+                            at, bytes);
+            goto out;
+        }
+    }
     if (base != NULL) {
         rc = mxop__region_map(fd, bytes, 1, &map);
         if (rc < 0) {
@@ -492,7 +511,7 @@ static int register_fd_common(mxop_client_t *c, int fd, size_t bytes, uint32_t *
     int keep = c->pool != NULL || mxop__reconnect_enabled(c) ? dup(fd) : -1;
     *region = entry_append(c, (mxop__region_t){.wire = id,
                                                .fd = keep,
-                                               .base = map,
+                                               .base = at != NULL ? at : map,
                                                .size = bytes,
                                                .owned = map != NULL,
                                                .kind = MXOP__REGION_USER,
@@ -514,13 +533,24 @@ out:
 
 int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *region, void **base)
 {
-    return register_fd_common(c, fd, bytes, region, base, NULL);
+    return register_fd_common(c, fd, bytes, region, base, NULL, NULL);
+}
+
+int mxop_region_register_fd_at(mxop_client_t *c, int fd, size_t bytes, void *base, uint32_t *region)
+{
+    if (c != NULL && base == NULL) {
+        pthread_mutex_lock(&c->lock);
+        int rc = mxop__fail(c, MXOP_EINVAL, "mxop_region_register_fd_at: base is NULL");
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+    }
+    return register_fd_common(c, fd, bytes, region, NULL, NULL, base);
 }
 
 int mxop__region_register_shared(mxop_client_t *c, int fd, size_t bytes, void *cmap,
                                  uint32_t *region)
 {
-    return register_fd_common(c, fd, bytes, region, NULL, cmap);
+    return register_fd_common(c, fd, bytes, region, NULL, cmap, NULL);
 }
 
 int mxop_region_release(mxop_client_t *c, uint32_t region)

@@ -29,7 +29,8 @@
     X(mxop_array_t, 112, 8)                                                                        \
     X(mxop_call_t, 56, 8)                                                                          \
     X(mxop_stats_t, 56, 8)                                                                         \
-    X(mxop_stats_v2_t, 80, 8)
+    X(mxop_stats_v2_t, 80, 8)                                                                      \
+    X(mxop_shared_stats_v2_t, 72, 8)
 
 #define MXOP__ABI_OFFSETS(F)                                                                       \
     F(mxop_shape_t, ndim, 0)                                                                       \
@@ -177,6 +178,15 @@
     F(mxop_stats_v2_t, regions, 48)                                                                \
     F(mxop_stats_v2_t, region_bytes, 56)                                                           \
     F(mxop_stats_v2_t, scratch_bytes, 64)                                                          \
-    F(mxop_stats_v2_t, confined, 72)
+    F(mxop_stats_v2_t, confined, 72)                                                               \
+    F(mxop_shared_stats_v2_t, struct_size, 0)                                                      \
+    F(mxop_shared_stats_v2_t, blocks_live, 8)                                                      \
+    F(mxop_shared_stats_v2_t, bytes_live, 16)                                                      \
+    F(mxop_shared_stats_v2_t, blocks_cached, 24)                                                   \
+    F(mxop_shared_stats_v2_t, bytes_cached, 32)                                                    \
+    F(mxop_shared_stats_v2_t, registrations, 40)                                                   \
+    F(mxop_shared_stats_v2_t, revocations, 48)                                                     \
+    F(mxop_shared_stats_v2_t, reused_warm, 56)                                                     \
+    F(mxop_shared_stats_v2_t, outputs, 64)
 
 #endif /* MXOP_COMMON_ABI_LAYOUT_H */

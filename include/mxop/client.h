@@ -60,6 +60,31 @@ const char *mxop_err_name(int code);
 const char *mxop_strerror(int code);
 
 /**
+ * The code of an error's name: "MXOP_EINVAL" or "INVAL" give MXOP_EINVAL
+ * (-1001); an unknown name or NULL gives 0.  The inverse of mxop_err_name,
+ * so that bindings take the numbers from here instead of a table of their own.
+ */
+int mxop_err_code(const char *name);
+
+/**
+ * The dtype named `name` (borrowed): its short name ("f32", "bf16") or its
+ * framework name ("float32", "bfloat16": NumPy's dtype.name, PyTorch's
+ * str(dtype) less "torch.").  Returns the code (enum mxop_dtype), or
+ * MXOP_EINVAL for NULL or a name of no dtype.
+ */
+int32_t mxop_dtype_from_name(const char *name);
+
+/**
+ * What libmxop knows of dtype `code`: its short name, its framework name
+ * (static strings) and its element size in bytes.  Any out-pointer may be
+ * NULL.  Returns 0, or MXOP_EINVAL for a code of no dtype (the out-pointers
+ * are then left alone).  Codes run from 0 to MXOP_DTYPE_COUNT - 1, so a
+ * binding builds its maps by asking for each at load time.
+ */
+int mxop_dtype_info(int32_t code, const char **short_name, const char **framework_name,
+                    size_t *size);
+
+/**
  * How calls and results travel between the client and its worker.  The
  * socket path is always there; the shared-memory path adds a mailbox per
  * session (a small memfd both map) and keeps the socket for large frames
@@ -255,10 +280,14 @@ int mxop_op_attr(const mxop_op_t *op, int i, mxop_attr_info_t *info);
 /**
  * An n-d array as the engine sees it.  For arrays from mxop_array_alloc or
  * mxop_array_view, `data` points into a shared region (region != 0).  An
- * array the caller fills in by hand with region = MXOP_REGION_HEAP and `data`
- * pointing at ordinary memory is staged: copied into the arena before the
- * call and, for outputs, back after it (counted in the stats).
- * Contiguous row-major only.
+ * array the caller fills in by hand with region = MXOP_REGION_HEAP needs no
+ * region id: when its bytes lie wholly inside memory the client maps itself
+ * (its arena, a region of mxop_region_create, of mxop_region_register_fd
+ * with a base, of mxop_region_register_fd_at, or a shared-heap block) the
+ * call passes it by reference as (that region, offset), and outputs are
+ * written in place; when they lie in ordinary memory it is staged: copied
+ * into the arena before the call and, for outputs, back after it (counted
+ * in the stats).  Contiguous row-major unless the call gives strides.
  */
 typedef struct mxop_array {
     void *data;
@@ -274,12 +303,24 @@ typedef struct mxop_array {
 /**
  * Allocates an array in the client's arena (shared memory, 64-byte
  * aligned, zero-filled on first use of its pages).  Free with mxop_array_free.
+ * While mxop_shared_outputs is on, an array of at least
+ * mxop_shared_min_bytes() comes from the shared heap instead (a block of
+ * mxop_shared_alloc_output for c: region MXOP_REGION_HEAP, `data` at the
+ * block's start; its bytes are what the block's last user left), and from
+ * the arena when no block can be had.
  * Returns MXOP_EINVAL (bad dtype/shape), MXOP_ESHM (no shared memory left).
  */
 int mxop_array_alloc(mxop_client_t *c, int32_t dtype, int32_t ndim, const int64_t *shape,
                      mxop_array_t *out);
 
-/** Returns an array's memory to the arena.  Accepts an array with data NULL. */
+/**
+ * Frees an array of mxop_array_alloc (of either kind) and zeroes *a.
+ * Accepts an array with data NULL.  An array from the shared heap needs no
+ * session: c may be NULL or already closed for it (it is freed with
+ * mxop_shared_free); an arena array needs its live client.  An array the
+ * caller made by hand must not be passed: a heap array whose data is a
+ * shared-heap block's start would free that block.
+ */
 void mxop_array_free(mxop_client_t *c, mxop_array_t *a);
 
 /**
@@ -297,6 +338,20 @@ int mxop_region_create(mxop_client_t *c, size_t bytes, uint32_t *region, void **
  */
 int mxop_region_register_fd(mxop_client_t *c, int fd, size_t bytes, uint32_t *region, void **base);
 
+/**
+ * As mxop_region_register_fd, for memory this process maps already:
+ * `base` (borrowed) is where it maps the first `bytes` bytes of `fd`
+ * (borrowed; duplicated when kept), read-write and MAP_SHARED.  libmxop
+ * neither maps nor unmaps `base`; heap arrays whose bytes lie in
+ * [base, base + bytes) then go to calls by reference (mxop_array_t).
+ * Release the region (mxop_region_release) before unmapping `base` or
+ * closing what maps it: until then a call may read and write there.
+ * Returns MXOP_EINVAL (base or region NULL, bytes 0, an fd smaller than
+ * bytes or not mappable, or a range that overlaps a region of c already).
+ */
+int mxop_region_register_fd_at(mxop_client_t *c, int fd, size_t bytes, void *base,
+                               uint32_t *region);
+
 /** Unregisters a region (the worker unmaps it).  MXOP_EUNKNOWN_REGION if unknown. */
 int mxop_region_release(mxop_client_t *c, uint32_t region);
 
@@ -310,6 +365,19 @@ int mxop_region_release(mxop_client_t *c, uint32_t region);
  * confined separately (docs/security.md).  Returns 0, MXOP_EUNKNOWN_REGION.
  */
 int mxop_region_set_read_only(mxop_client_t *c, uint32_t region, int read_only);
+
+/**
+ * Whether [p, p + n) (n 0: the byte at p) lies wholly inside one region of
+ * c that this process maps: an arena chunk, a region of
+ * mxop_region_create, of mxop_region_register_fd with a base, of
+ * mxop_region_register_fd_at, or a live shared-heap block once a call has
+ * registered it with c (this does not register one).  Returns 1 with
+ * *region and *offset (p's offset in it; either pointer may be NULL), 0
+ * when not, MXOP_EINVAL for c or p NULL or a range past the address space.
+ * Any thread; it does not wait for another thread's call.
+ */
+int mxop_region_lookup(mxop_client_t *c, const void *p, size_t n, uint32_t *region,
+                       uint64_t *offset);
 
 /*
  * GPU memory: device regions.
@@ -422,6 +490,16 @@ void *mxop_shared_alloc_output(mxop_client_t *c, size_t bytes);
  */
 size_t mxop_shared_min_bytes(void);
 
+/**
+ * Process-wide: whether mxop_array_alloc gives arrays of at least
+ * mxop_shared_min_bytes() from the shared heap (on: nonzero), so that an
+ * engine's outputs become its framework's tensors in warm blocks, or from
+ * the client's arena (0, the default).  Atomic; any thread.  Arrays of
+ * either kind free correctly with mxop_array_free whatever the setting is
+ * then.  Returns the previous setting (1 or 0).
+ */
+int mxop_shared_outputs(int on);
+
 /** The shared heap's counters (process-wide). */
 typedef struct mxop_shared_stats {
     uint64_t blocks_live, bytes_live; /* handed out now */
@@ -434,6 +512,25 @@ typedef struct mxop_shared_stats {
 
 /** Fills *st (st NULL: nothing). */
 void mxop_shared_stats(mxop_shared_stats_t *st);
+
+/**
+ * mxop_shared_stats_t with struct_size, so that it can grow, and what was
+ * added since: zero-initialise, set struct_size =
+ * sizeof(mxop_shared_stats_v2_t), call mxop_shared_stats_v2; members
+ * beyond the caller's struct_size are not written.  Returns 0, or
+ * MXOP_EINVAL for st NULL or a struct_size that holds no member.
+ */
+typedef struct mxop_shared_stats_v2 {
+    uint32_t struct_size;
+    uint64_t blocks_live, bytes_live;     /* handed out now */
+    uint64_t blocks_cached, bytes_cached; /* freed and kept for reuse */
+    uint64_t registrations;               /* blocks registered with a session, ever */
+    uint64_t revocations;                 /* registrations of freed blocks released, ever */
+    uint64_t reused_warm;                 /* mxop_shared_alloc_output answered by a warm block */
+    uint64_t outputs; /* arrays mxop_array_alloc gave from the heap (mxop_shared_outputs), ever */
+} mxop_shared_stats_v2_t;
+
+int mxop_shared_stats_v2(mxop_shared_stats_v2_t *st);
 
 /* ------------------------------------------------------------------------
  * Calls

@@ -67,28 +67,31 @@ enum mxop_attr_type {
 };
 
 /**
- * Every dtype once: X(enum name, short name, element size in bytes).  The
- * one table from which names and sizes are derived, here and in the
- * bindings' checks; use it for your own switch over dtypes:
- *     #define CASE(e, name, size) case e: ...
+ * Every dtype once: X(enum name, short name, element size in bytes,
+ * framework name).  The framework name is the one NumPy's dtype.name and
+ * PyTorch's str(dtype) (less "torch.") give.  The one table from which
+ * names and sizes are derived, here, in libmxop (mxop_dtype_info,
+ * mxop_dtype_from_name) and through those in the bindings; use it for
+ * your own switch over dtypes:
+ *     #define CASE(e, name, size, fw) case e: ...
  *     switch (dtype) { MXOP_DTYPE_MAP(CASE) }
  */
 #define MXOP_DTYPE_MAP(X)                                                                          \
-    X(MXOP_F32, "f32", 4)                                                                          \
-    X(MXOP_F64, "f64", 8)                                                                          \
-    X(MXOP_F16, "f16", 2)                                                                          \
-    X(MXOP_BF16, "bf16", 2)                                                                        \
-    X(MXOP_I32, "i32", 4)                                                                          \
-    X(MXOP_I64, "i64", 8)                                                                          \
-    X(MXOP_U8, "u8", 1)                                                                            \
-    X(MXOP_I8, "i8", 1)                                                                            \
-    X(MXOP_BOOL, "bool", 1)
+    X(MXOP_F32, "f32", 4, "float32")                                                               \
+    X(MXOP_F64, "f64", 8, "float64")                                                               \
+    X(MXOP_F16, "f16", 2, "float16")                                                               \
+    X(MXOP_BF16, "bf16", 2, "bfloat16")                                                            \
+    X(MXOP_I32, "i32", 4, "int32")                                                                 \
+    X(MXOP_I64, "i64", 8, "int64")                                                                 \
+    X(MXOP_U8, "u8", 1, "uint8")                                                                   \
+    X(MXOP_I8, "i8", 1, "int8")                                                                    \
+    X(MXOP_BOOL, "bool", 1, "bool")
 
 /** Size in bytes of one element of `dtype`, or 0 for an unknown dtype. */
 static inline size_t mxop_dtype_size(int32_t dtype)
 {
     switch (dtype) {
-#define MXOP_DTYPE_SIZE_CASE_(e, name, size)                                                       \
+#define MXOP_DTYPE_SIZE_CASE_(e, name, size, fw)                                                   \
     case e: return size;
         MXOP_DTYPE_MAP(MXOP_DTYPE_SIZE_CASE_)
 #undef MXOP_DTYPE_SIZE_CASE_
@@ -100,7 +103,7 @@ static inline size_t mxop_dtype_size(int32_t dtype)
 static inline const char *mxop_dtype_name(int32_t dtype)
 {
     switch (dtype) {
-#define MXOP_DTYPE_NAME_CASE_(e, name, size)                                                       \
+#define MXOP_DTYPE_NAME_CASE_(e, name, size, fw)                                                   \
     case e: return name;
         MXOP_DTYPE_MAP(MXOP_DTYPE_NAME_CASE_)
 #undef MXOP_DTYPE_NAME_CASE_

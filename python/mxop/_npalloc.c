@@ -1,7 +1,6 @@
 /*
  * mxop._npalloc - the C side of mxop.allocator that needs no torch:
- * NumPy's memory handler in mxop shared memory, and the allocation of op
- * outputs in warm shared-heap blocks.
+ * NumPy's memory handler in mxop shared memory.
  *
  * NumPy's handler (NEP 49): every array data allocation of at least
  * mxop_shared_min_bytes() goes to a block of libmxop's shared heap, which
@@ -13,23 +12,23 @@
  * the calling thread's context (and contexts copied from it later), not
  * other threads that already run.
  *
- * Outputs: out_alloc / out_free have mxop_array_alloc's and
- * mxop_array_free's signatures, so the call paths (client.py, _fastcall.c,
- * _torchops.cpp) take them in their place: while outputs are on, an output
- * of at least the minimum size is a block from mxop_shared_alloc_output
- * (warm: already registered with the session and faulted in), described as
- * region MXOP_REGION_HEAP; anything else is an arena block as before.  The
- * free dispatches on the region, so blocks of either kind free correctly
- * whatever the setting is when they die.
+ * Op outputs in warm shared-heap blocks are libmxop's own choice now
+ * (mxop_shared_outputs: mxop_array_alloc gives them, mxop_array_free frees
+ * either kind), so every call path allocates through libmxop alone.
+ * outputs(), adapters() and the third count remain for a package that
+ * still asks this module: they answer from libmxop.
  *
  * libmxop's functions come as addresses from the ctypes library the
- * package loaded, so that one libmxop (one heap) serves every path.
+ * package loaded, so that one libmxop (one heap) serves every path; the
+ * few init() is not given are found in the same library (dladdr of one it
+ * was given, then dlsym).
  */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <Python.h>
 #include <numpy/arrayobject.h>
 
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -41,22 +40,20 @@ typedef __typeof__(&mxop_shared_alloc) shared_alloc_fn;
 typedef __typeof__(&mxop_shared_free) shared_free_fn;
 typedef __typeof__(&mxop_shared_contains) shared_contains_fn;
 typedef __typeof__(&mxop_shared_min_bytes) min_bytes_fn;
-typedef __typeof__(&mxop_shared_alloc_output) alloc_output_fn;
-typedef __typeof__(&mxop_array_alloc) array_alloc_fn;
-typedef __typeof__(&mxop_array_free) array_free_fn;
+typedef __typeof__(&mxop_shared_outputs) shared_outputs_fn;
+typedef __typeof__(&mxop_shared_stats_v2) shared_stats_fn;
 
 static shared_alloc_fn fn_alloc;
 static shared_free_fn fn_free;
 static shared_contains_fn fn_contains;
-static alloc_output_fn fn_alloc_output;
-static array_alloc_fn fn_array_alloc;
-static array_free_fn fn_array_free;
+static shared_outputs_fn fn_outputs;
+static shared_stats_fn fn_stats;
+/* mxop_array_alloc and mxop_array_free, as init() gave them: what adapters() answers. */
+static void *addr_array_alloc, *addr_array_free;
 static size_t min_bytes = 64 * 1024;
 
 static atomic_ullong n_shared;   /* NumPy allocations made in the shared heap */
 static atomic_ullong n_fallback; /* large ones the heap could not make */
-static atomic_ullong n_outputs;  /* op outputs made in the shared heap */
-static atomic_int outputs_on;
 
 /* ---- NumPy's handler ---------------------------------------------------- */
 
@@ -151,62 +148,27 @@ static PyDataMem_Handler handler = {
 };
 static PyObject *capsule; /* the handler as NumPy takes it; never freed */
 
-/* ---- op outputs ----------------------------------------------------------- */
+/* ---- libmxop's functions ---------------------------------------------- */
 
-static const size_t dtype_size[] = {4, 8, 2, 2, 4, 8, 1, 1, 1};
-
-/* mxop_array_alloc's contract, with a warm shared-heap block while outputs
- * are on; bad arguments are left to mxop_array_alloc, which names them. */
-static int out_alloc(mxop_client_t *c, int32_t dtype, int32_t ndim, const int64_t *shape,
-                     mxop_array_t *a)
+/* The function `name` of the library that holds `known` (a function of libmxop's), or NULL. */
+static void *sibling_symbol(void *known, const char *name)
 {
-    if (atomic_load_explicit(&outputs_on, memory_order_relaxed) && dtype >= 0 &&
-        dtype < (int32_t)(sizeof dtype_size / sizeof dtype_size[0]) && ndim >= 0 &&
-        ndim <= MXOP_MAX_DIMS) {
-        size_t n = dtype_size[dtype];
-        int ok = 1;
-        for (int32_t d = 0; d < ndim && ok; d++) {
-            if (shape[d] < 0 || (shape[d] > 0 && n > SIZE_MAX / (uint64_t)shape[d]))
-                ok = 0;
-            else
-                n *= (size_t)shape[d];
-        }
-        void *p = ok && n >= min_bytes ? fn_alloc_output(c, n) : NULL;
-        if (p != NULL) {
-            memset(a, 0, sizeof *a);
-            a->data = p;
-            a->dtype = dtype;
-            a->ndim = ndim;
-            for (int32_t d = 0; d < ndim; d++)
-                a->shape[d] = shape[d];
-            a->region = MXOP_REGION_HEAP;
-            a->nbytes = n;
-            atomic_fetch_add_explicit(&n_outputs, 1, memory_order_relaxed);
-            return 0;
-        }
-    }
-    return fn_array_alloc(c, dtype, ndim, shape, a);
-}
-
-/* mxop_array_free's contract for blocks of either kind.  A shared-heap block
- * needs no session: it is freed even when c is NULL (its session closed, or
- * a forked child's copy). */
-static void out_free(mxop_client_t *c, mxop_array_t *a)
-{
-    if (a->region == MXOP_REGION_HEAP) {
-        if (a->data != NULL)
-            fn_free(a->data);
-        a->data = NULL;
-        return;
-    }
-    if (c != NULL)
-        fn_array_free(c, a);
+    Dl_info info;
+    if (dladdr(known, &info) == 0 || info.dli_fname == NULL)
+        return NULL;
+    /* Already loaded (it holds `known`): this only takes a reference, dropped at once. */
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL)
+        return NULL;
+    void *p = dlsym(h, name);
+    dlclose(h);
+    return p;
 }
 
 /* ---- the module ------------------------------------------------------------ */
 
 /* init(alloc, free, contains, min_bytes, alloc_output, array_alloc, array_free):
- * libmxop's functions as addresses. */
+ * libmxop's functions as addresses (alloc_output is no longer used). */
 static PyObject *np_init(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -222,13 +184,21 @@ static PyObject *np_init(PyObject *self, PyObject *args)
             return NULL;
         }
     }
+    shared_outputs_fn outputs = (shared_outputs_fn)sibling_symbol(p[0], "mxop_shared_outputs");
+    shared_stats_fn stats = (shared_stats_fn)sibling_symbol(p[0], "mxop_shared_stats_v2");
+    if (outputs == NULL || stats == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "mxop._npalloc: the libmxop given has no mxop_shared_outputs (too old)");
+        return NULL;
+    }
     fn_alloc = (shared_alloc_fn)p[0];
     fn_free = (shared_free_fn)p[1];
     fn_contains = (shared_contains_fn)p[2];
     min_bytes = ((min_bytes_fn)p[3])();
-    fn_alloc_output = (alloc_output_fn)p[4];
-    fn_array_alloc = (array_alloc_fn)p[5];
-    fn_array_free = (array_free_fn)p[6];
+    fn_outputs = outputs;
+    fn_stats = stats;
+    addr_array_alloc = p[5];
+    addr_array_free = p[6];
     Py_RETURN_NONE;
 }
 
@@ -304,39 +274,49 @@ static PyObject *np_enabled(PyObject *self, PyObject *noargs)
     return mine < 0 ? NULL : PyBool_FromLong(mine);
 }
 
-/* outputs(on): outputs in shared-heap blocks (1) or in the arena (0);
- * returns the previous setting. */
+/* outputs(on): mxop_shared_outputs(on), outputs in shared-heap blocks (1)
+ * or in the arena (0); returns the previous setting. */
 static PyObject *np_outputs(PyObject *self, PyObject *arg)
 {
     (void)self;
     int on = PyObject_IsTrue(arg);
     if (on < 0)
         return NULL;
-    if (on && fn_alloc_output == NULL) {
+    if (fn_outputs == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "mxop._npalloc: init() was not called");
         return NULL;
     }
-    return PyBool_FromLong(atomic_exchange(&outputs_on, on));
+    return PyBool_FromLong(fn_outputs(on));
 }
 
-/* adapters(): the addresses of out_alloc and out_free. */
+/* adapters(): the output functions: mxop_array_alloc and mxop_array_free
+ * themselves, which give and free shared-heap outputs now. */
 static PyObject *np_adapters(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    return Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)(uintptr_t)out_alloc),
-                         PyLong_FromVoidPtr((void *)(uintptr_t)out_free));
+    if (addr_array_alloc == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "mxop._npalloc: init() was not called");
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", PyLong_FromVoidPtr(addr_array_alloc),
+                         PyLong_FromVoidPtr(addr_array_free));
 }
 
 /* counts(): (NumPy allocations in the heap, large ones that fell back,
- * outputs made in the heap). */
+ * outputs made in the heap: mxop_shared_stats_v2's). */
 static PyObject *np_counts(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
+    mxop_shared_stats_v2_t st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    if (fn_stats != NULL)
+        (void)fn_stats(&st);
     return Py_BuildValue("(KKK)", (unsigned long long)atomic_load(&n_shared),
                          (unsigned long long)atomic_load(&n_fallback),
-                         (unsigned long long)atomic_load(&n_outputs));
+                         (unsigned long long)st.outputs);
 }
 
 static PyMethodDef np_methods[] = {
@@ -346,8 +326,10 @@ static PyMethodDef np_methods[] = {
     {"enable", np_enable, METH_NOARGS, "NumPy's handler of this context in shared memory"},
     {"disable", np_disable, METH_NOARGS, "this context's previous handler back"},
     {"enabled", np_enabled, METH_NOARGS, "whether this context's handler is mxop's"},
-    {"outputs", np_outputs, METH_O, "op outputs in shared-heap blocks (True) or the arena"},
-    {"adapters", np_adapters, METH_NOARGS, "addresses of the output alloc and free"},
+    {"outputs", np_outputs, METH_O,
+     "mxop_shared_outputs: op outputs in shared-heap blocks (True) or the arena"},
+    {"adapters", np_adapters, METH_NOARGS,
+     "addresses of the output alloc and free (libmxop's own)"},
     {"counts", np_counts, METH_NOARGS, "(numpy shared, numpy fallbacks, outputs)"},
     {NULL, NULL, 0, NULL},
 };
@@ -355,7 +337,7 @@ static PyMethodDef np_methods[] = {
 static struct PyModuleDef np_module = {
     PyModuleDef_HEAD_INIT,
     "_npalloc",
-    "NumPy's memory handler and op outputs in mxop shared memory",
+    "NumPy's memory handler in mxop shared memory",
     -1,
     np_methods,
     NULL,

@@ -12,7 +12,7 @@
 
 int mxop__run_dtype_parse(const char *name)
 {
-#define PARSE_CASE(e, n, size)                                                                     \
+#define PARSE_CASE(e, n, size, fw)                                                                 \
     if (!strcmp(name, n))                                                                          \
         return e;
     MXOP_DTYPE_MAP(PARSE_CASE)
