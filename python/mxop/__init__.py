@@ -35,7 +35,21 @@ __all__ = ["connect", "default_client", "empty", "zeros", "asarray", "err_name",
 
 __version__ = "0.1.0"
 
-F32, F64, F16, BF16, I32, I64, U8, I8, BOOL = range(9)
+
+def __getattr__(name):
+    # mxop.F32, mxop.BF16, ...: libmxop's dtype codes by their short names.
+    if name.isupper():
+        from . import _dtypes
+
+        try:
+            _dtypes.count()
+        except MxopError:  # no libmxop: no such attribute either
+            pass
+        code = _dtypes.CODE_OF_NAME.get(name.lower())
+        if code is not None:
+            return code
+    raise AttributeError("module 'mxop' has no attribute %r" % name)
+
 
 _default = None
 

@@ -1,43 +1,81 @@
-"""mxop dtype numbers and the NumPy dtypes (and torch dtype names) they map to.
+"""mxop dtype numbers and what they are in NumPy (and, by name, in torch).
 
-Only native byte order maps; arrays in another are converted by the caller.
-This module imports neither torch nor mxop.torch: a tensor's dtype is read
-by its name ("torch.float32"), and mxop.torch builds its own table of torch
-dtypes from CODE_OF_TORCH_NAME.
+The tables are libmxop's (mxop_dtype_info over codes 0, 1, ... until it
+refuses one): each code's short name ("f32"), framework name ("float32":
+NumPy's dtype.name, torch's dtype less "torch.") and element size.  They are
+filled in place when libmxop is loaded (the first Client loads it; a lookup
+made before that loads it then), so `import mxop` needs no library and the
+dicts imported elsewhere are the ones filled.  Only native byte order maps;
+arrays in another are converted by the caller.  This module imports neither
+torch nor mxop.torch (which builds its own table from CODE_OF_FRAMEWORK_NAME).
 """
+
+import ctypes
 
 import numpy as np
 
 from . import _lib
 from .errors import InvalidArgument
 
-# mxop dtype number -> NumPy dtype (bf16 has none).
-NUMPY_OF = {
-    _lib.F32: np.dtype(np.float32),
-    _lib.F64: np.dtype(np.float64),
-    _lib.F16: np.dtype(np.float16),
-    _lib.I32: np.dtype(np.int32),
-    _lib.I64: np.dtype(np.int64),
-    _lib.U8: np.dtype(np.uint8),
-    _lib.I8: np.dtype(np.int8),
-    _lib.BOOL: np.dtype(np.bool_),
-}
-CODE_OF_NUMPY = {v: k for k, v in NUMPY_OF.items()}
-CODE_OF_NAME = {n: i for i, n in enumerate(_lib.DTYPE_NAMES)}
-# torch dtype name (without "torch.") -> mxop dtype number.
-CODE_OF_TORCH_NAME = {
-    "float32": _lib.F32, "float64": _lib.F64, "float16": _lib.F16, "bfloat16": _lib.BF16,
-    "int32": _lib.I32, "int64": _lib.I64, "uint8": _lib.U8, "int8": _lib.I8, "bool": _lib.BOOL,
-}
-NAMES = _lib.DTYPE_NAMES
-SIZES = _lib.DTYPE_SIZES
-COUNT = _lib.DTYPE_COUNT
+NAMES = []  # code -> short name ("f32")
+FRAMEWORK_NAMES = []  # code -> framework name ("float32")
+SIZES = []  # code -> element size in bytes
+NUMPY_BY_CODE = []  # code -> NumPy dtype, or None (bf16 has none)
+NUMPY_OF = {}  # code -> NumPy dtype (codes NumPy has)
+CODE_OF_NUMPY = {}  # NumPy dtype -> code
+CODE_OF_NAME = {}  # short name -> code
+CODE_OF_FRAMEWORK_NAME = {}  # framework name -> code
+_filled = []  # what is told when the tables are filled (mxop.torch, mxop.jax)
+
+
+def on_fill(fn):
+    """fn() is called once the tables are filled (now, if they are)."""
+    _filled.append(fn)
+    if NAMES:
+        fn()
+
+
+def _fill(dll):
+    if NAMES:
+        return
+    short, fw, size = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_size_t()
+    code = 0
+    while dll.mxop_dtype_info(code, ctypes.byref(short), ctypes.byref(fw),
+                              ctypes.byref(size)) == 0:
+        s, f = short.value.decode(), fw.value.decode()
+        try:
+            d = np.dtype(f)
+        except TypeError:
+            d = None  # bfloat16: NumPy has none
+        SIZES.append(size.value)
+        FRAMEWORK_NAMES.append(f)
+        NUMPY_BY_CODE.append(d)
+        CODE_OF_NAME[s] = code
+        CODE_OF_FRAMEWORK_NAME[f] = code
+        if d is not None:
+            NUMPY_OF[code] = d
+            CODE_OF_NUMPY[d] = code
+        NAMES.append(s)
+        code += 1
+    for fn in list(_filled):
+        fn()
+
+
+_lib.on_load(_fill)
+
+
+def count():
+    """How many dtypes libmxop has (loading it if need be)."""
+    if not NAMES:
+        _lib.lib.load()
+    return len(NAMES)
 
 
 def dtype_code(dtype):
     """The mxop dtype number of a NumPy dtype, an mxop name ("f32") or a number."""
+    n = count()
     if isinstance(dtype, int) and not isinstance(dtype, bool):
-        if 0 <= dtype < COUNT:
+        if 0 <= dtype < n:
             return dtype
         raise InvalidArgument("unknown mxop dtype %d" % dtype)
     if isinstance(dtype, str) and dtype in CODE_OF_NAME:
@@ -48,17 +86,19 @@ def dtype_code(dtype):
         d = None
     code = CODE_OF_NUMPY.get(d)
     if code is None:
-        raise InvalidArgument("dtype %r has no mxop equivalent (f32, f64, f16, i32, "
-                                     "i64, u8, i8, bool)" % (dtype,))
+        raise InvalidArgument("dtype %r has no mxop equivalent (%s)"
+                              % (dtype, ", ".join(NAMES[c] for c in sorted(NUMPY_OF))))
     return code
 
 
 def numpy_dtype(code):
     """The NumPy dtype of an mxop dtype number (bf16 has none)."""
+    n = count()
     d = NUMPY_OF.get(code)
     if d is None:
         raise InvalidArgument("mxop dtype %s has no NumPy equivalent"
-                              % (NAMES[code] if 0 <= code < COUNT else code))
+                              % (NAMES[code] if isinstance(code, int) and 0 <= code < n
+                                 else code))
     return d
 
 
@@ -70,8 +110,9 @@ def spec_of(x):
             shape = (shape,)
         return dtype_code(dtype), tuple(int(d) for d in shape)
     if hasattr(x, "dtype") and hasattr(x, "shape") and not isinstance(x, np.ndarray):
+        count()
         name = str(x.dtype)  # a tensor's: "torch.float32"
-        code = CODE_OF_TORCH_NAME.get(name[6:]) if name.startswith("torch.") else None
+        code = CODE_OF_FRAMEWORK_NAME.get(name[6:]) if name.startswith("torch.") else None
         if code is None:
             raise InvalidArgument("dtype %s has no mxop equivalent" % name)
         return code, tuple(x.shape)

@@ -2,9 +2,10 @@
 
 ClientMemory is the memory half of mxop.Client (a base class of it): arena
 allocations (empty / zeros / asarray and every op output), user regions
-(region_create / register_fd), the address table that tells which of them
-an array lies in, and the packing of a NumPy array into an mxop_array_t
-record.
+(region_create / register_fd) and the packing of a NumPy array into an
+mxop_array_t record.  Which region an address lies in is libmxop's to know
+(mxop_region_lookup; a call resolves a heap array itself): an array that is
+not a whole arena block goes as region 0 and its pointer.
 
 An arena allocation is a Block (the mxop_array_t libmxop filled in); a NumPy
 view of it is made over a ctypes buffer whose `_mxop` attribute holds the
@@ -12,13 +13,12 @@ Block, so the block is returned to the arena when the last array viewing it
 is gone.
 """
 
-import bisect
 import ctypes
 import threading
 
 import numpy as np
 
-from . import _fast, _outputs
+from . import _fast
 from ._dtypes import CODE_OF_NUMPY, dtype_code, numpy_dtype
 from ._lib import lib, MxopArray
 from ._records import ARRAY_SIZE as _ASZ, MAX_DIMS, OutSpec, ZPAD as _ZPAD, pack_array
@@ -123,15 +123,18 @@ class Region:
 class ClientMemory:
     """The memory half of a Client (see the module's docstring).  The session
     half (client.py) provides handle, check_handle(), error(rc), check(rc),
-    _h, _close_pending, _finish_close() and _regions_changed() (the C++
-    kernels of torch.ops keep a copy of the arena regions)."""
+    _h, _close_pending and _finish_close()."""
 
     def _init_memory(self):
         self._live = 0  # live arena blocks
-        # Address table of this client's regions: sorted bases, parallel [end, id, check].
+        # Once the package's address table, read by _fastcall.c and
+        # _torch_library.py until they stop: _rbase and _rinfo stay empty
+        # (libmxop resolves addresses); _rmap keeps one entry per arena region
+        # with the largest end, so that _fastcall.c calls _note_region once
+        # per region instead of once per block.
         self._rbase = []
         self._rinfo = []
-        self._rmap = {}  # region id -> [end, id, check] entry of _rinfo
+        self._rmap = {}
         self._bufpool = {}
         self._lock = threading.Lock()
         # Copies made here of non-contiguous inputs (into shared memory, so
@@ -149,84 +152,44 @@ class ClientMemory:
         """Arena blocks of this client still alive (arrays viewing them)."""
         return self._live
 
-    # ---- the address table ----------------------------------------------------
-
-    def _note_region(self, rid, base, end, check=None):
-        """Adds (or extends) region `rid` at [base, end) in the address table.
-        `check`, if given, is called on every lookup that lands in the region
-        and returns False once the memory there is no longer the region's
-        (a torch storage that died: another may be mapped at its address)."""
-        with self._lock:
-            e = self._rmap.get(rid)
-            if e is not None:
-                if end > e[0]:
-                    e[0] = end
-                    if e[2] is None:
-                        self._regions_changed()
-                return
-            e = [end, rid, check]
-            i = bisect.bisect_left(self._rbase, base)
-            self._rbase.insert(i, base)
-            self._rinfo.insert(i, e)
-            self._rmap[rid] = e
-        if check is None:
-            self._regions_changed()
-
-    def _forget_region(self, rid):
-        with self._lock:
-            e = self._rmap.pop(rid, None)
-            if e is not None:
-                i = self._rinfo.index(e)
-                del self._rbase[i]
-                del self._rinfo[i]
-        self._regions_changed()
+    def _note_region(self, rid, base, end):
+        # _fastcall.c calls this for a block of a region _rmap does not hold.
+        self._rmap[rid] = [2**64 - 1, rid, None]
 
     def region_of(self, ptr, nbytes):
-        """(region, offset) of memory inside a region of this client, else None."""
-        if not self._rbase:
+        """(region, offset) of [ptr, ptr + nbytes) when it lies in memory of
+        this client that this process maps (mxop_region_lookup), else None."""
+        h = self._h
+        if not h or not ptr:
             return None
-        i = bisect.bisect_right(self._rbase, ptr) - 1
-        if i >= 0:
-            e = self._rinfo[i]
-            if ptr + nbytes <= e[0]:
-                if e[2] is not None and not e[2]():
-                    return None  # stale: the check has released it
-                return e[1], ptr - self._rbase[i]
-        return None
+        rid = ctypes.c_uint32()
+        off = ctypes.c_uint64()
+        if lib.mxop_region_lookup(h, ptr, nbytes, _addressof(rid), _addressof(off)) != 1:
+            return None
+        return rid.value, off.value
 
     _region_of = region_of
-
-    def arena_regions(self):
-        """(base, end, region id) of each arena region in the address table
-        (storages registered with a liveness check are left out)."""
-        return [(base, e[0], e[1]) for base, e in zip(self._rbase, self._rinfo)
-                if e[2] is None]
 
     # ---- arena blocks -----------------------------------------------------------
 
     def alloc(self, dtype, ndim, caddr):
-        """A new arena Block for (dtype, ndim, C shape array at caddr)."""
+        """A new arena Block for (dtype, ndim, C shape array at caddr); a
+        shared-heap block (region 0) while mxop.allocator gives outputs there."""
         h = self.check_handle()
         b = Block()
-        out = _outputs.functions()
-        rc = (out[0] if out else lib.mxop_array_alloc)(h, dtype, ndim, caddr, _addressof(b))
+        rc = lib.mxop_array_alloc(h, dtype, ndim, caddr, _addressof(b))
         if rc < 0:
             raise self.error(rc)  # b has no client: its __del__ does nothing
         b.client = self
-        data = b.data or 0
         self._live += 1
-        region = b.region
-        e = self._rmap.get(region)
-        if region and (e is None or data + b.nbytes > e[0]):
-            self._note_region(region, data - b.offset, data + b.nbytes)
         return b
 
     _alloc = alloc
 
     def _free_block(self, b):
-        if self._h or b.region == 0:  # a shared-heap block needs no session
-            out = _outputs.functions()  # an output may be a shared-heap block (region 0)
-            (out[1] if out else lib.mxop_array_free)(self._h, _addressof(b))
+        # A shared-heap block needs no session: libmxop frees either kind.
+        if self._h or b.region == 0:
+            lib.mxop_array_free(self._h, _addressof(b))
         self._live -= 1
         if self._live == 0 and self._close_pending:
             self._finish_close()
@@ -275,29 +238,26 @@ class ClientMemory:
         base = ctypes.c_void_p()
         self.check(lib.mxop_region_create(self.check_handle(), nbytes, ctypes.byref(rid),
                                           ctypes.byref(base)))
-        r = Region(self, rid.value, base.value, nbytes)
-        self._note_region(r.id, r.base, r.base + nbytes)
-        return r
+        return Region(self, rid.value, base.value, nbytes)
 
     def register_fd(self, fd, nbytes, base=None, map_here=False, check=None):
         """Registers shared memory the process already has (a memfd or /dev/shm
         file, `fd` borrowed).  `base`: the address where this process maps it
-        (so arrays there pass without a copy); map_here makes a new mapping."""
+        (mxop_region_register_fd_at: arrays there pass without a copy;
+        release the region before unmapping it); map_here makes a new
+        mapping.  `check` is no longer used (libmxop keeps the mapping)."""
+        h = self.check_handle()
         rid = ctypes.c_uint32()
+        if base is not None and not map_here:
+            self.check(lib.mxop_region_register_fd_at(h, fd, nbytes, base, _addressof(rid)))
+            return Region(self, rid.value, base, nbytes)
         mb = ctypes.c_void_p()
-        self.check(lib.mxop_region_register_fd(self.check_handle(), fd, nbytes,
-                                               ctypes.byref(rid),
-                                               ctypes.byref(mb) if map_here else None))
-        if map_here:
-            base = mb.value
-        r = Region(self, rid.value, base, nbytes)
-        if base is not None:
-            self._note_region(r.id, base, base + nbytes, check)
-        return r
+        self.check(lib.mxop_region_register_fd(h, fd, nbytes, _addressof(rid),
+                                               _addressof(mb) if map_here else None))
+        return Region(self, rid.value, mb.value if map_here else None, nbytes)
 
     def release_region(self, r):
         """Releases Region `r` (Region.release calls it)."""
-        self._forget_region(r.id)
         self.check(lib.mxop_region_release(self._h, r.id))
 
     # ---- call records shared by the NumPy and PyTorch layers -------------------
@@ -357,11 +317,8 @@ class ClientMemory:
             pack_array(buf, i * _ASZ, b.data, code, ndim, *shape, *_ZPAD[ndim],
                        b.region, b.offset, nbytes, 0)
             return code, shape
+        # Anything else goes as region 0 and its pointer: libmxop finds the
+        # region it lies in (no copy), else stages it.
         ptr = a.__array_interface__["data"][0]
-        ro = self.region_of(ptr, nbytes) if self._rbase else None
-        if ro is None:
-            pack_array(buf, i * _ASZ, ptr, code, ndim, *shape, *_ZPAD[ndim], 0, 0, nbytes, 0)
-        else:
-            pack_array(buf, i * _ASZ, ptr, code, ndim, *shape, *_ZPAD[ndim],
-                       ro[0], ro[1], nbytes, 0)
+        pack_array(buf, i * _ASZ, ptr, code, ndim, *shape, *_ZPAD[ndim], 0, 0, nbytes, 0)
         return code, shape

@@ -9,7 +9,7 @@ nbytes, req)): far cheaper than a dozen ctypes attribute stores.
 import ctypes
 
 from . import _lib
-from ._dtypes import NUMPY_OF
+from ._dtypes import NUMPY_OF, SIZES
 from ._lib import MxopArray, MxopCall
 from .errors import InvalidArgument
 
@@ -42,7 +42,7 @@ class OutSpec:
         self.cshape = (ctypes.c_int64 * MAX_DIMS)(*self.shape)
         self.caddr = ctypes.addressof(self.cshape)
         self.npdtype = NUMPY_OF.get(dtype)
-        n = _lib.DTYPE_SIZES[dtype]
+        n = SIZES[dtype]
         for d in self.shape:
             n *= d
         self.nbytes = n

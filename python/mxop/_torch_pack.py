@@ -20,7 +20,7 @@ from ._records import ARRAY_SIZE, OFF_REQ, OutSpec, ZPAD, pack_array as _pack_ar
 from ._torch_calls import call, inflight, set_wpid, settle
 from ._torch_cuda import backward_cuda, forward_cuda, pack_cuda
 from ._torch_dtypes import CODE_OF_TORCH, TORCH_OF
-from ._torch_storage import register_storage
+from ._torch_storage import region_of as _storage_region
 from .client import WORKER_PID_KEY
 from .errors import DtypeMismatch, NotSupported, ShapeMismatch
 
@@ -93,10 +93,10 @@ def pack_tensor(c, buf, i, t, keep, devs=None, name="?"):
                     b.region, b.offset, nbytes, 0)
         return code, shape
     ptr = t.data_ptr()
-    ro = c.region_of(ptr, nbytes)
-    if ro is None and nbytes > 0 and t.is_shared() and register_storage(c, t):
-        ptr = t.data_ptr()
-        ro = c.region_of(ptr, nbytes)
+    # A shared storage's tensor goes as (its storage's region, offset);
+    # anything else as region 0 and its pointer: libmxop finds the region
+    # it lies in (an mxop allocation), else stages it.
+    ro = _storage_region(c, t) if nbytes > 0 and t.is_shared() else None
     if ro is None:
         _pack_array(buf, i * ARRAY_SIZE, ptr, code, ndim, *shape, *ZPAD[ndim], 0, 0, nbytes, 0)
     else:

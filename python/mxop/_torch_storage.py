@@ -1,9 +1,13 @@
 """Shared torch storages as regions of a client.
 
 A CPU tensor after share_memory_() passes without a copy: its storage's
-file descriptor (storage._share_fd_cpu_()) is registered once as a region,
-kept in the client's storage_regions (by the storage's base) and released
-when the storage dies (a weak reference tells).
+file descriptor (storage._share_fd_cpu_()) is registered once as a region
+(mxop_region_register_fd, with no base: libmxop is never told where the
+storage lies here), kept in the client's storage_regions by the storage's
+base with a weak reference to the storage, and released when the storage
+dies.  A call passes such a tensor as (region, offset) explicitly, and only
+after checking that the entry's storage is the tensor's, alive: so memory
+that a dead storage's address now holds is never taken for its region.
 """
 
 import torch
@@ -22,24 +26,30 @@ def _untyped(storage):
     return storage._storage if hasattr(storage, "_storage") else storage
 
 
+def _release(e):
+    try:
+        e.region.release()
+    except Exception:  # the client closed: its regions went with it
+        pass
+
+
 def sweep(c):
     """Releases the regions of storages that are gone."""
     cache = c.storage_regions
     for base, e in list(cache.items()):
-        if e.weak is not None and e.weak.expired():
+        if e.weak.expired():
             del cache[base]
-            try:
-                e.region.release()
-            except Exception:
-                pass
+            _release(e)
 
 
-def register_storage(c, t):
-    """Registers the shared storage of `t` as a region of `c` (once per
-    storage); returns True if it is now in c's address table."""
+def region_of(c, t):
+    """(region, offset) of shared CPU tensor `t` (contiguous, not empty) in
+    its storage's region of client `c`, registering the storage on first
+    use; None when it cannot be (another sharing strategy, a storage that
+    cannot give its fd): the tensor is then staged."""
     if _StorageWeakRef is None or torch.multiprocessing.get_sharing_strategy() != \
             "file_descriptor":
-        return False
+        return None
     s = t.storage()
     u = _untyped(s)
     base = u.data_ptr()
@@ -47,44 +57,29 @@ def register_storage(c, t):
     cache = c.storage_regions
     e = cache.get(base)
     if e is not None:
+        # The tensor holds its storage alive, so a live entry at its base with
+        # its size is its storage's; anything else is a dead one's.
         if not e.weak.expired() and e.nbytes == nbytes:
-            return True  # the table has it (a region lookup missed for another reason)
+            return e.region.id, t.data_ptr() - base
         del cache[base]
-        e.region.release()
+        _release(e)
     sweep(c)
     try:
         fd, _ = s._share_fd_cpu_()
     except Exception:
-        return False
-    if u.data_ptr() != base:  # sharing moved the storage: look it up afresh
-        return False
+        return None
+    if u.data_ptr() != base:  # sharing moved the storage: the next call registers it
+        return None
     e = _StorageRegion()
     e.weak = _StorageWeakRef(s)
     e.base = base
     e.nbytes = nbytes
-    e.region = c.register_fd(fd, nbytes, base=base, check=lambda: _still_alive(c, e))
+    e.region = c.register_fd(fd, nbytes)
     cache[base] = e
-    return True
-
-
-def _still_alive(c, e):
-    """A lookup landed in e's region: true while its storage lives (while it
-    does, nothing else can be mapped at its address).  A dead one's region
-    is released here, so that memory now at that address is not mistaken
-    for it."""
-    if not e.weak.expired():
-        return True
-    if c.storage_regions.get(e.base) is e:
-        del c.storage_regions[e.base]
-    try:
-        e.region.release()
-    except Exception:
-        pass
-    return False
+    return e.region.id, t.data_ptr() - base
 
 
 def shared_regions(c):
     """Number of torch storages registered as regions of client `c` (live ones)."""
     sweep(c)
     return len(c.storage_regions)
-

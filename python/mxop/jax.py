@@ -46,7 +46,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from . import _lib
+from . import _dtypes, _lib
 from . import client as _client
 from ._attrs import attr_value
 from ._records import CallEntry, milliseconds
@@ -61,13 +61,21 @@ TARGET = "mxop_call"
 VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
 DEFAULT_VMAP_METHOD = "sequential"
 
-# mxop dtype number <-> JAX dtype.
-_JNP_OF = {
-    _lib.F32: jnp.float32, _lib.F64: jnp.float64, _lib.F16: jnp.float16,
-    _lib.BF16: jnp.bfloat16, _lib.I32: jnp.int32, _lib.I64: jnp.int64,
-    _lib.U8: jnp.uint8, _lib.I8: jnp.int8, _lib.BOOL: jnp.bool_,
-}
-_MX_OF_JNP = {np.dtype(v): k for k, v in _JNP_OF.items()}
+# mxop dtype number <-> JAX dtype, from libmxop's framework names (filled
+# when the package's dtype tables are).
+_JNP_OF = {}
+_MX_OF_JNP = {}
+
+
+def _fill_dtypes():
+    for code, name in enumerate(_dtypes.FRAMEWORK_NAMES):
+        d = getattr(jnp, name if name != "bool" else "bool_", None)
+        if d is not None:
+            _JNP_OF[code] = d
+            _MX_OF_JNP[np.dtype(d)] = code
+
+
+_dtypes.on_fill(_fill_dtypes)
 
 
 class _JaxCall(ctypes.Structure):
@@ -243,8 +251,8 @@ class JaxOp:
             code = _MX_OF_JNP.get(dt)
             if code is None:
                 raise self._err(InvalidArgument, None,
-                                "input %d has dtype %s, which mxop has not (f32, f64, f16, bf16, "
-                                "i32, i64, u8, i8, bool)" % (i, dt.name))
+                                "input %d has dtype %s, which mxop has not (%s)"
+                                % (i, dt.name, ", ".join(_dtypes.NAMES)))
             if len(x.shape) > _lib.MAX_DIMS:
                 raise self._err(InvalidArgument, ShapeMismatch.code,
                                 "input %d has rank %d (mxop takes at "

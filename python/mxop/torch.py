@@ -65,8 +65,9 @@ from .errors import (InvalidArgument, NotSupported, InvalidAttribute, ArityMisma
 _Tensor = torch.Tensor
 _strided = torch.strided
 
-# What the C call path needs of torch and of the torch layer.
-_fast.set_torch(_Tensor, torch.from_numpy, _strided, dict(CODE_OF_TORCH), settle, inflight,
+# What the C call path needs of torch and of the torch layer (the dtype dict
+# itself: it is filled when libmxop is loaded, which may be later).
+_fast.set_torch(_Tensor, torch.from_numpy, _strided, CODE_OF_TORCH, settle, inflight,
                 torch.is_grad_enabled, torch._C._get_tracing_state)
 
 
