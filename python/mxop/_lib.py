@@ -206,6 +206,7 @@ _CP = ctypes.c_char_p
 _PROTOTYPES = {
     "mxop_err_name": (_CP, [_INT]),
     "mxop_strerror": (_CP, [_INT]),
+    "mxop_err_code": (_INT, [_CP]),
     "mxop_dtype_info": (_INT, [_I32, _P, _P, _P]),
     "mxop_shared_outputs": (_INT, [_INT]),
     "mxop_connect": (_INT, [_CP, _P, _P]),
@@ -313,7 +314,7 @@ class _Lib:
             fn.argtypes = args
         self._dll = dll
         self.path = path
-        use_library_words(dll.mxop_err_name, dll.mxop_strerror)
+        use_library_words(dll.mxop_err_name, dll.mxop_strerror, dll.mxop_err_code)
         for fn in list(_loaded_hooks):
             fn(dll)
         return dll

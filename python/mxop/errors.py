@@ -56,7 +56,7 @@ _TABLE = (
 # loaded, which is then not there to say it (the tests check it against
 # errors.h).
 LIB_NOT_FOUND = -1009
-# libmxop's codes lie in (0, -CODE_SPAN): its names are read over that span.
+# Without mxop_err_code, libmxop's names are read over the codes (0, -CODE_SPAN).
 CODE_SPAN = 4096
 
 
@@ -127,22 +127,28 @@ _library_words = {"name": None, "message": None, "load": None}
 _codes = {"codes": {}, "names": {}}  # NAME -> code, code -> NAME
 
 
-def use_library_words(name_of, message_of):
-    """Called by _lib.py with libmxop's mxop_err_name and mxop_strerror: the
-    codes of the table's names are learned from it now."""
+def use_library_words(name_of, message_of, code_of=None):
+    """Called by _lib.py with libmxop's mxop_err_name, mxop_strerror and
+    mxop_err_code: the codes of the table's names are learned from it now
+    (without mxop_err_code, by reading the names of the codes in use)."""
     _library_words["name"], _library_words["message"] = name_of, message_of
-    codes, names = {}, {}
-    known = {t[0] for t in _TABLE}
-    for code in range(-1, -CODE_SPAN, -1):
-        n = _ask_library("name", code)
-        if n.startswith("MXOP_E") and n != "MXOP_E?":
-            names[code] = n[6:]
-            codes[n[6:]] = code
-    _codes["codes"], _codes["names"] = codes, names
+    codes = {}
+    if code_of is not None:
+        for short, _, _ in _TABLE:
+            code = code_of(short.encode())
+            if code:
+                codes[short] = code
+    else:
+        for code in range(-1, -CODE_SPAN, -1):
+            n = _ask_library("name", code)
+            if n.startswith("MXOP_E") and n != "MXOP_E?":
+                codes[n[6:]] = code
+    _codes["codes"] = codes
+    _codes["names"] = {code: short for short, code in codes.items()}
     CLASSES.clear()
-    for short, code in codes.items():
-        if short in known:
-            CLASSES[code] = globals()[_TABLE[[t[0] for t in _TABLE].index(short)][1]]
+    for short, cls, _ in _TABLE:
+        if short in codes:
+            CLASSES[codes[short]] = globals()[cls]
 
 
 def use_loader(load):

@@ -101,6 +101,17 @@ def test_an_error_made_with_its_message_alone_has_its_class_code():
         mxop.InvalidArgument()
 
 
+def test_codes_learned_from_the_names_alone_are_the_same():
+    # A libmxop without mxop_err_code: the codes come from mxop_err_name.
+    dll = _lib.lib.load()
+    before = dict(errors.CLASSES)
+    try:
+        errors.use_library_words(dll.mxop_err_name, dll.mxop_strerror)
+        assert errors.CLASSES == before and len(before) == len(_header_table())
+    finally:
+        errors.use_library_words(dll.mxop_err_name, dll.mxop_strerror, dll.mxop_err_code)
+
+
 def test_the_package_holds_no_error_numbers():
     # Every number comes from libmxop; errors.LIB_NOT_FOUND alone is written
     # down (a library that cannot be loaded cannot say it).
