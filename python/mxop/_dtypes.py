@@ -47,6 +47,8 @@ def _fill(dll):
             d = np.dtype(f)
         except TypeError:
             d = None  # bfloat16: NumPy has none
+        if d is not None and d.isbuiltin != 1:
+            d = None  # another library's (ml_dtypes' bfloat16, once jax is imported)
         SIZES.append(size.value)
         FRAMEWORK_NAMES.append(f)
         NUMPY_BY_CODE.append(d)

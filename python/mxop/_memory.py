@@ -13,6 +13,7 @@ Block, so the block is returned to the arena when the last array viewing it
 is gone.
 """
 
+import bisect
 import ctypes
 import threading
 
@@ -123,15 +124,14 @@ class Region:
 class ClientMemory:
     """The memory half of a Client (see the module's docstring).  The session
     half (client.py) provides handle, check_handle(), error(rc), check(rc),
-    _h, _close_pending and _finish_close()."""
+    _h, _close_pending, _finish_close() and _regions_changed()."""
 
     def _init_memory(self):
         self._live = 0  # live arena blocks
-        # Once the package's address table, read by _fastcall.c and
-        # _torch_library.py until they stop: _rbase and _rinfo stay empty
-        # (libmxop resolves addresses); _rmap keeps one entry per arena region
-        # with the largest end, so that _fastcall.c calls _note_region once
-        # per region instead of once per block.
+        # The arena regions seen so far (sorted bases, parallel [end, id, None],
+        # id -> that entry): not for lookups, which are libmxop's, but for
+        # the C++ kernels of torch.ops (told through _regions_changed) and
+        # _fastcall.c, which read them until they ask libmxop.
         self._rbase = []
         self._rinfo = []
         self._rmap = {}
@@ -153,8 +153,21 @@ class ClientMemory:
         return self._live
 
     def _note_region(self, rid, base, end):
-        # _fastcall.c calls this for a block of a region _rmap does not hold.
-        self._rmap[rid] = [2**64 - 1, rid, None]
+        """Notes arena region `rid` at [base, end), or its new end (called
+        for each block past what is noted: here and by _fastcall.c)."""
+        with self._lock:
+            e = self._rmap.get(rid)
+            if e is not None:
+                if end <= e[0]:
+                    return
+                e[0] = end
+            else:
+                e = [end, rid, None]
+                i = bisect.bisect_left(self._rbase, base)
+                self._rbase.insert(i, base)
+                self._rinfo.insert(i, e)
+                self._rmap[rid] = e
+        self._regions_changed()
 
     def region_of(self, ptr, nbytes):
         """(region, offset) of [ptr, ptr + nbytes) when it lies in memory of
@@ -182,6 +195,12 @@ class ClientMemory:
             raise self.error(rc)  # b has no client: its __del__ does nothing
         b.client = self
         self._live += 1
+        region = b.region
+        if region:  # 0: a shared-heap block, in no arena region
+            data = b.data or 0
+            e = self._rmap.get(region)
+            if e is None or data + b.nbytes > e[0]:
+                self._note_region(region, data - b.offset, data + b.nbytes)
         return b
 
     _alloc = alloc

@@ -109,6 +109,10 @@ class Client(ClientMemory):
             lib.mxop_close(h)
         _clients.discard(self)
 
+    def _regions_changed(self):
+        if _tops is not None:
+            _tops.regions(self)
+
     @property
     def closed(self):
         return not self._h or self._close_pending
