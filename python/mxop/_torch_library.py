@@ -44,6 +44,7 @@ import torch
 from torch.autograd import forward_ad as _fwad
 from torch.library import Library
 
+from . import _dtypes, _torch_dtypes
 from . import _lib as _mxlib
 from . import client as _cl
 
@@ -125,7 +126,7 @@ def cpp():
             d = None
         if d is not None:
             _cpp["lib"] = d
-            _cl._tops = _Hooks(d)
+            _cl.use_torchops(_Hooks(d))
             from . import _interrupt
 
             _interrupt.cpp_inflight = d.mxop_torchops_inflight
@@ -143,14 +144,10 @@ class _Hooks:
     def __init__(self, d):
         self.d = d
 
-    def regions(self, c):
-        """Nothing: the kernels pass data pointers and libmxop finds their
-        regions.  client.py's own address table still reports its changes
-        here until that table goes (libmxop's lookup replaces it)."""
-
     def wpid(self, c, pid):
-        if c._h:
-            self.d.mxop_torchops_wpid(c._h, pid)
+        h = c.handle
+        if h:
+            self.d.mxop_torchops_wpid(h, pid)
 
     def closing(self, h):
         self.d.mxop_torchops_closing(h)
@@ -161,23 +158,14 @@ class _Hooks:
 
 def _dtype_samples():
     """([code], [tensor]): an empty CPU tensor of each libmxop dtype that
-    torch has, found by the framework name libmxop gives the dtype (torch
-    calls its dtypes by NumPy's names), for the C++ kernels' dtype map."""
-    info = _DTYPE_INFO(("mxop_dtype_info", _mxlib.lib))
-    name = ctypes.c_char_p()
+    torch has (the package's map, from libmxop's dtype names), for the C++
+    kernels' dtype map."""
+    _dtypes.count()  # the tables filled
     codes, samples = [], []
-    code = 0
-    while info(code, None, ctypes.byref(name), None) == 0:
-        dt = getattr(torch, name.value.decode(), None)
-        if isinstance(dt, torch.dtype):
-            codes.append(code)
-            samples.append(torch.empty(0, dtype=dt, device="cpu"))
-        code += 1
+    for dt, code in sorted(_torch_dtypes.CODE_OF_TORCH.items(), key=lambda kv: kv[1]):
+        codes.append(code)
+        samples.append(torch.empty(0, dtype=dt, device="cpu"))
     return codes, samples
-
-
-_DTYPE_INFO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
-                               ctypes.c_void_p)
 
 
 def cpp_calls():
@@ -199,9 +187,10 @@ def _bind(e):
     if b is None:
         return
     c, p, call, fast, backward, n_in, n_out = b
-    d.mxop_torchops_bind(e.name.encode(), c._h, p, call, (1 if fast else 0) | (2 if backward else 0),
+    h = c.handle
+    d.mxop_torchops_bind(e.name.encode(), h, p, call, (1 if fast else 0) | (2 if backward else 0),
                          n_in, n_out)
-    _cl._tops.wpid(c, c.__dict__.get("_wpid", 0))
+    d.mxop_torchops_wpid(h, c.__dict__.get(_cl.WORKER_PID_KEY, 0))
 
 
 def rebind(name):
@@ -333,6 +322,12 @@ def _split(e, args, kw):
 def registered(name):
     """True if torch.ops.mxop.<name> is an mxop op of this process."""
     return name in _ops
+
+
+def entry(name):
+    """The registration of torch.ops.mxop.<name> in this process (its
+    name, variadic, n_out, decl, target, mutated), or None."""
+    return _ops.get(name)
 
 
 def register(name, n_in, n_out, decl, target, mutated=0):
