@@ -30,17 +30,12 @@ FOREIGN = {
     "_asdict",  # Stats' dict form, named as namedtuple's (its public API)
     "_mxop",  # set on a ctypes buffer (or holder) under an array: its Block
     "_mxop_copy_of",  # set on a staging copy of a tensor: the tensor it copies
+    "_dtypes",  # torch.ops.mxop_py._dtypes: a dispatcher op _torch_library.py defines
 }
 
 # Accesses another helper's branch removes: (file, name) -> why it is here.
 PENDING = {
-    # _torch_library.py belongs to the "torchops" work, which switches it to
-    # client.use_torchops(), Client.handle and Client.arena_regions().
-    ("_torch_library.py", "_tops"): "torchops",
-    ("_torch_library.py", "_h"): "torchops",
-    ("_torch_library.py", "_rbase"): "torchops",
-    ("_torch_library.py", "_rinfo"): "torchops",
-    # _torch_library.py has no public lookup of a registered op yet.
+    # torch.py: _torch_library.entry(name) is the public lookup of a registered op.
     ("torch.py", "_ops"): "torchops",
 }
 
