@@ -13,7 +13,6 @@ Block, so the block is returned to the arena when the last array viewing it
 is gone.
 """
 
-import bisect
 import ctypes
 import threading
 
@@ -124,17 +123,10 @@ class Region:
 class ClientMemory:
     """The memory half of a Client (see the module's docstring).  The session
     half (client.py) provides handle, check_handle(), error(rc), check(rc),
-    _h, _close_pending, _finish_close() and _regions_changed()."""
+    _h, _close_pending and _finish_close()."""
 
     def _init_memory(self):
         self._live = 0  # live arena blocks
-        # The arena regions seen so far (sorted bases, parallel [end, id, None],
-        # id -> that entry): not for lookups, which are libmxop's, but for
-        # the C++ kernels of torch.ops (told through _regions_changed) and
-        # _fastcall.c, which read them until they ask libmxop.
-        self._rbase = []
-        self._rinfo = []
-        self._rmap = {}
         self._bufpool = {}
         self._lock = threading.Lock()
         # Copies made here of non-contiguous inputs (into shared memory, so
@@ -152,23 +144,6 @@ class ClientMemory:
         """Arena blocks of this client still alive (arrays viewing them)."""
         return self._live
 
-    def _note_region(self, rid, base, end):
-        """Notes arena region `rid` at [base, end), or its new end (called
-        for each block past what is noted: here and by _fastcall.c)."""
-        with self._lock:
-            e = self._rmap.get(rid)
-            if e is not None:
-                if end <= e[0]:
-                    return
-                e[0] = end
-            else:
-                e = [end, rid, None]
-                i = bisect.bisect_left(self._rbase, base)
-                self._rbase.insert(i, base)
-                self._rinfo.insert(i, e)
-                self._rmap[rid] = e
-        self._regions_changed()
-
     def region_of(self, ptr, nbytes):
         """(region, offset) of [ptr, ptr + nbytes) when it lies in memory of
         this client that this process maps (mxop_region_lookup), else None."""
@@ -180,8 +155,6 @@ class ClientMemory:
         if lib.mxop_region_lookup(h, ptr, nbytes, _addressof(rid), _addressof(off)) != 1:
             return None
         return rid.value, off.value
-
-    _region_of = region_of
 
     # ---- arena blocks -----------------------------------------------------------
 
@@ -195,15 +168,7 @@ class ClientMemory:
             raise self.error(rc)  # b has no client: its __del__ does nothing
         b.client = self
         self._live += 1
-        region = b.region
-        if region:  # 0: a shared-heap block, in no arena region
-            data = b.data or 0
-            e = self._rmap.get(region)
-            if e is None or data + b.nbytes > e[0]:
-                self._note_region(region, data - b.offset, data + b.nbytes)
         return b
-
-    _alloc = alloc
 
     def _free_block(self, b):
         # A shared-heap block needs no session: libmxop frees either kind.
@@ -214,7 +179,6 @@ class ClientMemory:
             self._finish_close()
 
     view = staticmethod(view)
-    _view = view
 
     def empty(self, shape, dtype=np.float32):
         """An uninitialised array in shared memory (passes to ops without a copy)."""

@@ -262,7 +262,7 @@ class Op:
         mxop_forward wrote into its mxop_array_t record."""
         return real_specs(specs, ob_addr, self.dynamic_outputs)
 
-    # _fastcall.c calls these by their old names.
+    # _fastcall.c calls specs() by this name; _entry for older callers.
     _specs = specs
     _entry = entry
 

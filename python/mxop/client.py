@@ -34,7 +34,7 @@ from ._records import MAX_DIMS, milliseconds  # noqa: F401 - re-exported
 from .errors import make_error, Disconnected
 
 # The C++ kernels of torch.ops (_torch_library's hooks) once they are loaded:
-# told of each session's arena regions, worker and close (use_torchops).
+# told of each session's worker and close (use_torchops).
 _tops = None
 
 # The key of a client's __dict__ holding its worker's pid once known (0:
@@ -43,7 +43,7 @@ WORKER_PID_KEY = "_wpid"
 
 
 def use_torchops(hooks):
-    """Makes `hooks` (regions(c), wpid(c, pid), closing(h), release(h)) the
+    """Makes `hooks` (wpid(c, pid), closing(h), release(h)) the
     C++ kernels' view of every client; None: there are none."""
     global _tops
     _tops = hooks
@@ -109,10 +109,6 @@ class Client(ClientMemory):
             lib.mxop_close(h)
         _clients.discard(self)
 
-    def _regions_changed(self):
-        if _tops is not None:
-            _tops.regions(self)
-
     @property
     def closed(self):
         return not self._h or self._close_pending
@@ -162,10 +158,9 @@ class Client(ClientMemory):
         if _tops is not None:
             _tops.wpid(self, pid)
 
-    # _fastcall.c and older callers use these names.
+    # _fastcall.c calls error(rc) by this name; _handle for older callers.
     _handle = check_handle
     _error = error
-    _check = check
 
     # ---- settings, libraries, ops -------------------------------------------
 

@@ -313,7 +313,7 @@ def _register(op):
     a state is an object, not an argument a schema can carry)."""
     if op.stateful:
         return False
-    e = _tl._ops.get(op.name)
+    e = _tl.entry(op.name)
     if e is not None:
         if e.target.top.op is op:
             return True

@@ -33,11 +33,8 @@ FOREIGN = {
     "_dtypes",  # torch.ops.mxop_py._dtypes: a dispatcher op _torch_library.py defines
 }
 
-# Accesses another helper's branch removes: (file, name) -> why it is here.
-PENDING = {
-    # torch.py: _torch_library.entry(name) is the public lookup of a registered op.
-    ("torch.py", "_ops"): "torchops",
-}
+# Accesses another helper's branch removes: (file, name) -> that branch.  None now.
+PENDING = {}
 
 
 def _modules():

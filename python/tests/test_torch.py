@@ -95,7 +95,7 @@ def test_outputs_are_tensors_viewing_shared_memory(T):
     c = T.client
     live = c._live
     y = T.relu(torch.ones(16))
-    assert isinstance(y, torch.Tensor) and c._region_of(y.data_ptr(), 64) is not None
+    assert isinstance(y, torch.Tensor) and c.region_of(y.data_ptr(), 64) is not None
     assert c._live == live + 1
     v = y[4:8]
     del y
