@@ -30,6 +30,12 @@ static void setup_trusted(void)
     mxt_daemon_start(&daemon_, args);
 }
 
+/* Strict, relu untrusted: the session runs in scratch mode (the worker holds regions read-only). */
+static void setup_strict(void)
+{
+    mxt_daemon_start(&daemon_, NULL);
+}
+
 static void teardown(void)
 {
     mxt_daemon_stop(&daemon_);
@@ -39,6 +45,7 @@ TestSuite(lookup, .init = setup_trusted, .fini = teardown, .timeout = 60);
 TestSuite(lookup_names, .timeout = 10);
 TestSuite(lookup_outputs, .init = setup_trusted, .fini = teardown, .timeout = 60);
 TestSuite(lookup_pool, .init = setup_trusted, .fini = teardown, .timeout = 60);
+TestSuite(lookup_scratch, .init = setup_strict, .fini = teardown, .timeout = 60);
 
 #define N 4096 /* f32 per array: 16 KiB */
 
@@ -320,6 +327,34 @@ Test(lookup, strided_heap_array_in_a_region_goes_by_reference)
     for (int i = 0; i < 64; i++)
         cr_assert_eq(y[i], 2 * m[(63 - i) * 4 + 1], "y[%d]", i);
     mxop_close(c);
+}
+
+/* In scratch mode an output in a region is copied into place by the client: so is one found. */
+Test(lookup_scratch, heap_arrays_found_in_regions_are_copied_into_place_in_scratch_mode)
+{
+    const char *libs[] = {"relu.so", NULL};
+    mxop_client_t *c = mxt_connect_with(&daemon_, libs);
+    mxop_stats_v2_t st = {.struct_size = sizeof st};
+    cr_assert_eq(mxop_stats_v2(c, &st), 0);
+    cr_assert_eq(st.confined, 1, "the session is not in scratch mode");
+    int64_t shape[] = {N};
+    mxop_array_t x, y;
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &x), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &y), 0, "%s", mxop_last_error(c));
+    cr_assert(relu_by_reference(c, x.data, y.data, 30), "arena memory was staged");
+    size_t bytes = 1 << 20;
+    void *base;
+    int fd = memfd_mapped(bytes, &base);
+    uint32_t region;
+    cr_assert_eq(mxop_region_register_fd_at(c, fd, bytes, base, &region), 0, "%s",
+                 mxop_last_error(c));
+    cr_assert(relu_by_reference(c, base, (float *)base + N, 31),
+              "memory registered at its base was staged");
+    cr_assert_eq(mxop_stats_v2(c, &st), 0);
+    cr_assert_gt(st.scratch_bytes, 0, "the outputs went through the scratch region");
+    mxop_close(c);
+    munmap(base, bytes);
+    close(fd);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -45,7 +45,10 @@ extern "C" {
 /** The wire protocol versions this client speaks. */
 #define MXOP_PROTOCOL_VERSION 1
 
-/** Region id meaning "data is a plain pointer: stage it through the arena". */
+/**
+ * Region id meaning "data is a plain pointer": the call finds the region it
+ * lies in (memory the client maps) or stages it through the arena.
+ */
 #define MXOP_REGION_HEAP 0u
 
 typedef struct mxop_client mxop_client_t;
