@@ -446,6 +446,16 @@ int mxop__lookup_find(const mxop_client_t *c, const void *p, uint64_t n, uint32_
 /** Whether [p, p + n) meets any region's mapping (c->regions_lock held). */
 int mxop__lookup_overlaps(const mxop_client_t *c, const void *p, uint64_t n);
 
+/**
+ * For a pool's sibling call (c->regions_lock taken here, not c->lock):
+ * the region of c array `a` names, or, for a contiguous heap array, the
+ * region of c its bytes lie in (not a shared-heap block: the sibling
+ * resolves those itself).  1 with *id, *offset and *read_only (the
+ * region's mark), else 0 (a heap array to stage).
+ */
+int mxop__lookup_for_sibling(mxop_client_t *c, const mxop_array_t *a, uint32_t *id,
+                             uint64_t *offset, int *read_only);
+
 /* ---- the pool of sibling sessions (pool.c) ---- */
 
 /**

@@ -221,18 +221,42 @@ static uint32_t sibling_region(mxop_client_t *c, sib_t *s, uint32_t id)
     return sid;
 }
 
-static int translate(mxop_client_t *c, sib_t *s, const mxop_array_t *a, int n, mxop_array_t *t)
+/*
+ * The arrays as the sibling names them: a region of the client's (named,
+ * or the one a heap array's bytes lie in) by the sibling's id for it.  Bit
+ * i of `writes`: the call writes array i; one in a region the client
+ * marked read-only keeps the call on the client, which refuses it by name
+ * (the sibling's copy of the region bears no mark).  -1: not on a sibling.
+ */
+static int translate(mxop_client_t *c, sib_t *s, const mxop_array_t *a, int n, uint64_t writes,
+                     mxop_array_t *t)
 {
     for (int i = 0; i < n; i++) {
         t[i] = a[i];
-        if (a[i].region == MXOP_REGION_HEAP)
-            continue;
-        uint32_t sid = sibling_region(c, s, a[i].region);
+        uint32_t id;
+        uint64_t off;
+        int read_only;
+        if (!mxop__lookup_for_sibling(c, &a[i], &id, &off, &read_only))
+            continue; /* staged by the sibling, or a shared-heap block it registers itself */
+        if (read_only && i < 64 && ((writes >> i) & 1u))
+            return -1;
+        uint32_t sid = sibling_region(c, s, id);
         if (sid == 0)
             return -1;
         t[i].region = sid;
+        t[i].offset = off;
     }
     return 0;
+}
+
+/* Bit i: output i is written (its req is not null). */
+static uint64_t out_writes(const mxop_array_t *out, int n_out)
+{
+    uint64_t w = 0;
+    for (int i = 0; i < n_out && i < 64; i++)
+        if (out[i].req != MXOP_REQ_NULL)
+            w |= (uint64_t)1 << i;
+    return w;
 }
 
 static int pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const mxop_call_t *call,
@@ -257,7 +281,8 @@ static int pool_try(mxop_client_t *c, const mxop_op_t *op, int backward, const m
     const mxop_op_t *sop = NULL;
     mxop_array_t tin[MXOP_MAX_TENSORS], tout[MXOP_MAX_TENSORS];
     if (replay_libraries(c, s) < 0 || mxop_op_find(s->c, op->name, &sop) < 0 ||
-        translate(c, s, in, n_in, tin) < 0 || translate(c, s, out, n_out, tout) < 0) {
+        translate(c, s, in, n_in, backward ? 0 : op->mutated_inputs, tin) < 0 ||
+        translate(c, s, out, n_out, out_writes(out, n_out), tout) < 0) {
         give_sibling(p, s, 0, 0);
         return 0;
     }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "client/client_internal.h"
+#include "shm/desc.h"
 
 int mxop__lookup_reserve(mxop_client_t *c, size_t cap)
 {
@@ -107,6 +108,36 @@ int mxop__lookup_overlaps(const mxop_client_t *c, const void *p, uint64_t n)
     if (i > 0 && c->spans[i - 1].hi > a)
         return 1;
     return i < c->nspans && c->spans[i].lo - a < n;
+}
+
+int mxop__lookup_for_sibling(mxop_client_t *c, const mxop_array_t *a, uint32_t *id,
+                             uint64_t *offset, int *read_only)
+{
+    char why[64];
+    uint64_t span, elems;
+    *read_only = 0;
+    if (a->region != MXOP_REGION_HEAP) {
+        pthread_mutex_lock(&c->regions_lock);
+        const mxop__region_t *e = mxop__region_find(c, a->region);
+        *read_only = e != NULL && e->read_only;
+        pthread_mutex_unlock(&c->regions_lock);
+        *id = a->region;
+        *offset = a->offset;
+        return 1;
+    }
+    if (a->data == NULL ||
+        mxop__desc_span(a->dtype, a->ndim, a->shape, NULL, &span, &elems, why, sizeof why) < 0 ||
+        span == 0)
+        return 0;
+    int shared = 0;
+    pthread_mutex_lock(&c->regions_lock);
+    int in = mxop__lookup_find(c, a->data, span, id, offset, &shared) && !shared;
+    if (in) {
+        const mxop__region_t *e = mxop__region_find(c, *id);
+        *read_only = e != NULL && e->read_only;
+    }
+    pthread_mutex_unlock(&c->regions_lock);
+    return in;
 }
 
 int mxop_region_lookup(mxop_client_t *c, const void *p, size_t n, uint32_t *region,

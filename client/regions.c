@@ -587,8 +587,12 @@ int mxop_region_set_read_only(mxop_client_t *c, uint32_t region, int read_only)
                         "mxop_region_set_read_only: no region %u in this "
                         "session",
                         region);
-    else
+    else {
+        /* Under the table's lock too: a pool's sibling call reads the mark without c->lock. */
+        pthread_mutex_lock(&c->regions_lock);
         e->read_only = read_only != 0;
+        pthread_mutex_unlock(&c->regions_lock);
+    }
     pthread_mutex_unlock(&c->lock);
     return rc;
 }

@@ -10,6 +10,8 @@
  * output is written in place); anywhere else it is staged.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,6 +38,7 @@ static void teardown(void)
 TestSuite(lookup, .init = setup_trusted, .fini = teardown, .timeout = 60);
 TestSuite(lookup_names, .timeout = 10);
 TestSuite(lookup_outputs, .init = setup_trusted, .fini = teardown, .timeout = 60);
+TestSuite(lookup_pool, .init = setup_trusted, .fini = teardown, .timeout = 60);
 
 #define N 4096 /* f32 per array: 16 KiB */
 
@@ -68,17 +71,23 @@ static void fill(float *x, size_t n, unsigned seed)
         x[i] = (float)((int)((i * 2654435761u + seed) % 2001u) - 1000) / 7.0f;
 }
 
-/* relu of x into y (both heap arrays of N f32), checked at y. */
-static void relu_checked(mxop_client_t *c, float *x, float *y, unsigned seed)
+/* relu (`relu`) of x into y (both heap arrays of N f32), checked at y. */
+static void relu_op_checked(mxop_client_t *c, const mxop_op_t *relu, float *x, float *y,
+                            unsigned seed)
 {
     fill(x, N, seed);
     memset(y, 0x55, N * sizeof(float));
     mxop_array_t in = heap_f32(x, N), out = heap_f32(y, N);
-    int rc = mxop_forward(c, mxt_op(c, "relu"), NULL, &in, 1, &out, 1);
+    int rc = mxop_forward(c, relu, NULL, &in, 1, &out, 1);
     cr_assert_eq(rc, 0, "relu: %s: %s", mxop_err_name(rc), mxop_last_error(c));
     for (size_t i = 0; i < N; i++)
         cr_assert_eq(y[i], x[i] > 0 ? x[i] : 0.0f, "y[%zu] is %g for x %g", i, (double)y[i],
                      (double)x[i]);
+}
+
+static void relu_checked(mxop_client_t *c, float *x, float *y, unsigned seed)
+{
+    relu_op_checked(c, mxt_op(c, "relu"), x, y, seed);
 }
 
 /* relu_checked, and whether the call copied nothing (1) or staged (0). */
@@ -525,4 +534,103 @@ Test(lookup_outputs, shared_heap_output_frees_after_its_client_closed)
     cr_assert_eq(heap_stats().blocks_live, 0, "the block was not freed without its client");
     cr_assert_null(a.data);
     mxop_shared_outputs(0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A pool's sibling session takes a heap array by its region too */
+
+/* A call of crash.so's 'sleep' on c, in a thread of its own, holding c while it runs. */
+typedef struct slow {
+    mxop_client_t *c;
+    const mxop_op_t *op;
+    mxop_array_t x, y;
+    atomic_int started, done;
+    int rc;
+} slow_t;
+
+static void *slow_main(void *p)
+{
+    slow_t *s = p;
+    const char *attrs[] = {"ms", "3000", NULL};
+    mxop_call_t call;
+    memset(&call, 0, sizeof call);
+    call.struct_size = sizeof call;
+    call.attrs = attrs;
+    atomic_store(&s->started, 1);
+    s->rc = mxop_forward(s->c, s->op, &call, &s->x, 1, &s->y, 1);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+/* Starts a 'sleep' call of 3 s on s->c in thread *t; returns once it holds the client. */
+static void slow_start(slow_t *s, pthread_t *t)
+{
+    atomic_store(&s->started, 0);
+    atomic_store(&s->done, 0);
+    cr_assert_eq(pthread_create(t, NULL, slow_main, s), 0);
+    while (!atomic_load(&s->started))
+        mxt_sleep_ms(1);
+    mxt_sleep_ms(300); /* well inside its call by now */
+}
+
+static void slow_finish(slow_t *s, pthread_t t)
+{
+    pthread_join(t, NULL);
+    cr_assert_eq(s->rc, 0, "the sleeping call: %s: %s", mxop_err_name(s->rc),
+                 mxop_last_error(s->c));
+}
+
+Test(lookup_pool, read_only_region_is_refused_as_an_output_while_a_sibling_could_run_the_call)
+{
+    mxop_connect_opts_t o = {.struct_size = sizeof o, .max_sessions = 2};
+    mxop_client_t *c;
+    cr_assert_eq(mxop_connect(daemon_.sock, &o, &c), 0, "%s", mxop_connect_error());
+    cr_assert_eq(mxop_load_library(c, "crash.so"), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_load_library(c, "relu.so"), 0, "%s", mxop_last_error(c));
+    /* Found now: mxop_op_find waits for the client, busy below. */
+    const mxop_op_t *relu = mxt_op(c, "relu");
+    slow_t s;
+    memset(&s, 0, sizeof s);
+    s.c = c;
+    s.op = mxt_op(c, "sleep");
+    int64_t shape[] = {64}, n[] = {N};
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &s.x), 0);
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, shape, &s.y), 0);
+
+    uint32_t region;
+    void *base;
+    cr_assert_eq(mxop_region_create(c, 1 << 20, &region, &base), 0, "%s", mxop_last_error(c));
+    float *w = base;
+    fill(w, N, 20);
+    float *keep = malloc(N * sizeof(float));
+    cr_assert_not_null(keep);
+    memcpy(keep, w, N * sizeof(float));
+    cr_assert_eq(mxop_region_set_read_only(c, region, 1), 0);
+    mxop_array_t ax, ay, view;
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, n, &ax), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_array_alloc(c, MXOP_F32, 1, n, &ay), 0, "%s", mxop_last_error(c));
+    cr_assert_eq(mxop_array_view(c, region, 0, MXOP_F32, 1, n, &view), 0);
+    float *x = ax.data, *y = ay.data;
+    mxop_array_t in = heap_f32(x, N), out = heap_f32(w, N);
+
+    pthread_t t;
+    slow_start(&s, &t);
+    /* While the client is busy: heap arrays in its arena run (on a sibling), correct. */
+    relu_op_checked(c, relu, x, y, 21);
+    cr_assert_eq(atomic_load(&s.done), 0, "the sleeping call was over: no sibling ran relu");
+    /* An output in the read-only region, as a heap array: refused, not written through a
+     * sibling (the call waits for the client, which names it). */
+    int rc = mxop_forward(c, relu, NULL, &in, 1, &out, 1);
+    cr_assert_eq(rc, MXOP_EREAD_ONLY, "%s: %s", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert_eq(memcmp(w, keep, N * sizeof(float)), 0, "the read-only region changed");
+    slow_finish(&s, t);
+
+    /* Named by its region, the same. */
+    slow_start(&s, &t);
+    rc = mxop_forward(c, relu, NULL, &in, 1, &view, 1);
+    cr_assert_eq(rc, MXOP_EREAD_ONLY, "%s: %s", mxop_err_name(rc), mxop_last_error(c));
+    cr_assert_eq(memcmp(w, keep, N * sizeof(float)), 0, "the read-only region changed");
+    slow_finish(&s, t);
+    free(keep);
+    mxop_close(c);
 }

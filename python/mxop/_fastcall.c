@@ -6,14 +6,19 @@
  * allocation and another for the call, a ctypes buffer type and an ndarray
  * per output.  This module does the whole of one call in one C function:
  * it reads each input's data pointer, dtype and shape (NumPy arrays through
- * the NumPy C API, torch tensors through their attributes), finds its
- * region in the client's address table, allocates the outputs in the
- * arena, makes the call with the GIL released and wraps each output block
- * as an ndarray (and, for torch, a tensor over it).
+ * the NumPy C API, torch tensors through their attributes) into a heap
+ * array (region 0: libmxop finds the region the bytes lie in, or stages
+ * them), allocates the outputs with mxop_array_alloc (the arena, or the
+ * shared heap while mxop_shared_outputs is on), makes the call with the
+ * GIL released and wraps each output block as an ndarray (and, for torch,
+ * a tensor over it).  Dtype codes and sizes come from libmxop
+ * (mxop_dtype_info), not from a table here.
  *
- * It calls libmxop through function pointers the Python layer hands over
- * (taken from the ctypes library it loaded), so that both paths use the
- * one libmxop instance of the process, whichever file $MXOP_LIB named.
+ * It calls libmxop through function pointers: mxop_forward and
+ * mxop_backward as the Python layer hands them over (taken from the ctypes
+ * library it loaded), the rest found in the same library (dladdr of
+ * mxop_forward, then dlsym), so that both paths use the one libmxop
+ * instance of the process, whichever file $MXOP_LIB named.
  *
  * Anything unusual (non-contiguous arrays, other devices, bf16 outputs,
  * a storage to register, ...) is left to the ctypes path: call() answers
@@ -30,23 +35,30 @@
 #define PyDataType_ELSIZE(d) ((d)->elsize)
 #endif
 
+#include <dlfcn.h>
+
 #include "mxop/client.h"
 
 typedef int (*call_fn)(mxop_client_t *, const mxop_op_t *, const mxop_call_t *,
                        const mxop_array_t *, int, mxop_array_t *, int);
 typedef int (*alloc_fn)(mxop_client_t *, int32_t, int32_t, const int64_t *, mxop_array_t *);
 typedef void (*free_fn)(mxop_client_t *, mxop_array_t *);
+typedef __typeof__(&mxop_dtype_info) dtype_info_fn;
+typedef __typeof__(&mxop_region_lookup) lookup_fn;
 
 enum { MODE_NUMPY = 0, MODE_TORCH_FORWARD = 1, MODE_TORCH_BACKWARD = 2, MODE_TORCH_CALL = 3 };
-enum { NDTYPES = 9 };
+enum { NDTYPES = MXOP_DTYPE_COUNT };
 
 static call_fn fn_forward;
 static call_fn fn_backward;
 static alloc_fn fn_alloc;
 static free_fn fn_free;
+static lookup_fn fn_lookup;
 
-static const size_t dtype_size[NDTYPES] = {4, 8, 2, 2, 4, 8, 1, 1, 1};
-static PyArray_Descr *np_descr[NDTYPES]; /* NULL for bf16: no NumPy dtype */
+/* From libmxop at init: each dtype's size, and its NumPy dtype (NULL for
+ * bf16: NumPy has none) by its framework name. */
+static size_t dtype_size[NDTYPES];
+static PyArray_Descr *np_descr[NDTYPES];
 
 /* The torch half, set by init_torch (NULL until mxop.torch is imported). */
 static PyObject *torch_tensor_type;
@@ -58,10 +70,9 @@ static PyObject *inflight;           /* _interrupt.inflight, a list of one int *
 static PyObject *torch_grad_enabled; /* torch.is_grad_enabled */
 static PyObject *torch_tracing;      /* torch._C._get_tracing_state */
 
-static PyObject *s_h, *s_live, *s_close_pending, *s_finish_close, *s_rbase, *s_rinfo, *s_rmap,
-    *s_note_region, *s_infer, *s_specs, *s_pairs, *s_addr, *s_p, *s_dtype, *s_shape, *s_nbytes,
-    *s_wpid, *s_data_ptr, *s_is_contiguous, *s_is_cpu, *s_layout, *s_is_shared, *s_error, *s_dict,
-    *s_requires_grad;
+static PyObject *s_h, *s_live, *s_close_pending, *s_finish_close, *s_infer, *s_specs, *s_pairs,
+    *s_addr, *s_p, *s_dtype, *s_shape, *s_nbytes, *s_wpid, *s_data_ptr, *s_is_contiguous, *s_is_cpu,
+    *s_layout, *s_is_shared, *s_error, *s_dict, *s_requires_grad;
 
 /* ---- blocks: one arena allocation, the base of the arrays viewing it ---- */
 
@@ -168,91 +179,22 @@ static PyTypeObject BlockType = {
 
 /* ---- helpers ----------------------------------------------------------- */
 
-/* 1 and (region, offset) when [ptr, ptr + nbytes) lies in a region of the
- * client's address table (client._rbase / _rinfo, see Client._region_of),
- * 0 when it does not, -1 on error. */
-static int region_of(PyObject *client, uintptr_t ptr, size_t nbytes, uint32_t *rid, uint64_t *off)
-{
-    PyObject *rbase = PyObject_GetAttr(client, s_rbase);
-    if (rbase == NULL)
-        return -1;
-    int found = 0;
-    if (!PyList_Check(rbase) || PyList_GET_SIZE(rbase) == 0)
-        goto out;
-    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(rbase);
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(rbase, mid));
-        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-            found = -1;
-            goto out;
-        }
-        if ((unsigned long long)ptr < v)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    if (lo == 0)
-        goto out;
-    unsigned long long base = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(rbase, lo - 1));
-    PyObject *rinfo = PyObject_GetAttr(client, s_rinfo);
-    if (rinfo == NULL) {
-        found = -1;
-        goto out;
-    }
-    if (PyList_Check(rinfo) && lo - 1 < PyList_GET_SIZE(rinfo)) {
-        PyObject *e = PyList_GET_ITEM(rinfo, lo - 1);
-        Py_INCREF(e);
-        if (PyList_Check(e) && PyList_GET_SIZE(e) >= 3) {
-            unsigned long long end = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(e, 0));
-            if ((unsigned long long)ptr + nbytes <= end) {
-                PyObject *check = PyList_GET_ITEM(e, 2);
-                int ok = 1;
-                if (check != Py_None) {
-                    /* A torch storage's region: live only while its storage is. */
-                    Py_INCREF(check);
-                    PyObject *r = PyObject_CallNoArgs(check);
-                    Py_DECREF(check);
-                    ok = r != NULL ? PyObject_IsTrue(r) : -1;
-                    Py_XDECREF(r);
-                }
-                if (ok < 0) {
-                    found = -1;
-                } else if (ok) {
-                    *rid = (uint32_t)PyLong_AsUnsignedLong(PyList_GET_ITEM(e, 1));
-                    *off = (uint64_t)(ptr - base);
-                    found = PyErr_Occurred() ? -1 : 1;
-                }
-            }
-        }
-        Py_DECREF(e);
-    }
-    Py_DECREF(rinfo);
-out:
-    Py_DECREF(rbase);
-    return found;
-}
-
+/* The mxop dtype of a NumPy array's elements, or -1 for one mxop has not. */
 static int np_code(PyArrayObject *a)
 {
     PyArray_Descr *d = PyArray_DESCR(a);
     if (!PyArray_ISNBO(d->byteorder))
         return -1;
-    switch (d->type_num) {
-    case NPY_FLOAT32: return 0;
-    case NPY_FLOAT64: return 1;
-    case NPY_FLOAT16: return 2;
-    case NPY_BOOL: return 8;
-    case NPY_UBYTE: return 6;
-    case NPY_BYTE: return 7;
-    default: break;
-    }
-    if (PyTypeNum_ISSIGNED(d->type_num) && PyTypeNum_ISINTEGER(d->type_num)) {
-        if (PyArray_ITEMSIZE(a) == 4)
-            return 4;
-        if (PyArray_ITEMSIZE(a) == 8)
-            return 5;
-    }
+    for (int code = 0; code < NDTYPES; code++)
+        if (np_descr[code] != NULL && np_descr[code]->type_num == d->type_num)
+            return code;
+    /* A signed integer NumPy numbers otherwise (long long beside long) but of the same size. */
+    if (PyTypeNum_ISSIGNED(d->type_num) && PyTypeNum_ISINTEGER(d->type_num))
+        for (int code = 0; code < NDTYPES; code++)
+            if (np_descr[code] != NULL && PyTypeNum_ISSIGNED(np_descr[code]->type_num) &&
+                PyTypeNum_ISINTEGER(np_descr[code]->type_num) &&
+                (size_t)PyArray_ITEMSIZE(a) == dtype_size[code])
+                return code;
     return -1;
 }
 
@@ -278,9 +220,12 @@ static int attr_true_call(PyObject *fn)
     return r;
 }
 
-/* Writes the record of input `x`; *sig gets (dtype code, shape).
- * Returns 0, 1 (leave this call to the ctypes path) or -1 (error). */
-static int pack_one(PyObject *client, PyObject *x, mxop_array_t *rec, PyObject **sig, int torch)
+/*
+ * Writes the record of input `x` (a heap array: libmxop resolves its
+ * region); *sig gets (dtype code, shape).  Returns 0, 1 (leave this call
+ * to the ctypes path) or -1 (error).
+ */
+static int pack_one(mxop_client_t *h, PyObject *x, mxop_array_t *rec, PyObject **sig, int torch)
 {
     int code;
     int ndim;
@@ -348,13 +293,9 @@ static int pack_one(PyObject *client, PyObject *x, mxop_array_t *rec, PyObject *
     size_t nbytes = dtype_size[code];
     for (int i = 0; i < ndim; i++)
         nbytes *= (size_t)shape[i];
-    uint32_t rid = 0;
-    uint64_t off = 0;
-    int r = region_of(client, ptr, nbytes, &rid, &off);
-    if (r < 0)
-        return -1;
-    if (r == 0 && is_tensor && nbytes > 0) {
-        /* A shared storage not registered yet: the ctypes path registers it. */
+    if (is_tensor && nbytes > 0 && fn_lookup(h, (const void *)ptr, nbytes, NULL, NULL) == 0) {
+        /* A shared storage no region of libmxop's holds: the ctypes path registers it
+         * (else its bytes would be staged, each call). */
         int sh = attr_true(x, s_is_shared, 1);
         if (sh != 0)
             return sh < 0 ? -1 : 1;
@@ -364,8 +305,7 @@ static int pack_one(PyObject *client, PyObject *x, mxop_array_t *rec, PyObject *
     rec->dtype = code;
     rec->ndim = ndim;
     memcpy(rec->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    rec->region = r ? rid : MXOP_REGION_HEAP;
-    rec->offset = r ? off : 0;
+    rec->region = MXOP_REGION_HEAP;
     rec->nbytes = nbytes;
     PyObject *st = PyTuple_New(ndim);
     if (st == NULL)
@@ -439,42 +379,6 @@ static void raise_rc(PyObject *client, int rc, int mode)
         PyErr_SetObject((PyObject *)Py_TYPE(e), e);
         Py_DECREF(e);
     }
-}
-
-/* Notes the block's region in the client's address table if it is new or
- * extends past what the table knows (as Client._alloc does). */
-static int note_region(PyObject *client, const mxop_array_t *a)
-{
-    if (a->region == MXOP_REGION_HEAP)
-        return 0; /* a shared-heap block: in no region of the table */
-    PyObject *rmap = PyObject_GetAttr(client, s_rmap);
-    if (rmap == NULL)
-        return -1;
-    PyObject *key = PyLong_FromUnsignedLong(a->region);
-    if (key == NULL) {
-        Py_DECREF(rmap);
-        return -1;
-    }
-    PyObject *e = PyDict_GetItemWithError(rmap, key);
-    int need = 1;
-    uintptr_t data = (uintptr_t)a->data;
-    if (e != NULL && PyList_Check(e) && PyList_GET_SIZE(e) >= 1) {
-        unsigned long long end = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(e, 0));
-        need = data + a->nbytes > end;
-    }
-    int rc = 0;
-    if (PyErr_Occurred()) {
-        rc = -1;
-    } else if (need) {
-        PyObject *r = PyObject_CallMethod(client, "_note_region", "OKK", key,
-                                          (unsigned long long)(data - a->offset),
-                                          (unsigned long long)(data + a->nbytes));
-        rc = r != NULL ? 0 : -1;
-        Py_XDECREF(r);
-    }
-    Py_DECREF(key);
-    Py_DECREF(rmap);
-    return rc;
 }
 
 static int add_live(PyObject *client, long d)
@@ -631,7 +535,7 @@ static PyObject *fc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         goto done;
     for (Py_ssize_t i = 0; i < n_in; i++) {
         PyObject *item = NULL;
-        int r = pack_one(client, PyTuple_GET_ITEM(inputs, i), &in[i], &item, mode != MODE_NUMPY);
+        int r = pack_one(h, PyTuple_GET_ITEM(inputs, i), &in[i], &item, mode != MODE_NUMPY);
         if (r < 0)
             goto done;
         if (r > 0) {
@@ -700,7 +604,7 @@ static PyObject *fc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }
     }
 
-    /* Allocate the outputs in the arena. */
+    /* Allocate the outputs (the arena, or the shared heap: libmxop's choice). */
     for (Py_ssize_t i = 0; i < n_out; i++) {
         Block *b = PyObject_New(Block, &BlockType);
         if (b == NULL)
@@ -717,7 +621,7 @@ static PyObject *fc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             goto done;
         }
         b->client = Py_NewRef(client);
-        if (add_live(client, 1) < 0 || note_region(client, &b->a) < 0)
+        if (add_live(client, 1) < 0)
             goto done;
         out[i] = b->a;
         if (mode == MODE_TORCH_BACKWARD) {
@@ -804,44 +708,88 @@ static void *addr_of(PyObject *o)
     return o == Py_None ? NULL : PyLong_AsVoidPtr(o);
 }
 
+/* The function `name` of the library that holds `known` (a function of libmxop's), or NULL. */
+static void *sibling_symbol(void *known, const char *name)
+{
+    Dl_info info;
+    if (dladdr(known, &info) == 0 || info.dli_fname == NULL)
+        return NULL;
+    /* Already loaded (it holds `known`): this only takes a reference, dropped at once. */
+    void *lib = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (lib == NULL)
+        return NULL;
+    void *p = dlsym(lib, name);
+    dlclose(lib);
+    return p;
+}
+
 /*
- * init(forward, backward, alloc, free, descrs): libmxop's functions as
- * addresses (ctypes.cast(lib.mxop_forward, c_void_p).value, ...) and the
- * NumPy dtype of each mxop dtype code (None where there is none).
+ * init(forward, backward[, alloc, free, descrs]): mxop_forward and
+ * mxop_backward as addresses (ctypes.cast(lib.mxop_forward, c_void_p).value).
+ * The rest of libmxop's functions are found in the library that holds
+ * mxop_forward, and the dtypes come from it (mxop_dtype_info); the optional
+ * arguments, which an older package passes, are accepted and not used:
+ * outputs are always mxop_array_alloc's (which gives shared-heap blocks
+ * while mxop_shared_outputs is on) and freed by mxop_array_free.
  */
 static PyObject *fc_init(PyObject *self, PyObject *args)
 {
-    PyObject *f, *b, *a, *fr, *descrs;
-    if (!PyArg_ParseTuple(args, "OOOOO", &f, &b, &a, &fr, &descrs))
+    PyObject *f, *b, *unused_alloc = NULL, *unused_free = NULL, *unused_descrs = NULL;
+    if (!PyArg_ParseTuple(args, "OO|OOO", &f, &b, &unused_alloc, &unused_free, &unused_descrs))
         return NULL;
-    void *pf = addr_of(f), *pb = addr_of(b), *pa = addr_of(a), *pfr = addr_of(fr);
+    void *pf = addr_of(f), *pb = addr_of(b);
     if (PyErr_Occurred())
         return NULL;
-    if (!pf || !pb || !pa || !pfr) {
-        PyErr_SetString(PyExc_ValueError, "init: every libmxop function must be given");
+    if (!pf || !pb) {
+        PyErr_SetString(PyExc_ValueError, "init: mxop_forward and mxop_backward must be given");
         return NULL;
     }
-    if (!PySequence_Check(descrs) || PySequence_Size(descrs) != NDTYPES) {
-        PyErr_Format(PyExc_ValueError, "init: descrs must hold %d entries", NDTYPES);
+    void *pa = sibling_symbol(pf, "mxop_array_alloc");
+    void *pfr = sibling_symbol(pf, "mxop_array_free");
+    void *pl = sibling_symbol(pf, "mxop_region_lookup");
+    dtype_info_fn info = (dtype_info_fn)sibling_symbol(pf, "mxop_dtype_info");
+    if (!pa || !pfr || !pl || !info) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "init: the libmxop that holds mxop_forward has no mxop_region_lookup or "
+                        "mxop_dtype_info (too old)");
         return NULL;
     }
-    for (int i = 0; i < NDTYPES; i++) {
-        PyObject *d = PySequence_GetItem(descrs, i);
-        if (d == NULL)
-            return NULL;
-        PyArray_Descr *nd = NULL;
-        if (d != Py_None && !PyArray_DescrConverter(d, &nd)) {
-            Py_DECREF(d);
-            return NULL;
+    size_t sizes[NDTYPES];
+    PyArray_Descr *descrs[NDTYPES] = {NULL};
+    for (int code = 0; code < NDTYPES; code++) {
+        const char *name = NULL;
+        if (info(code, NULL, &name, &sizes[code]) != 0 || sizes[code] == 0) {
+            PyErr_Format(PyExc_RuntimeError, "init: libmxop does not know dtype %d", code);
+            goto err;
         }
-        Py_DECREF(d);
-        Py_XSETREF(np_descr[i], nd);
+        /* A dtype NumPy has not (bfloat16) has no descriptor: such outputs take the ctypes path. */
+        PyObject *n = PyUnicode_FromString(name);
+        if (n == NULL)
+            goto err;
+        if (!PyArray_DescrConverter2(n, &descrs[code]))
+            PyErr_Clear();
+        Py_DECREF(n);
+        /* Only NumPy's own types: a user-defined one (ml_dtypes' bfloat16, registered when
+         * jax is imported) is no type torch.from_numpy takes. */
+        if (descrs[code] != NULL && (PyTypeNum_ISUSERDEF(descrs[code]->type_num) ||
+                                     (size_t)PyDataType_ELSIZE(descrs[code]) != sizes[code]))
+            Py_CLEAR(descrs[code]);
+    }
+    for (int code = 0; code < NDTYPES; code++) {
+        dtype_size[code] = sizes[code];
+        Py_XSETREF(np_descr[code], descrs[code]);
     }
     fn_forward = (call_fn)pf;
     fn_backward = (call_fn)pb;
     fn_alloc = (alloc_fn)pa;
     fn_free = (free_fn)pfr;
+    fn_lookup = (lookup_fn)pl;
     Py_RETURN_NONE;
+
+err:
+    for (int code = 0; code < NDTYPES; code++)
+        Py_XDECREF(descrs[code]);
+    return NULL;
 }
 
 /* set_forward(address) -> the previous address (for the bench's stub). */
@@ -899,7 +847,9 @@ static PyObject *fc_init_torch(PyObject *self, PyObject *args)
 static PyMethodDef fc_methods[] = {
     {"call", (PyCFunction)(void (*)(void))fc_call, METH_FASTCALL,
      "call(client, op, ent, inputs, mode, needs, off): one call, or NotImplemented"},
-    {"init", fc_init, METH_VARARGS, "init(forward, backward, alloc, free, descrs)"},
+    {"init", fc_init, METH_VARARGS,
+     "init(forward, backward[, alloc, free, descrs]): libmxop's functions (the optional "
+     "arguments are not used)"},
     {"init_torch", fc_init_torch, METH_VARARGS,
      "init_torch(Tensor, from_numpy, strided, codes, settle, inflight, is_grad_enabled, "
      "tracing_state)"},
@@ -937,10 +887,6 @@ PyMODINIT_FUNC PyInit__fastcall(void)
     INTERN(s_live, "_live");
     INTERN(s_close_pending, "_close_pending");
     INTERN(s_finish_close, "_finish_close");
-    INTERN(s_rbase, "_rbase");
-    INTERN(s_rinfo, "_rinfo");
-    INTERN(s_rmap, "_rmap");
-    INTERN(s_note_region, "_note_region");
     INTERN(s_infer, "_infer");
     INTERN(s_specs, "_specs");
     INTERN(s_pairs, "pairs");

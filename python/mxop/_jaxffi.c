@@ -9,9 +9,11 @@
  * direction) at trace time and keeps it for the life of the process, so
  * the address baked into the compiled program stays valid.
  *
- * XLA's buffers are ordinary host memory, so they travel as heap arrays
- * (region MXOP_REGION_HEAP): libmxop stages inputs into the session's
- * arena and outputs back, one copy each way.  Everything else (the call,
+ * XLA's buffers travel as heap arrays (region MXOP_REGION_HEAP), as any
+ * binding's: libmxop passes one that lies in memory it maps by reference
+ * and stages the rest (XLA's own buffers: one copy each way).  Dtypes are
+ * mxop's enum names (mxop/types.h); the switch below only says which XLA
+ * element type each is.  Everything else (the call,
  * shapes and dtypes checked again, deadlines, a crashed worker replaced)
  * is libmxop's; a failure comes back to XLA as an FFI error whose message
  * names the op, libmxop's error name and its detail.
