@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -360,3 +361,24 @@ def test_cpp_kernel_calls_with_blocks_in_a_new_arena_chunk(daemon):
         del keep, y
     finally:
         c.close()
+
+
+@need_cpp
+def test_cpp_kernel_passes_tensors_in_a_user_region_by_reference(T):
+    # A tensor over a region of the client's own (Client.region_create) is
+    # passed as its pointer; libmxop finds the region: nothing is staged.
+    c = T.client
+    r = c.region_create(1 << 16)
+    try:
+        a = r.array((64,))
+        a[:] = np.linspace(-1, 1, 64, dtype=np.float32)
+        x = torch.from_numpy(a)
+        torch.ops.mxop.relu(x)  # the signature, learnt
+        n, s0 = tl.cpp_calls(), c.stats().staged_bytes
+        for _ in range(3):
+            assert torch.equal(torch.ops.mxop.relu(x), torch.relu(x))
+        assert tl.cpp_calls() - n == 3
+        assert c.stats().staged_bytes == s0
+        del x
+    finally:
+        r.release()
