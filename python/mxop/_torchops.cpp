@@ -177,7 +177,11 @@ void learn_dtypes(const c10::OperatorHandle &, torch::jit::Stack *s)
         tt[k] = samples[i].scalar_type();
         mx[static_cast<size_t>(tt[k])] = static_cast<int32_t>(k);
     }
+    /* Once: the kernels read the tables without the lock, and a second
+     * naming (a stray call of this op) could change what a code means under
+     * a call in flight. */
     std::lock_guard<std::mutex> g(mu);
+    TORCH_CHECK(torch_of_mx.empty(), "mxop_py::_dtypes: the dtypes are named already");
     mx_of_torch = mx;
     torch_of_mx = std::move(tt);
 }

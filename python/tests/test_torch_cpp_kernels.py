@@ -382,3 +382,17 @@ def test_cpp_kernel_passes_tensors_in_a_user_region_by_reference(T):
         del x
     finally:
         r.release()
+
+
+@need_cpp
+def test_cpp_kernel_dtypes_are_named_once(T):
+    # The kernels' dtype map is filled once, at load: a later call of the op
+    # that fills it is refused and changes nothing.
+    with pytest.raises(RuntimeError, match="named already"):
+        torch.ops.mxop_py._dtypes([0], [torch.empty(0, dtype=torch.int64)])
+    x = torch.linspace(-1, 1, 8)
+    torch.ops.mxop.relu(x)
+    n = tl.cpp_calls()
+    y = torch.ops.mxop.relu(x)
+    assert tl.cpp_calls() - n == 1
+    assert y.dtype == torch.float32 and torch.equal(y, torch.relu(x))
