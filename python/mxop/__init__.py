@@ -31,11 +31,25 @@ from .errors import MxopError, make_error, error_class
 __all__ = ["connect", "default_client", "empty", "zeros", "asarray", "err_name", "strerror",
            "build_dir", "Daemon", "Client", "Op", "BoundOp", "State", "Library", "Region",
            "Stats", "dtype_code", "numpy_dtype", "MxopError", "make_error",
-           "error_class"] + [t[2] for t in _errors._TABLE]
+           "error_class"] + list(_errors.CLASS_NAMES)
 
 __version__ = "0.1.0"
 
-F32, F64, F16, BF16, I32, I64, U8, I8, BOOL = range(9)
+
+def __getattr__(name):
+    # mxop.F32, mxop.BF16, ...: libmxop's dtype codes by their short names.
+    if name.isupper():
+        from . import _dtypes
+
+        try:
+            _dtypes.count()
+        except MxopError:  # no libmxop: no such attribute either
+            pass
+        code = _dtypes.CODE_OF_NAME.get(name.lower())
+        if code is not None:
+            return code
+    raise AttributeError("module 'mxop' has no attribute %r" % name)
+
 
 _default = None
 
@@ -67,7 +81,7 @@ def connect(path=None, *, timeout=None, connect_timeout=None, name=None, plugin_
         given = ("path=%r" % (path.socket if isinstance(path, Daemon) else path)
                  if path is not None else "$MXOP_SOCKET=%r" % os.environ["MXOP_SOCKET"])
         raise _errors.InvalidArgument(
-            -1001, "connect(): plugin_dir=%r is for the private daemon connect() starts when no "
+            "connect(): plugin_dir=%r is for the private daemon connect() starts when no "
             "socket is given, but %s names a running daemon, which loads from its own "
             "--plugin-dir: leave out plugin_dir, or %s" % (
                 plugin_dir, given, "path" if path is not None else "unset MXOP_SOCKET"))
@@ -138,11 +152,11 @@ def strerror(code):
 def _close_all():
     # At exit: close every client that has no array still viewing its
     # memory (one that has is left mapped; the process is ending).
-    from .client import _clients
+    from .client import live_clients
 
-    for c in list(_clients):
+    for c in live_clients():
         try:
-            if c._live == 0:
+            if c.live_blocks == 0:
                 c.close()
         except Exception:
             pass
@@ -154,7 +168,7 @@ atexit.register(_close_all)
 # MXOP_ALLOCATOR=1: tensors and arrays in shared memory from the start.
 from . import allocator  # noqa: E402 - after the package's names, which it uses
 
-allocator._from_environment()
+allocator.from_environment()
 
 
 def build_dir():

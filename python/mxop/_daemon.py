@@ -60,7 +60,7 @@ def find_serverd():
     if p:
         return p
     raise LibraryNotFound(
-        -1009, "mxop-serverd not found: set MXOP_SERVERD or MXOP_SOCKET, or build the tree (make)"
+        "mxop-serverd not found: set MXOP_SERVERD or MXOP_SOCKET, or build the tree (make)"
     )
 
 
@@ -201,10 +201,10 @@ class Daemon:
                 return
             rc = self.proc.poll()
             if rc is not None:
-                raise InternalError(-1030, "mxop-serverd (%s) exited at start with status %d"
+                raise InternalError("mxop-serverd (%s) exited at start with status %d"
                                     % (self.serverd, rc))
             time.sleep(0.005)
-        raise Timeout(-1026, "mxop-serverd did not create %s within %.0f s"
+        raise Timeout("mxop-serverd did not create %s within %.0f s"
                       % (self.socket, timeout))
 
     def stop(self, timeout=10.0):

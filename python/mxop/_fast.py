@@ -15,9 +15,15 @@ import importlib.machinery
 import importlib.util
 import os
 
-from . import _lib, _outputs
+from . import _dtypes, _lib
 
 _state = {"mod": None, "tried": False, "torch": None}
+
+# What the call paths use: None until the first Client is made, then the
+# module, or False when it is missing or disabled (every call then takes
+# the ctypes path).  The first Client sets it; mxop.bench sets False to
+# measure the ctypes path.
+fc = None
 
 
 def _find():
@@ -52,35 +58,19 @@ def load():
         mod = _find()
         if mod is None:
             return None
-        import numpy as np
-
         lib = _lib.lib
-        descrs = [None if _lib.DTYPE_NAMES[i] == "bf16" else
-                  np.dtype(("float32", "float64", "float16", None, "int32", "int64", "uint8",
-                            "int8", "bool")[i]) for i in range(_lib.DTYPE_COUNT)]
-        _state["descrs"] = descrs
-        out = _outputs.addresses()
+        _dtypes.count()  # the tables filled (libmxop is loaded by now)
+        descrs = list(_dtypes.NUMPY_BY_CODE)
+        # mxop_array_alloc gives shared-heap outputs itself while
+        # mxop.allocator has them on; mxop_array_free frees either kind.
         mod.init(_addr(lib.mxop_forward), _addr(lib.mxop_backward),
-                 out[0] if out else _addr(lib.mxop_array_alloc),
-                 out[1] if out else _addr(lib.mxop_array_free), descrs)
+                 _addr(lib.mxop_array_alloc), _addr(lib.mxop_array_free), descrs)
         if _state["torch"] is not None:
             mod.init_torch(*_state["torch"])
     except Exception:  # a stale or foreign build: the ctypes path does everything
         return None
     _state["mod"] = mod
     return mod
-
-
-def _use_out_functions(alloc, free):
-    """New output functions (_outputs.py): handed to the C call path again."""
-    mod = _state["mod"]
-    if mod is not None:
-        lib = _lib.lib
-        mod.init(_addr(lib.mxop_forward), _addr(lib.mxop_backward), alloc, free,
-                 _state["descrs"])
-
-
-_outputs.subscribe(_use_out_functions)
 
 
 def set_torch(*args):

@@ -16,17 +16,11 @@ import ctypes.util
 import os
 import struct
 
-from .errors import LibraryNotFound, use_library_words
+from .errors import LIB_NOT_FOUND, LibraryNotFound, use_library_words, use_loader
 
 MAX_DIMS = 8
 MAX_TENSORS = 64
 REGION_HEAP = 0
-
-# enum mxop_dtype (include/mxop/types.h): the numbers travel on the wire.
-F32, F64, F16, BF16, I32, I64, U8, I8, BOOL = range(9)
-DTYPE_COUNT = 9
-DTYPE_NAMES = ("f32", "f64", "f16", "bf16", "i32", "i64", "u8", "i8", "bool")
-DTYPE_SIZES = (4, 8, 2, 2, 4, 8, 1, 1, 1)
 
 # enum mxop_req.
 REQ_WRITE, REQ_ADD, REQ_NULL = 0, 1, 2
@@ -212,6 +206,9 @@ _CP = ctypes.c_char_p
 _PROTOTYPES = {
     "mxop_err_name": (_CP, [_INT]),
     "mxop_strerror": (_CP, [_INT]),
+    "mxop_err_code": (_INT, [_CP]),
+    "mxop_dtype_info": (_INT, [_I32, _P, _P, _P]),
+    "mxop_shared_outputs": (_INT, [_INT]),
     "mxop_connect": (_INT, [_CP, _P, _P]),
     "mxop_connect_error": (_CP, []),
     "mxop_close": (None, [_P]),
@@ -232,6 +229,8 @@ _PROTOTYPES = {
     "mxop_array_free": (None, [_P, _P]),
     "mxop_region_create": (_INT, [_P, ctypes.c_size_t, _P, _P]),
     "mxop_region_register_fd": (_INT, [_P, _INT, ctypes.c_size_t, _P, _P]),
+    "mxop_region_register_fd_at": (_INT, [_P, _INT, ctypes.c_size_t, _P, _P]),
+    "mxop_region_lookup": (_INT, [_P, _P, ctypes.c_size_t, _P, _P]),
     "mxop_region_release": (_INT, [_P, ctypes.c_uint32]),
     "mxop_region_set_read_only": (_INT, [_P, ctypes.c_uint32, _INT]),
     "mxop_array_view": (_INT, [_P, ctypes.c_uint32, ctypes.c_uint64, _I32, _I32, _P, _P]),
@@ -278,6 +277,17 @@ def find_library():
     return ctypes.util.find_library("mxop")
 
 
+# Called with the library once it is loaded (the dtype tables, _dtypes.py).
+_loaded_hooks = []
+
+
+def on_load(fn):
+    """fn(dll) is called when libmxop is loaded (now, if it is)."""
+    _loaded_hooks.append(fn)
+    if lib._dll is not None:
+        fn(lib._dll)
+
+
 class _Lib:
     """libmxop, loaded on first use so that `import mxop` never fails."""
 
@@ -291,20 +301,22 @@ class _Lib:
         path = find_library()
         if not path:
             raise LibraryNotFound(
-                -1009,
+                LIB_NOT_FOUND,
                 "libmxop.so not found: set MXOP_LIB, build the tree (make), or install it",
             )
         try:
             dll = ctypes.CDLL(path)
         except OSError as e:
-            raise LibraryNotFound(-1009, "cannot load %s: %s" % (path, e)) from None
+            raise LibraryNotFound(LIB_NOT_FOUND, "cannot load %s: %s" % (path, e)) from None
         for name, (res, args) in _PROTOTYPES.items():
             fn = getattr(dll, name)
             fn.restype = res
             fn.argtypes = args
         self._dll = dll
         self.path = path
-        use_library_words(dll.mxop_err_name, dll.mxop_strerror)
+        use_library_words(dll.mxop_err_name, dll.mxop_strerror, dll.mxop_err_code)
+        for fn in list(_loaded_hooks):
+            fn(dll)
         return dll
 
     def __getattr__(self, name):
@@ -315,3 +327,5 @@ class _Lib:
 
 
 lib = _Lib()
+# The error classes learn libmxop's codes from it, loading it if asked first.
+use_loader(lib.load)

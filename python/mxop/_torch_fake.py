@@ -60,7 +60,7 @@ def output_shapes(op, ent, tensors, dtype_code, torch_of):
             out.append((dtype_code(x.dtype), tuple(dims)))
         return tuple(out)
 
-    specs = op._specs(ent, sig())
+    specs = op.specs(ent, sig())
     dts = [torch_of[s.dtype] for s in specs]
     if not syms:
         return dts, [s.shape for s in specs]
@@ -69,24 +69,24 @@ def output_shapes(op, ent, tensors, dtype_code, torch_of):
     owner = [[None] * len(s.shape) for s in specs]
     for key, (d, hint, probe) in syms.items():
         try:
-            moved = op._specs(ent, sig(key))
+            moved = op.specs(ent, sig(key))
         except Exception as e:
             if hint is None:
-                raise NotSupported(-1023, "op '%s' cannot be traced: its shape inference "
+                raise NotSupported("op '%s' cannot be traced: its shape inference "
                                    "refused a stand-in for the data-dependent size %s (%s)"
                                    % (op.name, key, e)) from None
             guard_int(d)  # the op needs this size as it is: specialised, with a guard
             continue
         for j, (m, b) in enumerate(zip(moved, base)):
             if len(m.shape) != len(b) or m.dtype != specs[j].dtype:
-                raise NotSupported(-1023, "op '%s': output %d's rank or dtype depends on "
+                raise NotSupported("op '%s': output %d's rank or dtype depends on "
                                    "input sizes; it cannot be traced with symbolic sizes"
                                    % (op.name, j))
             for k, (u, v) in enumerate(zip(m.shape, b)):
                 if u == v:
                     continue
                 if u != probe or owner[j][k] is not None:
-                    raise NotSupported(-1023, "op '%s': size %d of output %d is a function "
+                    raise NotSupported("op '%s': size %d of output %d is a function "
                                        "of symbolic input sizes that mxop cannot express "
                                        "(only constants and input sizes are); compile with "
                                        "dynamic=False or mark these sizes static"

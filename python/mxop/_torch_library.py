@@ -44,8 +44,8 @@ import torch
 from torch.autograd import forward_ad as _fwad
 from torch.library import Library
 
+from . import _dtypes, _torch_dtypes
 from . import _lib as _mxlib
-from . import _outputs
 from . import client as _cl
 
 NAMESPACE = "mxop"
@@ -90,10 +90,10 @@ def cpp():
             vp = ctypes.c_void_p
             d.mxop_torchops_error.restype = ctypes.c_char_p
             d.mxop_torchops_init.argtypes = [vp] * 5
+            d.mxop_torchops_init.restype = ctypes.c_int
             d.mxop_torchops_register.argtypes = [ctypes.c_char_p, ctypes.c_int]
             d.mxop_torchops_bind.argtypes = [ctypes.c_char_p, vp, vp, vp, ctypes.c_int,
                                              ctypes.c_int, ctypes.c_int]
-            d.mxop_torchops_regions.argtypes = [vp, ctypes.c_int, vp]
             d.mxop_torchops_wpid.argtypes = [vp, ctypes.c_long]
             d.mxop_torchops_closing.argtypes = [vp]
             d.mxop_torchops_release.argtypes = [vp]
@@ -109,19 +109,24 @@ def cpp():
             def addr(f):
                 return ctypes.cast(f, vp).value
 
-            out = _outputs.addresses()
-            d.mxop_torchops_init(addr(lib.mxop_forward), addr(lib.mxop_backward),
-                                 out[0] if out else addr(lib.mxop_array_alloc),
-                                 out[1] if out else addr(lib.mxop_array_free),
-                                 addr(lib.mxop_close))
-            _shadow_library().define("_raise(Tensor x, str name, int rc) -> Tensor")
-            _shadow_library().impl("_raise", _raise, "CPU")
+            # Always libmxop's own output functions: with mxop.allocator on,
+            # mxop_array_alloc itself gives shared-heap blocks.
+            if d.mxop_torchops_init(addr(lib.mxop_forward), addr(lib.mxop_backward),
+                                    addr(lib.mxop_array_alloc), addr(lib.mxop_array_free),
+                                    addr(lib.mxop_close)) != 0:
+                raise RuntimeError(d.mxop_torchops_error().decode(errors="replace"))
+            sh = _shadow_library()
+            sh.define("_raise(Tensor x, str name, int rc) -> Tensor")
+            sh.impl("_raise", _raise, "CPU")
+            sh.define("_dtypes(int[] codes, Tensor[] samples) -> ()")
+            codes, samples = _dtype_samples()
+            getattr(torch.ops, SHADOW)._dtypes(codes, samples)
         except Exception as e:  # a stale or foreign build: the Python kernels serve
             why = "%s could not be loaded (%s)" % (path, e)
             d = None
         if d is not None:
             _cpp["lib"] = d
-            _cl._tops = _Hooks(d)
+            _cl.use_torchops(_Hooks(d))
             from . import _interrupt
 
             _interrupt.cpp_inflight = d.mxop_torchops_inflight
@@ -139,19 +144,10 @@ class _Hooks:
     def __init__(self, d):
         self.d = d
 
-    def regions(self, c):
-        if not c._h:
-            return
-        v = []
-        for base, e in zip(c._rbase, c._rinfo):
-            if e[2] is None:  # arena regions only (storages need their liveness check)
-                v += (base, e[0], e[1])
-        arr = (ctypes.c_uint64 * max(len(v), 1))(*v)
-        self.d.mxop_torchops_regions(c._h, len(v) // 3, arr)
-
     def wpid(self, c, pid):
-        if c._h:
-            self.d.mxop_torchops_wpid(c._h, pid)
+        h = c.handle
+        if h:
+            self.d.mxop_torchops_wpid(h, pid)
 
     def closing(self, h):
         self.d.mxop_torchops_closing(h)
@@ -160,18 +156,16 @@ class _Hooks:
         return self.d.mxop_torchops_release(h) == 1
 
 
-def _use_out_functions(alloc, free):
-    """New output functions (_outputs.py): handed to the C++ kernels again."""
-    d = _cpp["lib"]
-    if d is not None:
-        lib = _mxlib.lib
-        vp = ctypes.c_void_p
-        d.mxop_torchops_init(ctypes.cast(lib.mxop_forward, vp).value,
-                             ctypes.cast(lib.mxop_backward, vp).value, alloc, free,
-                             ctypes.cast(lib.mxop_close, vp).value)
-
-
-_outputs.subscribe(_use_out_functions)
+def _dtype_samples():
+    """([code], [tensor]): an empty CPU tensor of each libmxop dtype that
+    torch has (the package's map, from libmxop's dtype names), for the C++
+    kernels' dtype map."""
+    _dtypes.count()  # the tables filled
+    codes, samples = [], []
+    for dt, code in sorted(_torch_dtypes.CODE_OF_TORCH.items(), key=lambda kv: kv[1]):
+        codes.append(code)
+        samples.append(torch.empty(0, dtype=dt, device="cpu"))
+    return codes, samples
 
 
 def cpp_calls():
@@ -193,10 +187,10 @@ def _bind(e):
     if b is None:
         return
     c, p, call, fast, backward, n_in, n_out = b
-    d.mxop_torchops_bind(e.name.encode(), c._h, p, call, (1 if fast else 0) | (2 if backward else 0),
+    h = c.handle
+    d.mxop_torchops_bind(e.name.encode(), h, p, call, (1 if fast else 0) | (2 if backward else 0),
                          n_in, n_out)
-    _cl._tops.regions(c)
-    _cl._tops.wpid(c, c.__dict__.get("_wpid", 0))
+    d.mxop_torchops_wpid(h, c.__dict__.get(_cl.WORKER_PID_KEY, 0))
 
 
 def rebind(name):
@@ -328,6 +322,12 @@ def _split(e, args, kw):
 def registered(name):
     """True if torch.ops.mxop.<name> is an mxop op of this process."""
     return name in _ops
+
+
+def entry(name):
+    """The registration of torch.ops.mxop.<name> in this process (its
+    name, variadic, n_out, decl, target, mutated), or None."""
+    return _ops.get(name)
 
 
 def register(name, n_in, n_out, decl, target, mutated=0):

@@ -5,10 +5,13 @@
  * of the dispatcher converting its arguments to Python objects and taking
  * the GIL, before mxop's own Python layer runs.  These boxed kernels make
  * the common call (CPU tensors, no keywords, no autograd graph, a shape
- * signature seen before) without Python and without the GIL: they find
- * each input's region in a copy of the client's address table, allocate
- * the outputs in the arena, call mxop_forward and return tensors over the
- * blocks, which go back to the arena when the last tensor dies.
+ * signature seen before) without Python and without the GIL: they hand
+ * libmxop each input as its data pointer (libmxop finds the region it lies
+ * in, or stages it), allocate the outputs with mxop_array_alloc (arena or
+ * shared heap, as libmxop is set), call mxop_forward and return tensors
+ * over the blocks, which mxop_array_free takes back when the last tensor
+ * dies.  Nothing here knows regions, dtype numbers or error numbers of its
+ * own: dtypes come from libmxop's names at load, errors from errors.h.
  *
  * Every other call goes to the shadow op mxop_py::<op>, which carries the
  * same schema and the Python kernels (python/mxop/_torch_library.py): the
@@ -35,6 +38,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -88,11 +92,6 @@ std::atomic<long> calls_here{0};
 /* Guards every table below; held only to copy values out, never across a call. */
 std::mutex mu;
 
-struct Region {
-    uintptr_t base, end;
-    uint32_t id;
-};
-
 /* A client as the kernels see it: the Python Client owns the session; the
  * blocks made here keep this record (and the session) alive, so that the
  * session is closed by the last of them when Python has let go of it. */
@@ -101,9 +100,8 @@ struct Client {
     pid_t pid = 0;      /* a forked child must not use its parent's session */
     bool usable = true; /* false once Python began to close it */
     bool released = false;
-    long live = 0;               /* blocks made here and not yet freed */
-    long wpid = 0;               /* the session's worker pid (0: unknown) */
-    std::vector<Region> regions; /* arena regions, sorted by base */
+    long live = 0; /* blocks made here and not yet freed */
+    long wpid = 0; /* the session's worker pid (0: unknown) */
 };
 
 struct Spec {
@@ -126,32 +124,73 @@ std::unordered_map<std::string, std::shared_ptr<Op>> ops;
 std::vector<std::unique_ptr<torch::Library>> libs; /* registrations live as long as these */
 thread_local std::string last_error;
 
-int code_of(at::ScalarType t)
+/* torch's dtypes against libmxop's dtype codes, both ways: filled once, at
+ * load and before any kernel is registered (mxop_py::_dtypes below, from
+ * libmxop's names), and only read after.  A dtype of one side that the
+ * other lacks maps to -1 / nothing: such calls go to the Python kernels. */
+using dtype_codes = std::array<int32_t, static_cast<size_t>(at::ScalarType::NumOptions)>;
+
+dtype_codes unmapped()
 {
-    switch (t) {
-    case at::kFloat: return 0;
-    case at::kDouble: return 1;
-    case at::kHalf: return 2;
-    case at::kBFloat16: return 3;
-    case at::kInt: return 4;
-    case at::kLong: return 5;
-    case at::kByte: return 6;
-    case at::kChar: return 7;
-    case at::kBool: return 8;
-    default: return -1;
-    }
+    dtype_codes a;
+    a.fill(-1);
+    return a;
 }
 
-const at::ScalarType type_of[] = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt,
-                                  at::kLong,  at::kByte,   at::kChar, at::kBool};
+dtype_codes mx_of_torch = unmapped();
+std::vector<at::ScalarType> torch_of_mx;
+
+int32_t code_of(at::ScalarType t)
+{
+    size_t i = static_cast<size_t>(t);
+    return i < mx_of_torch.size() ? mx_of_torch[i] : -1;
+}
+
+/* The torch dtype of libmxop dtype `code`; only for codes code_of gave. */
+at::ScalarType type_of(int32_t code)
+{
+    return torch_of_mx[static_cast<size_t>(code)];
+}
+
+/* The CPU kernel of mxop_py::_dtypes(int[] codes, Tensor[] samples):
+ * libmxop dtype codes[i] is the dtype of samples[i].  Python finds each
+ * libmxop dtype's torch dtype by the framework name libmxop gives it, and
+ * the dispatcher hands the samples over as tensors, whose scalar type is
+ * what this file compares: libtorch exports no function from a dtype's
+ * name to its ScalarType. */
+void learn_dtypes(const c10::OperatorHandle &, torch::jit::Stack *s)
+{
+    std::vector<int64_t> codes = (*s)[s->size() - 2].toIntVector();
+    std::vector<at::Tensor> samples = (*s)[s->size() - 1].toTensorVector();
+    torch::jit::drop(*s, 2);
+    TORCH_CHECK(codes.size() == samples.size(), "mxop_py::_dtypes: ", codes.size(), " codes for ",
+                samples.size(), " samples");
+    dtype_codes mx = unmapped();
+    std::vector<at::ScalarType> tt;
+    for (size_t i = 0; i < codes.size(); i++) {
+        /* libmxop's codes are small numbers on the wire; anything else is a
+         * caller's mistake, refused before it sizes a table. */
+        TORCH_CHECK(codes[i] >= 0 && codes[i] < 4096, "mxop_py::_dtypes: bad code ", codes[i]);
+        size_t k = static_cast<size_t>(codes[i]);
+        if (tt.size() <= k)
+            tt.resize(k + 1, at::ScalarType::Undefined);
+        tt[k] = samples[i].scalar_type();
+        mx[static_cast<size_t>(tt[k])] = static_cast<int32_t>(k);
+    }
+    /* Once: the kernels read the tables without the lock, and a second
+     * naming (a stray call of this op) could change what a code means under
+     * a call in flight. */
+    std::lock_guard<std::mutex> g(mu);
+    TORCH_CHECK(torch_of_mx.empty(), "mxop_py::_dtypes: the dtypes are named already");
+    mx_of_torch = mx;
+    torch_of_mx = std::move(tt);
+}
 
 c10::OperatorHandle handle(const std::string &qualified)
 {
     return c10::Dispatcher::singleton().findSchemaOrThrow(qualified.c_str(), "");
 }
 
-/* Frees a block made here; closes the session when Python let go of it
- * and this was its last block. */
 /* Takes n blocks off c's count (blocks reserved and not made, or freed);
  * closes the session when Python let go of it and no block is left. */
 void unreserve(const std::shared_ptr<Client> &c, long n)
@@ -178,46 +217,11 @@ void free_block(const std::shared_ptr<Client> &c, mxop_array_t *a)
     }
     /* Outside the lock: libmxop may wait for the client's own lock, held by
      * another thread's call.  The session stays open meanwhile, since this
-     * block still counts in c->live.  A shared-heap block (mxop.allocator's
-     * outputs) needs no session. */
+     * block still counts in c->live.  A shared-heap block (an output made
+     * while libmxop gives shared outputs: region 0) needs no session. */
     if (h != nullptr || a->region == MXOP_REGION_HEAP)
         fn_free(h, a);
     unreserve(c, 1);
-}
-
-/* A region holding [p, p + n) in c's table: its id and the offset. */
-bool region_of(const Client &c, uintptr_t p, size_t n, uint32_t *id, uint64_t *off)
-{
-    size_t lo = 0, hi = c.regions.size();
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (p < c.regions[mid].base)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    if (lo == 0 || p + n > c.regions[lo - 1].end)
-        return false;
-    *id = c.regions[lo - 1].id;
-    *off = p - c.regions[lo - 1].base;
-    return true;
-}
-
-/* Block `a` of an arena region in c's table: its end is then known to
- * reach at least the block's (Python's table learns that only from its own
- * allocations).  False for a region not in the table. */
-bool note_block(Client &c, const mxop_array_t &a)
-{
-    std::lock_guard<std::mutex> g(mu);
-    uintptr_t p = reinterpret_cast<uintptr_t>(a.data);
-    for (Region &r : c.regions) {
-        if (r.id == a.region && p >= r.base) {
-            if (p + a.nbytes > r.end)
-                r.end = p + a.nbytes;
-            return true;
-        }
-    }
-    return false;
 }
 
 /* A storage shared with other processes (share_memory_()): the Python
@@ -246,15 +250,18 @@ bool plain_tensor(const at::Tensor &t)
     return !t.is_meta();
 }
 
-/* The record of CPU tensor t (its region in c's table, else the heap:
- * libmxop stages it); false for one the Python path must take. */
-bool pack(const Client &c, const at::Tensor &t, mxop_array_t *r)
+/* The record of CPU tensor t: its data pointer as a heap array, which
+ * libmxop passes by reference when it lies in memory of the client's (its
+ * arena, its regions, the shared heap) and stages otherwise.  False for a
+ * tensor the Python path must take: not plain, or in a storage shared with
+ * other processes, which that path registers as a region of its own. */
+bool pack(const at::Tensor &t, mxop_array_t *r)
 {
     if (!plain_tensor(t))
         return false;
-    int code = code_of(t.scalar_type());
+    int32_t code = code_of(t.scalar_type());
     if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || code < 0 ||
-        t.dim() > MXOP_MAX_DIMS || t.numel() == 0 || !t.is_contiguous())
+        t.dim() > MXOP_MAX_DIMS || t.numel() == 0 || !t.is_contiguous() || shared_storage(t))
         return false;
     std::memset(r, 0, sizeof *r);
     r->data = t.data_ptr();
@@ -263,11 +270,7 @@ bool pack(const Client &c, const at::Tensor &t, mxop_array_t *r)
     for (int d = 0; d < r->ndim; d++)
         r->shape[d] = t.size(d);
     r->nbytes = t.nbytes();
-    if (!region_of(c, reinterpret_cast<uintptr_t>(r->data), r->nbytes, &r->region, &r->offset)) {
-        if (shared_storage(t))
-            return false;
-        r->region = MXOP_REGION_HEAP;
-    }
+    r->region = MXOP_REGION_HEAP;
     return true;
 }
 
@@ -278,7 +281,7 @@ at::Tensor wrap(const std::shared_ptr<Client> &c, const mxop_array_t &a)
     mxop_array_t b = a;
     return at::from_blob(
         b.data, sizes, [c, b](void *) mutable { free_block(c, &b); },
-        at::TensorOptions().dtype(type_of[a.dtype]));
+        at::TensorOptions().dtype(type_of(a.dtype)));
 }
 
 /* Raises the mxop exception of a failed call (the Python kernel of
@@ -293,7 +296,7 @@ at::Tensor wrap(const std::shared_ptr<Client> &c, const mxop_array_t &a)
 
 bool is_float(int32_t code)
 {
-    return code >= 0 && code <= 3;
+    return at::isFloatingType(type_of(code));
 }
 
 /* The plain call, done here; false (nothing done, the stack untouched)
@@ -330,7 +333,7 @@ bool call_here(const std::string &name, size_t n_args, torch::jit::Stack *s, boo
             return false;
         std::string key;
         for (int i = 0; i < op->n_in; i++) {
-            if (!args[i].isTensor() || !pack(*c, args[i].toTensor(), &in[i]) ||
+            if (!args[i].isTensor() || !pack(args[i].toTensor(), &in[i]) ||
                 (grad && !is_float(in[i].dtype)))
                 return false;
             const mxop_array_t &r = in[i];
@@ -354,13 +357,6 @@ bool call_here(const std::string &name, size_t n_args, torch::jit::Stack *s, boo
     for (; made < n_out; made++) {
         const Spec &p = specs[made];
         if (fn_alloc(c->h, p.dtype, p.ndim, p.shape, &out[made]) < 0) {
-            ok = false;
-            break;
-        }
-        /* A shared-heap block (region 0) is in no region of the table. */
-        if (out[made].region != MXOP_REGION_HEAP && !note_block(*c, out[made])) {
-            /* A region Python has not noted yet: its path notes it. */
-            made++;
             ok = false;
             break;
         }
@@ -495,17 +491,17 @@ struct Backward : torch::autograd::Node {
                 size_t k = 0;
                 for (auto *list : {&gs, &ins, &outs})
                     for (const at::Tensor &t : *list)
-                        if (!pack(*c, t.detach(), &in[k++]))
+                        if (!pack(t.detach(), &in[k++]))
                             in[k - 1].region = UINT32_MAX; /* not plain: see below */
                 c->live += static_cast<long>(n_in);
             }
         }
         if (closed)
-            raise_rc(op_name, -1007); /* MXOP_EDISCONNECTED: the client is closed */
+            raise_rc(op_name, MXOP_EDISCONNECTED); /* the client is closed */
         int made = 0, rc = 0;
         for (size_t i = 0; i < n_all; i++)
             if (in[i].region == UINT32_MAX)
-                rc = -1001; /* MXOP_EINVAL */
+                rc = MXOP_EINVAL;
         for (; rc == 0 && made < static_cast<int>(n_in); made++) {
             const mxop_array_t &x = in[grads.size() + made];
             needs[made] = task_should_compute_output(made);
@@ -643,14 +639,28 @@ const char *mxop_torchops_error(void)
     return last_error.c_str();
 }
 
-/* libmxop's forward, backward, alloc, free and close, as addresses. */
-void mxop_torchops_init(void *forward, void *backward, void *alloc, void *free_, void *close_)
+/* libmxop's mxop_forward, mxop_backward, mxop_array_alloc, mxop_array_free
+ * and mxop_close, as addresses; registers the kernel of mxop_py::_dtypes,
+ * through which Python then names the dtypes (see learn_dtypes).  0, or -1
+ * (see _error). */
+int mxop_torchops_init(void *forward, void *backward, void *alloc, void *free_, void *close_)
 {
     fn_forward = reinterpret_cast<call_fn>(forward);
     fn_backward = reinterpret_cast<call_fn>(backward);
     fn_alloc = reinterpret_cast<alloc_fn>(alloc);
     fn_free = reinterpret_cast<free_fn>(free_);
     fn_close = reinterpret_cast<close_fn>(close_);
+    try {
+        auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "mxop_py",
+                                                    c10::DispatchKey::CPU, __FILE__, __LINE__);
+        lib->impl("_dtypes", torch::CppFunction::makeFromBoxedFunction<&learn_dtypes>());
+        std::lock_guard<std::mutex> g(mu);
+        libs.push_back(std::move(lib));
+        return 0;
+    } catch (const std::exception &e) {
+        last_error = e.what();
+        return -1;
+    }
 }
 
 /* Replaces libmxop's forward (the bench's stub); returns the previous one. */
@@ -714,20 +724,6 @@ void mxop_torchops_bind(const char *name, void *h, const void *op, const void *c
     o->n_in = n_in;
     o->n_out = n_out;
     ops[name] = o;
-}
-
-/* Session h's arena regions (base, end, id triples), replacing the last. */
-void mxop_torchops_regions(void *h, int n, const uint64_t *v)
-{
-    std::lock_guard<std::mutex> g(mu);
-    auto it = clients.find(h);
-    if (it == clients.end() || it->second->released)
-        return;
-    auto &r = it->second->regions;
-    r.clear();
-    for (int i = 0; i < n; i++)
-        r.push_back(Region{static_cast<uintptr_t>(v[3 * i]), static_cast<uintptr_t>(v[3 * i + 1]),
-                           static_cast<uint32_t>(v[3 * i + 2])});
 }
 
 /* Session h's worker pid (0: unknown; -1: not to be signalled). */

@@ -17,9 +17,10 @@ already has is shared memory:
     calling thread's context only (threads already running keep theirs;
     call enable() in each, or before starting them where contexts are
     copied);
-  - op outputs (NumPy and PyTorch paths) come from
-    mxop_shared_alloc_output: a freed block already registered with the
-    session, so its pages are warm here and in the worker.
+  - op outputs (every call path) come from libmxop's mxop_array_alloc,
+    which gives warm shared-heap blocks while mxop_shared_outputs is on: a
+    freed block already registered with the session, so its pages are warm
+    here and in the worker (mxop_array_free frees either kind).
 
 libmxop passes a tensor in a shared-heap block by reference: it registers
 the block with the session on first use (the worker then sees that block,
@@ -39,17 +40,15 @@ import sys
 import threading
 import warnings
 
-from . import _lib, _outputs
+from . import _lib
 from .errors import MxopError, NotSupported
 
 __all__ = ["enable", "disable", "enabled", "stats", "contains"]
 
 _lock = threading.RLock()
-# "np": the _npalloc module (NumPy's handler, the output adapters), "torch":
-# _torchalloc.so (ctypes), "out": the adapters' (alloc, free) addresses once
-# they were handed to the call paths (they stay: their free takes both kinds
-# of block), "outputs": op outputs go to shared-heap blocks.
-_state = {"np": None, "torch": None, "out": None, "outputs": False}
+# "np": the _npalloc module (NumPy's handler), "torch": _torchalloc.so
+# (ctypes), "outputs": op outputs go to shared-heap blocks.
+_state = {"np": None, "torch": None, "outputs": False}
 
 
 class _SharedStats(ctypes.Structure):
@@ -67,6 +66,7 @@ _PROTOTYPES = {
     "mxop_shared_alloc_output": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t]),
     "mxop_shared_min_bytes": (ctypes.c_size_t, []),
     "mxop_shared_stats": (None, [ctypes.c_void_p]),
+    "mxop_shared_outputs": (ctypes.c_int, [ctypes.c_int]),
 }
 
 
@@ -77,7 +77,7 @@ def _heap():
         try:
             fn = getattr(dll, name)
         except AttributeError:
-            raise NotSupported(-1023, "%s has no shared heap (%s): build libmxop again"
+            raise NotSupported("%s has no shared heap (%s): build libmxop again"
                                % (_lib.lib.path, name)) from None
         fn.restype = res
         fn.argtypes = args
@@ -106,7 +106,7 @@ def _np_module():
     except ImportError:
         path = _find("_npalloc.so")
         if path is None:
-            raise NotSupported(-1023, "mxop.allocator: _npalloc.so not found (built by make "
+            raise NotSupported("mxop.allocator: _npalloc.so not found (built by make "
                                "python, against the interpreter's NumPy)") from None
         loader = importlib.machinery.ExtensionFileLoader("mxop._npalloc", path)
         spec = importlib.util.spec_from_file_location("mxop._npalloc", path, loader=loader)
@@ -128,7 +128,7 @@ def _torch_dll():
 
     path = _find("_torchalloc.so")
     if path is None:
-        raise NotSupported(-1023, "mxop.allocator: _torchalloc.so not found (built by make "
+        raise NotSupported("mxop.allocator: _torchalloc.so not found (built by make "
                            "python, against the interpreter's torch)")
     d = ctypes.CDLL(path)
     vp = ctypes.c_void_p
@@ -143,16 +143,6 @@ def _torch_dll():
                            _addr(dll.mxop_shared_min_bytes))
     _state["torch"] = d
     return d
-
-
-def _hand_out_functions():
-    """Gives the output adapters to every call path (once: they stay, since
-    their free takes arena and shared-heap blocks alike)."""
-    if _state["out"] is not None:
-        return
-    a, f = _state["np"].adapters()
-    _state["out"] = (a, f)
-    _outputs.set(a, f)
 
 
 def _torch_wanted(torch):
@@ -173,12 +163,11 @@ def enable(torch=True, numpy=True):
         want_torch = _torch_wanted(torch)
         d = _torch_dll() if want_torch else None
         if d is not None and d.mxop_torchalloc_enable() != 0:
-            raise NotSupported(-1023, "mxop.allocator: torch kept its own CPU allocator "
+            raise NotSupported("mxop.allocator: torch kept its own CPU allocator "
                                "(c10::SetCPUAllocator did not take mxop's)")
         if numpy:
             mod.enable()
-        _hand_out_functions()
-        mod.outputs(True)
+        _heap().mxop_shared_outputs(1)
         _state["outputs"] = True
 
 
@@ -194,7 +183,7 @@ def disable():
         if d is not None:
             d.mxop_torchalloc_disable()
         mod.disable()
-        mod.outputs(False)
+        _heap().mxop_shared_outputs(0)
         _state["outputs"] = False
 
 
@@ -236,7 +225,7 @@ def contains(ptr, nbytes=1):
     return bool(_heap().mxop_shared_contains(ptr, nbytes))
 
 
-def _from_environment():
+def from_environment():
     """MXOP_ALLOCATOR=1 at `import mxop`: enable(), which imports torch when
     it is installed (its start-up cost, paid once).  A failure is a warning:
     the import itself must not fail over an optimisation."""

@@ -187,9 +187,9 @@ def _run(c, n, gemm_n):
     ia, oa = MxopArray(), MxopArray()
     ctypes.memmove(ctypes.addressof(ia), ctypes.addressof(block_of(x)), ctypes.sizeof(ia))
     ctypes.memmove(ctypes.addressof(oa), ctypes.addressof(block_of(y)), ctypes.sizeof(oa))
-    ent = relu._entry({})
+    ent = relu.entry({})
     f = lib.mxop_forward
-    h, p, ca, ip, op_ = c._h, relu._p, ent.addr, ctypes.addressof(ia), ctypes.addressof(oa)
+    h, p, ca, ip, op_ = c.handle, relu.pointer, ent.addr, ctypes.addressof(ia), ctypes.addressof(oa)
     rows["c_forward"] = _time(lambda: f(h, p, ca, ip, 1, op_, 1), n)
     rows["numpy_relu"] = _time(lambda: relu(x), n)
     xh = np.linspace(-1, 1, 16).astype(np.float32)
@@ -273,9 +273,9 @@ def _run(c, n, gemm_n):
     rows.update(_python_layer_only(c, relu, x, tx if torch is not None else None, n))
     # The same stub rows through the ctypes path (what MXOP_NO_FASTCALL=1 gives),
     # in the same run, for the comparison.
-    from mxop import client as _cl
+    from mxop import _fast
 
-    fc = _cl._fc
+    fc = _fast.fc
     rows["fastcall"] = 1.0 if fc else 0.0
     if torch is not None:
         from mxop import _torch_library as _tl
@@ -289,12 +289,12 @@ def _run(c, n, gemm_n):
             from mxop import _torch_library as _tl
 
             tops = _tl.cpp()
-        _cl._fc = False
+        _fast.fc = False
         was = tops.mxop_torchops_enable(0) if tops is not None else None
         try:
             slow = _python_layer_only(c, relu, x, tx if torch is not None else None, n)
         finally:
-            _cl._fc = fc
+            _fast.fc = fc
             if tops is not None:
                 tops.mxop_torchops_enable(was)
         rows.update({"ctypes_" + k: v for k, v in slow.items() if k != "stub_ctypes_call"})
@@ -456,15 +456,16 @@ def _python_layer_only(c, relu, x, tx, n):
     stub.argtypes = real.argtypes
     stub.restype = real.restype
     rows = {}
-    ent = relu._entry({})
+    ent = relu.entry({})
     ib = ctypes.create_string_buffer(224)
     addr = ctypes.addressof(ib)
-    rows["stub_ctypes_call"] = _time(lambda: stub(c._h, relu._p, ent.addr, addr, 1, addr, 1), n)
+    h, p = c.handle, relu.pointer
+    rows["stub_ctypes_call"] = _time(lambda: stub(h, p, ent.addr, addr, 1, addr, 1), n)
     lib.mxop_forward = stub
     lib.mxop_backward = stub
-    from mxop import client as _cl
+    from mxop import _fast
 
-    fc = _cl._fc
+    fc = _fast.fc
     sa = ctypes.cast(stub, ctypes.c_void_p).value
     old = (fc.set_forward(sa), fc.set_backward(sa)) if fc else None
     # torch.ops.mxop's C++ kernels call libmxop without Python: stub them too.

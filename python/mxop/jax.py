@@ -46,11 +46,14 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from . import _lib
+from . import _dtypes, _lib
 from . import client as _client
+from ._attrs import attr_value
+from ._records import CallEntry, milliseconds
 from ._lib import lib
 from . import errors as _errors
-from .errors import InvalidArgument, InvalidAttribute, NotSupported, LibraryNotFound, MxopError
+from .errors import (ArityMismatch, InvalidArgument, InvalidAttribute, NotSupported,
+                     LibraryNotFound, MxopError, ShapeMismatch)
 
 __all__ = ["load", "wrap", "error_of", "JaxOp", "VMAP_METHODS", "DEFAULT_VMAP_METHOD"]
 
@@ -58,13 +61,21 @@ TARGET = "mxop_call"
 VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
 DEFAULT_VMAP_METHOD = "sequential"
 
-# mxop dtype number <-> JAX dtype.
-_JNP_OF = {
-    _lib.F32: jnp.float32, _lib.F64: jnp.float64, _lib.F16: jnp.float16,
-    _lib.BF16: jnp.bfloat16, _lib.I32: jnp.int32, _lib.I64: jnp.int64,
-    _lib.U8: jnp.uint8, _lib.I8: jnp.int8, _lib.BOOL: jnp.bool_,
-}
-_MX_OF_JNP = {np.dtype(v): k for k, v in _JNP_OF.items()}
+# mxop dtype number <-> JAX dtype, from libmxop's framework names (filled
+# when the package's dtype tables are).
+_JNP_OF = {}
+_MX_OF_JNP = {}
+
+
+def _fill_dtypes():
+    for code, name in enumerate(_dtypes.FRAMEWORK_NAMES):
+        d = getattr(jnp, name if name != "bool" else "bool_", None)
+        if d is not None:
+            _JNP_OF[code] = d
+            _MX_OF_JNP[np.dtype(d)] = code
+
+
+_dtypes.on_fill(_fill_dtypes)
 
 
 class _JaxCall(ctypes.Structure):
@@ -108,7 +119,7 @@ def _find_ffi():
     p = os.path.join(_lib.build_dir(), "python", "_jaxffi.so")
     if os.path.exists(p):
         return p
-    raise LibraryNotFound(-1009, "mxop.jax: _jaxffi.so not found beside the package nor in %s "
+    raise LibraryNotFound("mxop.jax: _jaxffi.so not found beside the package nor in %s "
                           "(make jax builds it against the jaxlib of build/venv)"
                           % os.path.join(_lib.build_dir(), "python"))
 
@@ -120,7 +131,7 @@ def _ffi():
             dll = ctypes.CDLL(_find_ffi())
             dll.mxop_jaxffi_call_size.restype = ctypes.c_size_t
             if dll.mxop_jaxffi_call_size() != ctypes.sizeof(_JaxCall):
-                raise InvalidArgument(-1001, "mxop.jax: _jaxffi.so's call record is %d bytes, "
+                raise InvalidArgument("mxop.jax: _jaxffi.so's call record is %d bytes, "
                                       "this module's %d: a stale build"
                                       % (dll.mxop_jaxffi_call_size(), ctypes.sizeof(_JaxCall)))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(dll.mxop_jaxffi_handler),
@@ -129,7 +140,6 @@ def _ffi():
         return _state["ffi"]
 
 
-_CODE_OF_NAME = {"MXOP_E" + t[0]: t[1] for t in _errors._TABLE}
 _FFI_MESSAGE = re.compile(r"mxop[^:\n]*: (MXOP_E[A-Z0-9_]+): (.*?)(?:\n-{8,}|\Z)", re.S)
 
 
@@ -144,9 +154,10 @@ def error_of(exc):
             if isinstance(mxop.jax.error_of(e), mxop.WorkerCrashed): ...
     """
     m = _FFI_MESSAGE.search(str(exc))
-    if m is None or m.group(1) not in _CODE_OF_NAME:
+    code = _errors.code_of(m.group(1)) if m is not None else None
+    if code is None:
         return None
-    return _errors.make_error(_CODE_OF_NAME[m.group(1)], m.group(2).strip())
+    return _errors.make_error(code, m.group(2).strip())
 
 
 def _addr(fn):
@@ -197,7 +208,7 @@ class JaxOp:
 
     def __init__(self, op, vmap_method=DEFAULT_VMAP_METHOD):
         if vmap_method not in VMAP_METHODS:
-            raise InvalidArgument(-1001, "op '%s': vmap_method must be one of %s, got %r"
+            raise InvalidArgument("op '%s': vmap_method must be one of %s, got %r"
                                   % (op.name, ", ".join(VMAP_METHODS), vmap_method))
         self.op = op
         self.name = op.name
@@ -213,7 +224,9 @@ class JaxOp:
     # ---- checks ------------------------------------------------------------
 
     def _err(self, cls, code, text):
-        return cls(code, "op '%s' (%s): %s" % (self.name, self.op.library, text))
+        """cls(code, text) with the op named; code None: the class's own."""
+        text = "op '%s' (%s): %s" % (self.name, self.op.library, text)
+        return cls(text) if code is None else cls(code, text)
 
     def _check_attrs(self, kw):
         for k, v in kw.items():
@@ -221,12 +234,12 @@ class JaxOp:
             for x in vs:
                 if _is_traced(x) or isinstance(x, jax.Array):
                     raise self._err(
-                        InvalidAttribute, -1018,
+                        InvalidAttribute, None,
                         "attribute '%s' is a JAX array%s; attributes are static: pass a Python "
                         "value (with jax.jit, mark the argument static: static_argnames)"
                         % (k, " traced by a JAX transformation" if _is_traced(x) else ""))
                 if not isinstance(x, (bool, int, float, str, bytes, np.generic)):
-                    raise self._err(InvalidAttribute, -1018,
+                    raise self._err(InvalidAttribute, None,
                                     "attribute '%s' is a %s; attributes are Python numbers, "
                                     "bools, strings or lists of them"
                                     % (k, type(x).__name__))
@@ -237,11 +250,12 @@ class JaxOp:
             dt = np.dtype(x.dtype)
             code = _MX_OF_JNP.get(dt)
             if code is None:
-                raise self._err(InvalidArgument, -1001,
-                                "input %d has dtype %s, which mxop has not (f32, f64, f16, bf16, "
-                                "i32, i64, u8, i8, bool)" % (i, dt.name))
+                raise self._err(InvalidArgument, None,
+                                "input %d has dtype %s, which mxop has not (%s)"
+                                % (i, dt.name, ", ".join(_dtypes.NAMES)))
             if len(x.shape) > _lib.MAX_DIMS:
-                raise self._err(InvalidArgument, -1016, "input %d has rank %d (mxop takes at "
+                raise self._err(InvalidArgument, ShapeMismatch.code,
+                                "input %d has rank %d (mxop takes at "
                                 "most %d)" % (i, len(x.shape), _lib.MAX_DIMS))
             sig.append((code, tuple(int(d) for d in x.shape)))
         return tuple(sig)
@@ -249,7 +263,7 @@ class JaxOp:
     def _specs(self, ent, sig):
         """The outputs' (shape, JAX dtype), from the op's inference."""
         try:
-            specs = self.op._specs(ent, sig)
+            specs = self.op.specs(ent, sig)
         except MxopError as e:
             msg = e.message if hasattr(e, "message") else str(e)
             if ("'%s'" % self.name) not in msg:
@@ -262,7 +276,7 @@ class JaxOp:
     def _record(self, ent, backward):
         c = self.op.client
         r = _JaxCall(struct_size=ctypes.sizeof(_JaxCall), backward=int(backward),
-                     client=c._handle(), op=self.op._p, call=ent.addr, what=self._what,
+                     client=c.check_handle(), op=self.op.pointer, call=ent.addr, what=self._what,
                      forward_fn=_addr(lib.mxop_forward), backward_fn=_addr(lib.mxop_backward),
                      last_error=_addr(lib.mxop_last_error), err_name=_addr(lib.mxop_err_name))
         self._keep.append((r, ent))
@@ -276,9 +290,8 @@ class JaxOp:
         if fn is not None:
             return fn
         # A call entry of our own (the Op's cache may drop its own entries).
-        ent = _client._CallEntry(None, tuple((str(k), _client._attr_value(v))
-                                             for k, v in kw.items()),
-                                 timeout_ms=_client._ms(timeout, "timeout") if timeout else 0)
+        ent = CallEntry(None, tuple((str(k), attr_value(v)) for k, v in kw.items()),
+                        timeout_ms=milliseconds(timeout, "timeout") if timeout else 0)
         fwd_rec = self._record(ent, False)
         bwd_rec = self._record(ent, True) if self.op.has_backward else None
         vm = self.vmap_method
@@ -299,7 +312,7 @@ class JaxOp:
         def f_bwd(res, gs):
             xs, ys = res
             if bwd_rec is None:
-                raise self._err(NotSupported, -1023, "the op has no backward: it cannot be "
+                raise self._err(NotSupported, None, "the op has no backward: it cannot be "
                                 "differentiated (jax.grad / jax.vjp)")
             out = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
             gs = tuple(jnp.zeros(y.shape, y.dtype) if g is None or
@@ -319,22 +332,22 @@ class JaxOp:
         op = self.op
         _ffi()
         if op.stateful:
-            raise self._err(NotSupported, -1023, "a stateful op cannot be called from JAX "
+            raise self._err(NotSupported, None, "a stateful op cannot be called from JAX "
                             "(its state lives in one worker, outside XLA's program)")
         if op.mutated_inputs:
-            raise self._err(NotSupported, -1023, "the op writes its inputs in place; JAX "
+            raise self._err(NotSupported, None, "the op writes its inputs in place; JAX "
                             "arrays are immutable")
         if op.num_inputs >= 0 and len(inputs) != op.num_inputs:
-            raise self._err(InvalidArgument, -1015, "takes %d inputs, got %d"
+            raise self._err(InvalidArgument, ArityMismatch.code, "takes %d inputs, got %d"
                             % (op.num_inputs, len(inputs)))
         self._check_attrs(kw)
         if timeout is not None and (_is_traced(timeout) or isinstance(timeout, jax.Array)):
-            raise self._err(InvalidArgument, -1001, "timeout= must be a Python number")
+            raise self._err(InvalidArgument, None, "timeout= must be a Python number")
         xs = tuple(x if isinstance(x, jax.Array) else jnp.asarray(x) for x in inputs)
         self._sig(xs)
         if op.dynamic_outputs:
             if any(_is_traced(x) for x in xs):
-                raise self._err(NotSupported, -1023,
+                raise self._err(NotSupported, None,
                                 "its output shape depends on the data (dynamic outputs), and "
                                 "XLA needs static shapes: it cannot run under jax.jit, vmap or "
                                 "grad; call it outside them")

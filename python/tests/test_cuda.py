@@ -12,6 +12,7 @@ import torch
 
 import mxop
 import mxop.torch as mt
+from mxop import _torch_cuda
 
 from conftest import BUILD
 
@@ -26,7 +27,7 @@ needs_lib = pytest.mark.skipif(
 
 def test_register_cuda_without_a_device_says_so(client):
     """A pointer that is not device memory: NoDevice without a GPU, else InvalidArgument."""
-    f = mt._cuda_fn()
+    f = _torch_cuda.register_cuda_fn()
     region, offset = ctypes.c_uint32(), ctypes.c_uint64()
     host = ctypes.create_string_buffer(64)
     rc = f(client._handle(), ctypes.addressof(host), 64, ctypes.byref(region),

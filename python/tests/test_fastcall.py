@@ -15,7 +15,7 @@ import pytest
 
 import mxop
 from mxop import _lib
-from mxop import client as _cl
+from mxop import _fast, client as _cl
 
 from conftest import PYTHON, SOURCE
 
@@ -27,13 +27,13 @@ import json, sys
 import numpy as np
 import torch
 import mxop, mxop.torch as mt
-from mxop import client as cl
+from mxop import _fast
 
 c = mxop.connect(sys.argv[1], timeout=20)
 relu = c.load("relu.so").relu
 gemm = c.load("gemm.so").gemm
 c.load("crash.so")
-out = {"fast": bool(cl._fc)}
+out = {"fast": bool(_fast.fc)}
 x = np.linspace(-2, 2, 12).astype(np.float32).reshape(3, 4)
 y = relu(x)
 out["relu_heap"] = y.tolist()
@@ -138,9 +138,9 @@ def test_ctypes_fallback_gives_the_same_results(daemon):
 
 @pytest.mark.skipif(not BUILT, reason="build/python/_fastcall.so not built")
 def test_fast_path_is_used_when_built(ops):
-    assert _cl._fc, "the extension is built but the bindings did not load it"
+    assert _fast.fc, "the extension is built but the bindings did not load it"
     y = ops.op("relu")(np.array([-1.0, 2.0], np.float32))
-    assert type(y.base) is _cl._fc.Block
+    assert type(y.base) is _fast.fc.Block
     assert _cl.block_of(y) is y.base and ops.owns(y)
 
 

@@ -67,8 +67,11 @@ def _header_table():
 def test_error_table_matches_errors_h():
     table = _header_table()
     assert len(table) >= 34
-    assert [(n, c) for n, c, _, _ in errors._TABLE] == table
+    # The package holds the names (and its classes); the numbers are the library's.
+    assert [n for n, _, _ in errors._TABLE] == [n for n, _ in table]
+    assert errors.LIB_NOT_FOUND == dict(table)["LIB_NOT_FOUND"]
     for name, code in table:
+        assert errors.code_of("MXOP_E" + name) == code
         cls = errors.error_class(code)
         assert cls is not errors.MxopError and cls.code == code
         assert cls.name == "MXOP_E" + name
@@ -84,11 +87,55 @@ def test_unknown_code_is_a_plain_mxop_error():
     assert type(e) is mxop.MxopError and e.code == -4242 and e.message
 
 
+def test_an_error_made_with_its_message_alone_has_its_class_code():
+    table = dict(_header_table())
+    e = mxop.InvalidArgument("bad thing")
+    assert e.code == table["INVAL"] and e.name == "MXOP_EINVAL" and e.message == "bad thing"
+    assert str(e) == "MXOP_EINVAL: bad thing"
+    e = mxop.Timeout("late")
+    assert e.code == table["TIMEOUT"] and isinstance(e, TimeoutError)
+    # (code, message) as before: a class may carry another code (the library's name then).
+    e = mxop.InvalidArgument(table["ARITY"], "3 outputs, out= gave 2")
+    assert e.code == table["ARITY"] and e.name == "MXOP_EARITY"
+    with pytest.raises(TypeError):
+        mxop.InvalidArgument()
+
+
+def test_codes_learned_from_the_names_alone_are_the_same():
+    # A libmxop without mxop_err_code: the codes come from mxop_err_name.
+    dll = _lib.lib.load()
+    before = dict(errors.CLASSES)
+    try:
+        errors.use_library_words(dll.mxop_err_name, dll.mxop_strerror)
+        assert errors.CLASSES == before and len(before) == len(_header_table())
+    finally:
+        errors.use_library_words(dll.mxop_err_name, dll.mxop_strerror, dll.mxop_err_code)
+
+
+def test_the_package_holds_no_error_numbers():
+    # Every number comes from libmxop; errors.LIB_NOT_FOUND alone is written
+    # down (a library that cannot be loaded cannot say it).
+    pkg = os.path.join(SOURCE, "python", "mxop")
+    numbers = {str(c) for _, c in _header_table()}
+    found = []
+    for f in sorted(os.listdir(pkg)):
+        if not f.endswith(".py"):
+            continue
+        for i, line in enumerate(open(os.path.join(pkg, f)), 1):
+            if (f, line.strip()) == ("errors.py", "LIB_NOT_FOUND = -1009"):
+                continue
+            found += ["%s:%d: %s" % (f, i, line.strip()) for n in re.findall(r"-\d+", line)
+                      if n in numbers]
+    assert not found, "\n".join(found)
+
+
 def test_errors_pickle():
     import pickle
 
     e = pickle.loads(pickle.dumps(mxop.WorkerCrashed(-1025, "boom")))
     assert isinstance(e, mxop.WorkerCrashed) and e.message == "boom"
+    e = pickle.loads(pickle.dumps(mxop.WorkerCrashed("boom")))
+    assert isinstance(e, mxop.WorkerCrashed) and e.code == -1025 and e.message == "boom"
 
 
 def test_builtin_bases():

@@ -138,6 +138,53 @@ def test_region_create_arrays_pass_without_copy(ops):
     r.release()
 
 
+def test_register_fd_at_a_mapping_of_ours_passes_arrays_without_copy(ops):
+    import mmap
+    import os
+
+    n = 1 << 16
+    fd = os.memfd_create("mxop-test")
+    try:
+        os.ftruncate(fd, n)
+        mm = mmap.mmap(fd, n)
+        a = np.frombuffer(mm, np.float32, count=256).reshape(16, 16)
+        base = a.__array_interface__["data"][0]
+        assert not ops.owns(a)
+        r = ops.register_fd(fd, n, base=base)
+        assert r.base == base and ops.owns(a) and ops.region_of(base + 64, 4) == (r.id, 64)
+        a[:] = -1
+        relu = ops.op("relu")
+        relu(a)
+        s0 = staged(ops)
+        y = relu(a)
+        assert staged(ops) == s0
+        np.testing.assert_array_equal(y, 0)
+        r.release()
+        assert not ops.owns(a)
+        del a, y
+        mm.close()
+    finally:
+        os.close(fd)
+
+
+def test_register_fd_mapped_here(ops):
+    import os
+
+    n = 1 << 16
+    fd = os.memfd_create("mxop-test")
+    try:
+        os.ftruncate(fd, n)
+        r = ops.register_fd(fd, n, map_here=True)
+        a = r.array((4,), np.float64)
+        a[:] = [-1, 2, -3, 4]
+        assert ops.owns(a)
+        np.testing.assert_array_equal(ops.op("relu")(a), [0, 2, 0, 4])
+        del a
+        r.release()
+    finally:
+        os.close(fd)
+
+
 def test_module_level_empty_uses_default_client(daemon, monkeypatch):
     monkeypatch.setenv("MXOP_SOCKET", daemon.socket)
     monkeypatch.setattr(mxop, "_default", None)

@@ -129,7 +129,7 @@ def _data_dependent(cf):
 
 def test_fake_shapes_follow_symbolic_sizes(T):
     from mxop import _torch_fake
-    from mxop.torch import dtype_code, _TORCH_OF
+    from mxop.torch import dtype_code, TORCH_OF
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -138,7 +138,7 @@ def test_fake_shapes_follow_symbolic_sizes(T):
         a = mode.from_tensor(torch.randn(3, 4), static_shapes=False)
         b = mode.from_tensor(torch.randn(5, 4), static_shapes=False)
         dts, shapes = _torch_fake.output_shapes(op, T.gemm._entry({"transpose_b": True}),
-                                                (a, b), dtype_code, _TORCH_OF)
+                                                (a, b), dtype_code, TORCH_OF)
     assert dts == [torch.float32]
     # gemm(a, b^T): [a rows, b rows]; the shared inner size is specialised.
     assert str(shapes[0][0]) == str(a.shape[0]) and str(shapes[0][1]) == str(b.shape[0])

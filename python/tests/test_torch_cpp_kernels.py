@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -315,3 +316,83 @@ def test_cpp_kernels_from_threads(T):
         t.join()
     assert errors == []
     assert tl.cpp_calls() - n > 300
+
+
+@need_cpp
+def test_cpp_kernel_serves_every_dtype_of_both(T):
+    # The kernels' dtype map comes from libmxop's dtype names at load: each
+    # dtype mxop and torch share is called in C++ once its signature is known.
+    for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+               torch.int64, torch.uint8, torch.int8, torch.bool):
+        x = (torch.arange(6) % 3).to(dt)
+        assert torch.equal(torch.ops.mxop.identity(x), x)  # the signature, learnt
+        n = tl.cpp_calls()
+        y = torch.ops.mxop.identity(x)
+        assert tl.cpp_calls() - n == 1, dt
+        assert y.dtype == dt and torch.equal(y, x), dt
+    # A dtype mxop has not (complex) stays with the Python kernel, which names it.
+    n = tl.cpp_calls()
+    with pytest.raises(Exception, match="complex64"):
+        torch.ops.mxop.identity(torch.zeros(3, dtype=torch.complex64))
+    assert tl.cpp_calls() == n
+
+
+@need_cpp
+def test_cpp_kernel_calls_with_blocks_in_a_new_arena_chunk(daemon):
+    # Outputs kept alive fill the fresh client's first arena chunk (16 MiB),
+    # so later outputs, and the inputs made of them, lie in chunks that
+    # only libmxop made.  The C++ kernel still makes every call, and passes
+    # those inputs by reference: no byte staged.
+    c = mxop.connect(daemon, timeout=20)
+    try:
+        mt.load(c, "relu.so")
+        x = torch.randn(1 << 20)  # 4 MiB of ordinary memory
+        torch.ops.mxop.relu(x)  # the signature, learnt
+        y = torch.ops.mxop.relu(x)
+        n, s0 = tl.cpp_calls(), c.stats().staged_bytes
+        keep = []
+        for _ in range(8):
+            y = torch.ops.mxop.relu(y)
+            keep.append(y)
+        assert tl.cpp_calls() - n == 8
+        assert c.stats().staged_bytes == s0
+        for y in keep:
+            assert torch.equal(y, torch.relu(x))
+        del keep, y
+    finally:
+        c.close()
+
+
+@need_cpp
+def test_cpp_kernel_passes_tensors_in_a_user_region_by_reference(T):
+    # A tensor over a region of the client's own (Client.region_create) is
+    # passed as its pointer; libmxop finds the region: nothing is staged.
+    c = T.client
+    r = c.region_create(1 << 16)
+    try:
+        a = r.array((64,))
+        a[:] = np.linspace(-1, 1, 64, dtype=np.float32)
+        x = torch.from_numpy(a)
+        torch.ops.mxop.relu(x)  # the signature, learnt
+        n, s0 = tl.cpp_calls(), c.stats().staged_bytes
+        for _ in range(3):
+            assert torch.equal(torch.ops.mxop.relu(x), torch.relu(x))
+        assert tl.cpp_calls() - n == 3
+        assert c.stats().staged_bytes == s0
+        del x
+    finally:
+        r.release()
+
+
+@need_cpp
+def test_cpp_kernel_dtypes_are_named_once(T):
+    # The kernels' dtype map is filled once, at load: a later call of the op
+    # that fills it is refused and changes nothing.
+    with pytest.raises(RuntimeError, match="named already"):
+        torch.ops.mxop_py._dtypes([0], [torch.empty(0, dtype=torch.int64)])
+    x = torch.linspace(-1, 1, 8)
+    torch.ops.mxop.relu(x)
+    n = tl.cpp_calls()
+    y = torch.ops.mxop.relu(x)
+    assert tl.cpp_calls() - n == 1
+    assert y.dtype == torch.float32 and torch.equal(y, torch.relu(x))
