@@ -18,10 +18,10 @@ import threading
 
 import numpy as np
 
-from . import _fast
+from . import _fast, _lib
 from ._dtypes import CODE_OF_NUMPY, dtype_code, numpy_dtype
 from ._lib import lib, MxopArray
-from ._records import ARRAY_SIZE as _ASZ, MAX_DIMS, OutSpec, ZPAD as _ZPAD, pack_array
+from ._records import ARRAY_SIZE as _ASZ, MAX_DIMS, OFF_REQ, OutSpec, ZPAD as _ZPAD, pack_array
 from .errors import InvalidArgument
 
 _addressof = ctypes.addressof
@@ -169,6 +169,21 @@ class ClientMemory:
         b.client = self
         self._live += 1
         return b
+
+    def alloc_outputs(self, specs, ob_addr, needs=None):
+        """A block per output spec (OutSpec), its record written into the
+        output records at ob_addr; the one way both bindings make a call's
+        outputs.  An output with needs[i] false goes as req null: the op
+        leaves it alone, and its block is held until the call returns."""
+        blocks = []
+        for i, s in enumerate(specs):
+            b = self.alloc(s.dtype, s.ndim, s.caddr)
+            at = ob_addr + i * _ASZ
+            ctypes.memmove(at, ctypes.addressof(b), _ASZ)
+            if needs is not None and not needs[i]:
+                ctypes.c_int32.from_address(at + OFF_REQ).value = _lib.REQ_NULL
+            blocks.append(b)
+        return blocks
 
     def _free_block(self, b):
         # A shared-heap block needs no session: libmxop frees either kind.

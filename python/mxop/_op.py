@@ -22,11 +22,10 @@ from ._attrs import attr_value, attr_value_mxnet, op_attrs
 from ._dtypes import CODE_OF_NUMPY as _MX_OF_NP, NAMES as _DTYPE_NAMES, spec_of as _spec_of
 from ._lib import lib, MxopShape
 from ._memory import Block, view
-from ._records import (ARRAY_SIZE as _ASZ, CallEntry, MAX_DIMS, OFF_REQ as _OFF_REQ, OutSpec,
+from ._records import (ARRAY_SIZE as _ASZ, CallEntry, MAX_DIMS, OutSpec,
                        ZPAD as _ZPAD, milliseconds, pack_array as _pack_array, real_specs)
 from .errors import ArityMismatch, Disconnected, InvalidArgument, StateLost, UnknownState
 
-_memmove = ctypes.memmove
 _addressof = ctypes.addressof
 _ndarray = np.ndarray
 
@@ -208,11 +207,7 @@ class Op:
             if out is None:
                 specs = self.specs(ent, sig)
                 ob_addr = bufs[3]
-                blocks = []
-                for i, s in enumerate(specs):
-                    b = c.alloc(s.dtype, s.ndim, s.caddr)
-                    _memmove(ob_addr + i * _ASZ, _addressof(b), _ASZ)
-                    blocks.append(b)
+                blocks = c.alloc_outputs(specs, ob_addr)
                 rc = lib.mxop_forward(h, self._p, ent.addr, bufs[1], n_in, ob_addr, n_out)
                 if rc < 0:
                     raise c.error(rc)
@@ -380,25 +375,15 @@ class Op:
             sig = [c.pack_numpy(ib, i, x, keep) for i, x in enumerate(allin)]
             off = len(ograds)
             ob_addr = bufs[3]
-            blocks = []
-            for i in range(n_fwd):
-                dt, shape = sig[off + i]
-                s = OutSpec(dt, shape)
-                b = c.alloc(dt, s.ndim, s.caddr)
-                _memmove(ob_addr + i * _ASZ, _addressof(b), _ASZ)
-                skip = needs is not None and not needs[i]
-                if skip:
-                    # The op leaves a req-null output alone; the block is held
-                    # until the call returns all the same.
-                    ctypes.c_int32.from_address(ob_addr + i * _ASZ + _OFF_REQ).value = \
-                        _lib.REQ_NULL
-                blocks.append((b, s, skip))
+            specs = [OutSpec(*sig[off + i]) for i in range(n_fwd)]
+            blocks = c.alloc_outputs(specs, ob_addr, needs)
             rc = lib.mxop_backward(h, self._p, ent.addr, bufs[1], len(allin), ob_addr,
                                    n_fwd)
             if rc < 0:
                 raise c.error(rc)
-            res = tuple(None if skip else view(b, s.npdtype, s.shape)
-                        for b, s, skip in blocks)
+            res = tuple(None if needs is not None and not needs[i] else
+                        view(b, s.npdtype, s.shape)
+                        for i, (b, s) in enumerate(zip(blocks, specs)))
             return res[0] if n_fwd == 1 else res
         finally:
             c.give_records(bufs)

@@ -8,7 +8,6 @@ Outputs are tensors viewing shared memory (no copy).  CUDA tensors go
 through _torch_cuda.
 """
 
-import ctypes
 
 import numpy as np
 import torch
@@ -16,7 +15,7 @@ import torch
 from . import _fast, _lib
 from ._lib import lib as _lib_
 from ._memory import view as _view
-from ._records import ARRAY_SIZE, OFF_REQ, OutSpec, ZPAD, pack_array as _pack_array
+from ._records import ARRAY_SIZE, OutSpec, ZPAD, pack_array as _pack_array
 from ._torch_calls import call, inflight, set_wpid, settle
 from ._torch_cuda import backward_cuda, forward_cuda, pack_cuda
 from ._torch_dtypes import CODE_OF_TORCH, TORCH_OF
@@ -24,8 +23,6 @@ from ._torch_storage import region_of as _storage_region
 from .client import WORKER_PID_KEY
 from .errors import DtypeMismatch, NotSupported, ShapeMismatch
 
-_memmove = ctypes.memmove
-_addressof = ctypes.addressof
 _from_numpy = torch.from_numpy
 _Tensor = torch.Tensor
 _strided = torch.strided
@@ -157,11 +154,7 @@ def forward(op, ent, tensors):
                     t.copy_(k)
             return outs
         ob_addr = bufs[3]
-        blocks = []
-        for i, s in enumerate(specs):
-            b = c.alloc(s.dtype, s.ndim, s.caddr)
-            _memmove(ob_addr + i * ARRAY_SIZE, _addressof(b), ARRAY_SIZE)
-            blocks.append(b)
+        blocks = c.alloc_outputs(specs, ob_addr)
         # call, inlined: this is the hot path of every forward.
         d = c.__dict__
         inflight[0] = d.get(WORKER_PID_KEY, 0)
@@ -210,19 +203,11 @@ def backward(op, ent, grads, inputs, outputs, needs):
         if devs:
             return backward_cuda(c, h, op, ent, bufs, len(allin), sig, off, needs, devs, keep)
         ob_addr = bufs[3]
-        blocks = []
-        for i in range(n_fwd):
-            dt, shape = sig[off + i]
-            s = OutSpec(dt, shape)
-            b = c.alloc(dt, s.ndim, s.caddr)
-            _memmove(ob_addr + i * ARRAY_SIZE, _addressof(b), ARRAY_SIZE)
-            if not needs[i]:
-                ctypes.c_int32.from_address(ob_addr + i * ARRAY_SIZE + OFF_REQ).value = \
-                    _lib.REQ_NULL
-            blocks.append((b, s))
+        specs = [OutSpec(*sig[off + i]) for i in range(n_fwd)]
+        blocks = c.alloc_outputs(specs, ob_addr, needs)
         call(c, _lib_.mxop_backward, h, op.pointer, ent.addr, bufs[1], len(allin), ob_addr, n_fwd)
         return tuple([tensor_view(b, s) if needs[i] else None
-                      for i, (b, s) in enumerate(blocks)])
+                      for i, (b, s) in enumerate(zip(blocks, specs))])
     finally:
         c.give_records(bufs)
 
