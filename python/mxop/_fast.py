@@ -74,7 +74,8 @@ def load():
 
 
 def set_torch(*args):
-    """mxop.torch's part (Tensor, from_numpy, strided, codes, settle, inflight)."""
+    """mxop.torch's part (Tensor, from_numpy, strided, codes, settle, inflight,
+    is_grad_enabled, tracing_state, storage_region)."""
     _state["torch"] = args
     if _state["mod"] is not None:
         _state["mod"].init_torch(*args)

@@ -69,6 +69,7 @@ static PyObject *torch_settle;       /* torch._settle(client, rc) */
 static PyObject *inflight;           /* _interrupt.inflight, a list of one int */
 static PyObject *torch_grad_enabled; /* torch.is_grad_enabled */
 static PyObject *torch_tracing;      /* torch._C._get_tracing_state */
+static PyObject *storage_region;     /* _torch_storage.region_of(client, tensor), or NULL */
 
 static PyObject *s_h, *s_live, *s_close_pending, *s_finish_close, *s_infer, *s_specs, *s_pairs,
     *s_addr, *s_p, *s_dtype, *s_shape, *s_nbytes, *s_wpid, *s_data_ptr, *s_is_contiguous, *s_is_cpu,
@@ -225,8 +226,11 @@ static int attr_true_call(PyObject *fn)
  * region); *sig gets (dtype code, shape).  Returns 0, 1 (leave this call
  * to the ctypes path) or -1 (error).
  */
-static int pack_one(mxop_client_t *h, PyObject *x, mxop_array_t *rec, PyObject **sig, int torch)
+static int pack_one(PyObject *client, mxop_client_t *h, PyObject *x, mxop_array_t *rec,
+                    PyObject **sig, int torch)
 {
+    uint32_t region = MXOP_REGION_HEAP;
+    uint64_t offset = 0;
     int code;
     int ndim;
     int64_t shape[MXOP_MAX_DIMS];
@@ -294,18 +298,39 @@ static int pack_one(mxop_client_t *h, PyObject *x, mxop_array_t *rec, PyObject *
     for (int i = 0; i < ndim; i++)
         nbytes *= (size_t)shape[i];
     if (is_tensor && nbytes > 0 && fn_lookup(h, (const void *)ptr, nbytes, NULL, NULL) == 0) {
-        /* A shared storage no region of libmxop's holds: the ctypes path registers it
-         * (else its bytes would be staged, each call). */
+        /*
+         * A shared storage (a DataLoader batch, share_memory_()) is no region
+         * of libmxop's: libmxop is never told where a storage lies, so that a
+         * dead one's address cannot be taken for its region.  mxop.torch's
+         * storage registry gives (region, offset) for a live one, registering
+         * it on first use; when it cannot, the ctypes path stages the tensor.
+         */
         int sh = attr_true(x, s_is_shared, 1);
-        if (sh != 0)
-            return sh < 0 ? -1 : 1;
+        if (sh != 0) {
+            if (sh < 0 || storage_region == NULL)
+                return sh < 0 ? -1 : 1;
+            PyObject *ro = PyObject_CallFunctionObjArgs(storage_region, client, x, NULL);
+            if (ro == NULL)
+                return -1;
+            unsigned long rid = 0;
+            unsigned long long off = 0;
+            int ok = PyTuple_Check(ro) && PyArg_ParseTuple(ro, "kK", &rid, &off);
+            Py_DECREF(ro);
+            if (!ok) {
+                PyErr_Clear(); /* None: the ctypes path stages it */
+                return 1;
+            }
+            region = (uint32_t)rid;
+            offset = (uint64_t)off;
+        }
     }
     memset(rec, 0, sizeof *rec);
     rec->data = (void *)ptr;
     rec->dtype = code;
     rec->ndim = ndim;
     memcpy(rec->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    rec->region = MXOP_REGION_HEAP;
+    rec->region = region;
+    rec->offset = offset;
     rec->nbytes = nbytes;
     PyObject *st = PyTuple_New(ndim);
     if (st == NULL)
@@ -535,7 +560,7 @@ static PyObject *fc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         goto done;
     for (Py_ssize_t i = 0; i < n_in; i++) {
         PyObject *item = NULL;
-        int r = pack_one(h, PyTuple_GET_ITEM(inputs, i), &in[i], &item, mode != MODE_NUMPY);
+        int r = pack_one(client, h, PyTuple_GET_ITEM(inputs, i), &in[i], &item, mode != MODE_NUMPY);
         if (r < 0)
             goto done;
         if (r > 0) {
@@ -824,10 +849,14 @@ static PyObject *fc_set_backward(PyObject *self, PyObject *arg)
  *            is_grad_enabled, tracing_state). */
 static PyObject *fc_init_torch(PyObject *self, PyObject *args)
 {
-    PyObject *tt, *fn, *st, *codes, *settle, *infl, *ge, *tr;
-    if (!PyArg_ParseTuple(args, "OOOO!OO!OO", &tt, &fn, &st, &PyDict_Type, &codes, &settle,
-                          &PyList_Type, &infl, &ge, &tr))
+    PyObject *tt, *fn, *st, *codes, *settle, *infl, *ge, *tr, *sr = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOO!OO!OO|O", &tt, &fn, &st, &PyDict_Type, &codes, &settle,
+                          &PyList_Type, &infl, &ge, &tr, &sr))
         return NULL;
+    if (sr != Py_None && !PyCallable_Check(sr)) {
+        PyErr_SetString(PyExc_TypeError, "init_torch: storage_region must be callable or None");
+        return NULL;
+    }
     if (!PyType_Check(tt) || !PyCallable_Check(fn) || !PyCallable_Check(settle) ||
         !PyCallable_Check(ge) || !PyCallable_Check(tr)) {
         PyErr_SetString(PyExc_TypeError, "init_torch: Tensor type and callables expected");
@@ -841,6 +870,7 @@ static PyObject *fc_init_torch(PyObject *self, PyObject *args)
     Py_XSETREF(inflight, Py_NewRef(infl));
     Py_XSETREF(torch_grad_enabled, Py_NewRef(ge));
     Py_XSETREF(torch_tracing, Py_NewRef(tr));
+    Py_XSETREF(storage_region, sr != Py_None ? Py_NewRef(sr) : NULL);
     Py_RETURN_NONE;
 }
 
@@ -852,7 +882,7 @@ static PyMethodDef fc_methods[] = {
      "arguments are not used)"},
     {"init_torch", fc_init_torch, METH_VARARGS,
      "init_torch(Tensor, from_numpy, strided, codes, settle, inflight, is_grad_enabled, "
-     "tracing_state)"},
+     "tracing_state[, storage_region])"},
     {"set_forward", fc_set_forward, METH_O, "set_forward(address) -> previous address"},
     {"set_backward", fc_set_backward, METH_O, "set_backward(address) -> previous address"},
     {NULL, NULL, 0, NULL},

@@ -58,6 +58,7 @@ from ._torch_calls import call, inflight, settle
 from ._torch_cuda import cuda_regions, release_cuda_regions  # noqa: F401 - the API
 from ._torch_dtypes import CODE_OF_TORCH, TORCH_OF, dtype_code
 from ._torch_pack import backward, forward, pack_tensor, refuse, tensor_view
+from ._torch_storage import region_of as storage_region_of
 from ._torch_storage import shared_regions  # noqa: F401 - the API
 from .errors import (InvalidArgument, NotSupported, InvalidAttribute, ArityMismatch,
                      ShapeMismatch, DtypeMismatch, UnknownOp)
@@ -66,9 +67,10 @@ _Tensor = torch.Tensor
 _strided = torch.strided
 
 # What the C call path needs of torch and of the torch layer (the dtype dict
-# itself: it is filled when libmxop is loaded, which may be later).
+# itself: it is filled when libmxop is loaded, which may be later; the shared
+# storages' registry, which alone knows where a storage's region lies).
 _fast.set_torch(_Tensor, torch.from_numpy, _strided, CODE_OF_TORCH, settle, inflight,
-                torch.is_grad_enabled, torch._C._get_tracing_state)
+                torch.is_grad_enabled, torch._C._get_tracing_state, storage_region_of)
 
 
 # ---- keywords ---------------------------------------------------------------

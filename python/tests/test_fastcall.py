@@ -17,7 +17,7 @@ import mxop
 from mxop import _lib
 from mxop import _fast, client as _cl
 
-from conftest import PYTHON, SOURCE
+from conftest import PYTHON, SOURCE, staged
 
 BUILT = os.path.exists(os.path.join(_lib.build_dir(), "python", "_fastcall.so"))
 
@@ -183,3 +183,28 @@ def test_threads_share_one_client_through_torch(ops):
     for t in ts:
         t.join()
     assert not errors, errors[0]
+
+
+@pytest.mark.skipif(not BUILT, reason="build/python/_fastcall.so not built")
+def test_a_shared_storage_goes_by_the_c_path_by_reference(ops, monkeypatch):
+    """A tensor in a shared storage (a DataLoader batch) is taken by the C
+    path: the storage registry gives its region, nothing is staged."""
+    torch = pytest.importorskip("torch")
+    import mxop.torch as mt
+    from mxop import _torch_pack
+    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        pytest.skip("storages are shared by file descriptor only")
+    relu = mt.load(ops, "relu.so").relu
+    x = torch.linspace(-2, 2, 1 << 16).share_memory_()
+    x.requires_grad_(False)
+
+    def ctypes_path(*a, **k):
+        raise AssertionError("the shared tensor went to the ctypes path")
+
+    monkeypatch.setattr(_torch_pack, "pack_tensor", ctypes_path)
+    before = staged(ops)
+    for _ in range(3):
+        y = relu(x)
+        assert torch.equal(y, torch.relu(x))
+    assert staged(ops) == before
+    assert mt.shared_regions(ops) == 1
