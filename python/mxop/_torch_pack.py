@@ -16,11 +16,10 @@ from . import _fast, _lib
 from ._lib import lib as _lib_
 from ._memory import view as _view
 from ._records import ARRAY_SIZE, OutSpec, ZPAD, pack_array as _pack_array
-from ._torch_calls import call, inflight, set_wpid, settle
+from ._torch_calls import call
 from ._torch_cuda import backward_cuda, forward_cuda, pack_cuda
 from ._torch_dtypes import CODE_OF_TORCH, TORCH_OF
 from ._torch_storage import region_of as _storage_region
-from .client import WORKER_PID_KEY
 from .errors import DtypeMismatch, NotSupported, ShapeMismatch
 
 _from_numpy = torch.from_numpy
@@ -155,18 +154,7 @@ def forward(op, ent, tensors):
             return outs
         ob_addr = bufs[3]
         blocks = c.alloc_outputs(specs, ob_addr)
-        # call, inlined: this is the hot path of every forward.
-        d = c.__dict__
-        inflight[0] = d.get(WORKER_PID_KEY, 0)
-        try:
-            rc = _lib_.mxop_forward(h, op.pointer, ent.addr, bufs[1], n_in, ob_addr, n_out)
-        except BaseException:  # KeyboardInterrupt: the worker was killed
-            set_wpid(c, 0)
-            raise
-        finally:
-            inflight[0] = 0
-        if rc < 0 or not d.get(WORKER_PID_KEY):
-            settle(c, rc)
+        call(c, _lib_.mxop_forward, h, op.pointer, ent.addr, bufs[1], n_in, ob_addr, n_out)
         if back:
             with torch.no_grad():
                 for t, k in back:

@@ -51,7 +51,7 @@ from . import _interrupt
 from . import _torch_fake
 from . import _torch_library as _tl
 from ._lib import lib as _lib_
-from .client import Op, live_clients
+from .client import Library, Op, live_clients
 from ._records import OutSpec
 from ._torch_autograd import Fn, inference_mode, needs_graph, no_double_backward
 from ._torch_calls import call, inflight, settle
@@ -549,16 +549,8 @@ def _spec_of(t):
     return t
 
 
-class Ops:
+class Ops(Library):
     """A library's ops as TorchOps (attributes and a dict)."""
-
-    def __init__(self, name, ops):
-        self.name = name
-        self.ops = ops
-        self.__dict__.update({k: v for k, v in ops.items() if k.isidentifier()})
-
-    def __getitem__(self, name):
-        return self.ops[name]
 
     def __repr__(self):
         return "<mxop.torch.Ops %r: %s>" % (self.name, ", ".join(self.ops))
