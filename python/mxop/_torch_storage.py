@@ -50,7 +50,8 @@ def region_of(c, t):
     if _StorageWeakRef is None or torch.multiprocessing.get_sharing_strategy() != \
             "file_descriptor":
         return None
-    s = t.storage()
+    # The untyped storage where torch has it: TypedStorage is deprecated (it warns).
+    s = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
     u = _untyped(s)
     base = u.data_ptr()
     nbytes = u.nbytes()
