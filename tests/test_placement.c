@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -233,8 +234,13 @@ Test(placement, the_worker_moves_off_its_clients_cpu, .init = setup_two, .fini =
     cr_assert_eq(sched_setaffinity(w, sizeof one, &one), 0, "pinning the worker: %s",
                  strerror(errno));
     int moved = 0;
-    for (int round = 0; round < 200 && !moved; round++) {
+    /* Up to 30 s of rounds (how many calls a move takes depends on how fast they are). */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int elapsed = 0; elapsed < 30 && !moved;) {
         noop_calls(c, 500);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        elapsed = (int)(t.tv_sec - t0.tv_sec);
         cr_assert_eq(sched_getaffinity(w, sizeof now, &now), 0);
         moved = !CPU_ISSET(cpu_a, &now);
     }
@@ -327,8 +333,14 @@ Test(placement, the_worker_moves_to_its_crowded_clients_cpu, .init = setup_all, 
     mxop_client_t *c = client_on_a_worker_on_b(&w);
     int moved = 0;
     const char *fail = NULL;
-    for (int round = 0; round < 500 && !moved && fail == NULL; round++) {
+    /* Rounds for up to 30 s, not a count of them: the move needs a call that finds its
+     * client asleep CROWDED, and how many calls that takes depends on how fast they are. */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int elapsed = 0; elapsed < 30 && !moved && fail == NULL;) {
         fail = mxt_relu_calls(c, 0, 20, why, sizeof(why));
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        elapsed = (int)(t.tv_sec - t0.tv_sec);
         cr_assert_eq(sched_getaffinity(w, sizeof now, &now), 0);
         moved = CPU_ISSET(cpu_a, &now);
     }
